@@ -1,0 +1,3 @@
+from interleave_thinker.cli.main import main
+
+main()

@@ -1,0 +1,56 @@
+"""Bounded retries for model replies that cannot be parsed.
+
+Local retries never sleep: the model is right here, waiting only wastes time. A greedy model asked
+the same thing twice says the same thing twice, so retries after the first call sample with
+``retry_temperature`` (the released checkpoints' own generation config samples too).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from interleave_thinker.core.errors import BackendError, ParseError
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome(Generic[T]):
+    """What an agent turn produced: the value (or None), every raw reply and every error, in order."""
+
+    value: T | None
+    raw_replies: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    temperature: float = 0.0
+    retry_temperature: float = 0.7
+
+    def temperature_for(self, attempt: int) -> float:
+        return self.temperature if attempt == 0 else max(self.temperature, self.retry_temperature)
+
+    def run(self, call: Callable[[float], str], parse: Callable[[str], T]) -> Outcome[T]:
+        """Call, parse, and call again on a :class:`ParseError`, up to ``max_attempts`` times."""
+        outcome: Outcome[T] = Outcome(value=None)
+        start = time.perf_counter()
+        for attempt in range(self.max_attempts):
+            try:
+                reply = call(self.temperature_for(attempt))
+            except BackendError as exc:
+                outcome.errors.append(f"backend error: {exc}")
+                break
+            outcome.raw_replies.append(reply)
+            try:
+                outcome.value = parse(reply)
+                break
+            except ParseError as exc:
+                outcome.errors.append(str(exc))
+        outcome.duration_s = time.perf_counter() - start
+        return outcome

@@ -1,0 +1,86 @@
+"""Deterministic backends that ship with the library, to drive the whole loop without models.
+
+They record every call, so tests (and users debugging a config) can assert on exactly what the
+agents sent: the messages, the number of images, the prompts and seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from PIL import Image
+
+from interleave_thinker.backends.protocols import ImageBatchMixin, Message, VLMBatchMixin
+from interleave_thinker.core.errors import BackendError
+
+Reply = str | Callable[[list[Message]], str]
+
+
+class ScriptedVLMBackend(VLMBatchMixin):
+    """Answers from a script: a list of replies (or functions of the messages), consumed in order."""
+
+    def __init__(
+        self, replies: Iterable[Reply], *, name: str = "scripted", repeat_last: bool = False
+    ) -> None:
+        self.name = name
+        self._replies = list(replies)
+        self._repeat_last = repeat_last
+        self.calls: list[list[Message]] = []
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        self.calls.append(messages)
+        if not self._replies:
+            raise BackendError(f"{self.name}: the script has no reply left for call {len(self.calls)}")
+        reply = self._replies[0] if (self._repeat_last and len(self._replies) == 1) else self._replies.pop(0)
+        return reply(messages) if callable(reply) else reply
+
+    @staticmethod
+    def images_in(messages: list[Message]) -> list[Image.Image]:
+        return [part["image"] for m in messages for part in m["content"] if part.get("type") == "image"]
+
+    @staticmethod
+    def text_in(messages: list[Message]) -> str:
+        return "".join(part["text"] for m in messages for part in m["content"] if part.get("type") == "text")
+
+
+@dataclass
+class ImageCall:
+    prompt: str
+    image: Image.Image | None
+    width: int
+    height: int
+    seed: int
+    steps: int | None
+    guidance: float | None
+    output: Image.Image | None = field(default=None, repr=False)
+
+
+class ScriptedImageBackend(ImageBatchMixin):
+    """Paints a flat colour derived from (prompt, seed, input), so every distinct call gives a distinct image."""
+
+    def __init__(self, *, name: str = "scripted-image", fail_on: Callable[[str], bool] | None = None) -> None:
+        self.name = name
+        self.calls: list[ImageCall] = []
+        self._fail_on = fail_on
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        image: Image.Image | None = None,
+        width: int = 1024,
+        height: int = 1024,
+        seed: int = 0,
+        steps: int | None = None,
+        guidance: float | None = None,
+    ) -> Image.Image:
+        call = ImageCall(prompt, image, width, height, seed, steps, guidance)
+        self.calls.append(call)
+        if self._fail_on is not None and self._fail_on(prompt):
+            raise BackendError(f"{self.name}: scripted failure for prompt {prompt!r}")
+        key = f"{prompt}|{seed}|{image.tobytes()[:64].hex() if image is not None else ''}"
+        digest = hashlib.sha256(key.encode()).digest()
+        call.output = Image.new("RGB", (width, height), (digest[0], digest[1], digest[2]))
+        return call.output

@@ -1,0 +1,105 @@
+"""Backend specs: one URL-like string picks a backend, e.g. ``transformers:Qwen/Qwen3-VL-8B-Instruct``.
+
+The registries below are plain dicts from kind to a loader; later backends (``openai:``, ``http:``,
+``gemini:``...) are one entry each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
+from interleave_thinker.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.core.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    kind: str
+    target: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Options shared by local backends (device placement, dtype, attention kernel)."""
+
+    device: str | None = None
+    dtype: str = "auto"
+    attn_implementation: str | None = None
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig) -> BackendOptions:
+        return cls(config.model.device, config.model.dtype, config.model.attn_implementation)
+
+
+def parse_spec(spec: str, known: dict[str, object] | None = None) -> BackendSpec:
+    kind, sep, target = spec.partition(":")
+    if not sep or not kind:
+        raise ConfigError(f"Backend spec {spec!r} has no kind; write KIND:TARGET, e.g. 'transformers:ID'.")
+    if known is not None and kind not in known:
+        raise ConfigError(
+            f"Unknown backend kind '{kind}' in {spec!r}; known kinds: {', '.join(sorted(known))}."
+        )
+    return BackendSpec(kind=kind, target=target, raw=spec)
+
+
+def _transformers_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBackend:
+    from interleave_thinker.backends.vlm.transformers_backend import TransformersVLMBackend
+
+    return TransformersVLMBackend(
+        spec.target,
+        device=options.device,
+        dtype=options.dtype,
+        attn_implementation=options.attn_implementation,
+    )
+
+
+def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBackend:
+    from interleave_thinker.core.tiny import ensure_tiny_models
+
+    which = spec.target or role
+    if which not in ("planner", "critic"):
+        raise ConfigError(f"tiny VLM spec {spec.raw!r}: target must be 'planner' or 'critic'.")
+    paths = ensure_tiny_models()
+    return _transformers_vlm(BackendSpec("transformers", str(getattr(paths, which)), spec.raw), options, role)
+
+
+def _diffusers_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
+    from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
+
+    return DiffusersImageBackend(spec.target, device=options.device, dtype=options.dtype)
+
+
+def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
+    from interleave_thinker.core.tiny import ensure_tiny_models
+
+    if spec.target not in ("", "generator"):
+        raise ConfigError(f"tiny image spec {spec.raw!r}: target must be 'generator' or empty.")
+    return _diffusers_image(BackendSpec("diffusers", str(ensure_tiny_models().generator), spec.raw), options)
+
+
+VLM_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions, str], VLMBackend]] = {
+    "transformers": _transformers_vlm,
+    "tiny": _tiny_vlm,
+}
+IMAGE_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions], ImageBackend]] = {
+    "diffusers": _diffusers_image,
+    "tiny": _tiny_image,
+}
+
+
+def load_vlm_backend(
+    spec: str, options: BackendOptions | None = None, *, role: str = "planner"
+) -> VLMBackend:
+    parsed = parse_spec(spec, VLM_BACKENDS)  # type: ignore[arg-type]
+    return VLM_BACKENDS[parsed.kind](parsed, options or BackendOptions(), role)
+
+
+def load_image_backend(spec: str, options: BackendOptions | None = None) -> ImageBackend:
+    parsed = parse_spec(spec, IMAGE_BACKENDS)  # type: ignore[arg-type]
+    return IMAGE_BACKENDS[parsed.kind](parsed, options or BackendOptions())

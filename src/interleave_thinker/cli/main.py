@@ -1,0 +1,168 @@
+"""The ``interleave-thinker`` command line."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from interleave_thinker.core.errors import (
+    ConfigError,
+    InputError,
+    InterleaveThinkerError,
+    ModelNotFoundError,
+    TemplateError,
+)
+
+app = typer.Typer(
+    name="interleave-thinker",
+    help="Interleaved text-and-image generation with a planner and a critic around any image generator.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+prompts_app = typer.Typer(help="Obtain and check the released prompt templates.", no_args_is_help=True)
+app.add_typer(prompts_app, name="prompts")
+
+console = Console(stderr=True)
+USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)
+
+
+class Preset(StrEnum):
+    official = "official"
+    official_sft_critic = "official-sft-critic"
+    tiny = "tiny"
+
+
+class Fallback(StrEnum):
+    error = "error"
+    single_step = "single-step"
+
+
+class TextSteps(StrEnum):
+    text = "text"
+    generate = "generate"
+
+
+def default_out_dir(prompt: str) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", prompt.lower()).strip("-")[:40] or "run"
+    return Path("runs") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}"
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="The request. Mark input image positions with <image>.")],
+    image: Annotated[list[Path] | None, typer.Option("--image", help="Input image, repeat in order.")] = None,
+    preset: Annotated[
+        Preset | None, typer.Option(help="Backends and settings to start from [default: official].")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML config file (keys as in docs/configuration.md).")
+    ] = None,
+    planner: Annotated[str | None, typer.Option(help="Planner backend spec, e.g. transformers:ID.")] = None,
+    critic: Annotated[str | None, typer.Option(help="Critic backend spec.")] = None,
+    generator: Annotated[str | None, typer.Option(help="Generator backend spec, e.g. diffusers:ID.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Output folder [default: runs/<timestamp>-<slug>].")
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option(min=1, help="Generator calls per step.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed base: seed = base + step*100 + attempt.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
+    planner_fallback: Annotated[
+        Fallback | None, typer.Option(help="When no valid plan: error or single-step.")
+    ] = None,
+    text_steps: Annotated[
+        TextSteps | None, typer.Option(help="Task-A steps: text answer, or generate an image.")
+    ] = None,
+    critic_on_last_attempt: Annotated[
+        bool | None, typer.Option(help="Ask the critic about the last attempt too.")
+    ] = None,
+) -> None:
+    """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
+    from interleave_thinker.cli.progress import RichObserver
+    from interleave_thinker.core.config import PipelineConfig
+    from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
+
+    out_dir = out or default_out_dir(prompt)
+    if (out_dir / "trace.json").exists():
+        raise InputError(f"Output folder {out_dir} already holds a run (trace.json); choose another --out.")
+    images = list(image or [])
+    normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
+    loop = {
+        "max_attempts": max_attempts,
+        "seed_base": seed,
+        "planner_fallback": planner_fallback.value if planner_fallback else None,
+        "text_steps": text_steps.value if text_steps else None,
+        "critic_on_last_attempt": critic_on_last_attempt,
+    }
+    overrides = {
+        "planner": planner,
+        "critic": critic,
+        "generator": generator,
+        "loop": {k: v for k, v in loop.items() if v is not None},
+        "model": {"device": device} if device else {},
+    }
+    cfg = PipelineConfig.resolve(
+        preset=preset.value if preset else None, config_file=config, overrides=overrides
+    )
+    with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
+        pipe = Pipeline.from_config(cfg)
+    console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")
+    with RichObserver(console) as observer:
+        result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer)
+    if not result.ok:
+        raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
+    for warning in result.trace.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    typer.echo(str(out_dir / "index.html"))
+
+
+@prompts_app.command("download")
+def prompts_download(
+    force: Annotated[bool, typer.Option(help="Download again even when the cache is complete.")] = False,
+    base_url: Annotated[str | None, typer.Option(help="Mirror of the authors' repository raw files.")] = None,
+) -> None:
+    """Fetch the released templates at the pinned commit, verify their digests, and cache them."""
+    from interleave_thinker.core.prompt_store import TemplateStore
+
+    store = TemplateStore(base_url=base_url)
+    if not force and store.load_cache() is not None:
+        typer.echo(f"cached and verified: {store.commit_cache}")
+        return
+    templates = store.download()
+    typer.echo(f"downloaded and verified {len(templates.texts)} templates into {store.commit_cache}")
+
+
+@prompts_app.command("check")
+def prompts_check(
+    folder: Annotated[
+        Path | None, typer.Option(help="Also look in this folder (else $INTERLEAVE_THINKER_PROMPTS).")
+    ] = None,
+) -> None:
+    """Show where each released template is found and whether its SHA-256 matches; exit 1 if any is not ok."""
+    from interleave_thinker.core.prompt_store import TemplateStore
+
+    rows = TemplateStore(folder=folder).check()
+    for name, where, status in rows:
+        typer.echo(f"{name:18} {status:16} {where}")
+    if any(status != "ok" for _, _, status in rows):
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except USAGE_ERRORS as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except InterleaveThinkerError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)

@@ -1,0 +1,205 @@
+"""One typed configuration for a pipeline, grouped by concern.
+
+Resolution order, later wins: preset YAML (package data) < ``--config`` YAML < ``INTERLEAVE_THINKER_*``
+environment variables (``INTERLEAVE_THINKER_LOOP__MAX_ATTEMPTS=5``) < command-line flags.
+Unknown keys are errors that name the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from interleave_thinker.core.errors import ConfigError
+
+ENV_PREFIX = "INTERLEAVE_THINKER_"
+PRESETS = ("official", "official-sft-critic", "tiny")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelOptions(_Section):
+    device: str | None = Field(
+        default=None,
+        description="'cpu', 'cuda', 'cuda:1', or 'auto' (device_map). Default: cuda when present.",
+    )
+    dtype: str = Field(
+        default="auto", description="'auto' (checkpoint dtype; float32 on CPU), 'bfloat16', ..."
+    )
+    attn_implementation: str | None = Field(
+        default=None, description="VLM attention kernel, e.g. 'flash_attention_2' or 'sdpa'."
+    )
+
+
+class AgentOptions(_Section):
+    max_parse_attempts: int = Field(
+        default=3, ge=1, description="Model calls per agent turn before giving up."
+    )
+    max_new_tokens: int = Field(default=4096, ge=1, description="Reply length bound for planner and critic.")
+    temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy decoding (the default).")
+    retry_temperature: float = Field(
+        default=0.7, ge=0.0, description="Sampling temperature of retries after an unparsable reply."
+    )
+
+
+class LoopOptions(_Section):
+    max_attempts: int = Field(default=3, ge=1, description="Generator calls per step (max_step_iterations).")
+    critic_on_last_attempt: bool = Field(
+        default=False, description="Ask the critic about the last attempt too (the release force-passes it)."
+    )
+    seed_base: int = Field(default=0, description="Added to every seed: seed = base + step*stride + attempt.")
+    seed_stride: int = Field(default=100, ge=1, description="Seed distance between steps (release: 100).")
+    text_steps: Literal["text", "generate"] = Field(
+        default="text",
+        description="Guidance Task-A steps (no instruction, no prompt): a text answer, or generate from "
+        "auxiliary_text as the authors' demo does.",
+    )
+    planner_fallback: Literal["error", "single-step"] = Field(
+        default="error",
+        description="When the planner never returns a valid plan: fail, or run a one-step plan.",
+    )
+
+
+class GenerationOptions(_Section):
+    width: int = Field(default=1024, ge=16)
+    height: int = Field(default=1024, ge=16)
+    steps: int | None = Field(default=None, ge=1, description="Denoising steps; None = the model's default.")
+    guidance: float | None = Field(default=None, description="Guidance scale; None = the model's default.")
+
+
+class PromptOptions(_Section):
+    folder: Path | None = Field(default=None, description="Folder with the released templates as <name>.txt.")
+    cache_dir: Path | None = Field(default=None, description="Template cache (default <home>/prompts).")
+    base_url: str | None = Field(
+        default=None, description="Where to download the authors' source files from."
+    )
+    download: bool = Field(default=True, description="Download the released templates when not cached.")
+    verify: bool = Field(default=True, description="Check every released template's SHA-256.")
+    builtin_fallback: bool = Field(
+        default=True, description="Use our own templates when released are missing."
+    )
+
+
+class PipelineConfig(_Section):
+    """Everything needed to build a :class:`~interleave_thinker.Pipeline`."""
+
+    preset: str | None = None
+    planner: str = Field(description="VLM backend spec of the planner, e.g. 'transformers:ID'.")
+    critic: str = Field(description="VLM backend spec of the critic.")
+    generator: str = Field(
+        description="Image backend spec, e.g. 'diffusers:black-forest-labs/FLUX.2-klein-9B'."
+    )
+    model: ModelOptions = Field(default_factory=ModelOptions)
+    agents: AgentOptions = Field(default_factory=AgentOptions)
+    loop: LoopOptions = Field(default_factory=LoopOptions)
+    generation: GenerationOptions = Field(default_factory=GenerationOptions)
+    prompts: PromptOptions = Field(default_factory=PromptOptions)
+    notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineConfig:
+        for role in ("planner", "critic", "generator"):
+            if ":" not in getattr(self, role):
+                raise ValueError(
+                    f"{role} spec {getattr(self, role)!r} has no backend kind; write e.g. 'transformers:ID' "
+                    "or 'diffusers:ID' or 'tiny:'"
+                )
+        return self
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        preset: str | None = None,
+        config_file: Path | None = None,
+        overrides: dict[str, Any] | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> PipelineConfig:
+        """Merge preset, file, environment and flags (in that order) into one validated config."""
+        data: dict[str, Any] = {}
+        file_data = load_yaml(config_file) if config_file is not None else {}
+        name = preset or file_data.get("preset") or (None if "planner" in file_data else "official")
+        if name is not None:
+            data = preset_data(name)
+        _deep_merge(data, file_data)
+        _deep_merge(data, env_overrides(os.environ if environ is None else environ))
+        _deep_merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
+        return cls.from_dict(data, origin=str(config_file) if config_file else "configuration")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, origin: str = "configuration") -> PipelineConfig:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"Invalid {origin}: {format_validation_error(exc)}") from None
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            problems.append(f"unknown key '{key}'")
+        elif error["type"] == "missing":
+            problems.append(f"missing key '{key}'")
+        else:
+            problems.append(f"'{key}': {error['msg']}")
+    return "; ".join(problems)
+
+
+def preset_data(name: str) -> dict[str, Any]:
+    if name not in PRESETS:
+        raise ConfigError(f"Unknown preset '{name}'; choose one of: {', '.join(PRESETS)}.")
+    text = (resources.files("interleave_thinker") / "presets" / f"{name}.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    data["preset"] = name
+    return dict(data)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {path}: {exc.strerror}.") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {path} must hold a mapping of keys, not a {type(data).__name__}.")
+    return data
+
+
+def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
+    """``INTERLEAVE_THINKER_<SECTION>__<KEY>`` or ``INTERLEAVE_THINKER_<ROLE>`` for config keys only."""
+    sections = {
+        name
+        for name, field in PipelineConfig.model_fields.items()
+        if field.annotation not in (str, str | None)
+    }
+    top = {"planner", "critic", "generator"}
+    result: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        parts = key[len(ENV_PREFIX) :].lower().split("__")
+        if len(parts) == 1 and parts[0] in top:
+            result[parts[0]] = value
+        elif len(parts) == 2 and parts[0] in sections:
+            result.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value) if value else None
+    return result
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value

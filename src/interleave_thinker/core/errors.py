@@ -1,0 +1,62 @@
+"""The one exception hierarchy of interleave-thinker.
+
+Every error a user can see derives from :class:`InterleaveThinkerError`; messages say the value at
+fault, the constraint it broke and how to fix it. Vendor errors are translated at the backend
+boundary with ``raise ... from exc`` so the original traceback is kept.
+
+::
+
+    InterleaveThinkerError
+    ├── ConfigError            bad config file, key, preset, flag value or backend spec
+    ├── InputError             bad request: missing image file, <image> markers vs images
+    ├── TemplateError          prompt template missing, unreadable or failing its digest
+    ├── BackendError           a model or service failed to load or answer
+    │   └── ModelNotFoundError a checkpoint path or id that does not exist
+    ├── ParseError             a model reply that cannot be parsed (raw reply attached)
+    └── PlanningError          the planner never produced a valid plan
+"""
+
+from __future__ import annotations
+
+
+class InterleaveThinkerError(Exception):
+    """Base class of every error raised on purpose by interleave-thinker."""
+
+
+class ConfigError(InterleaveThinkerError):
+    """A configuration value (file, key, preset, flag, backend spec) is invalid."""
+
+
+class InputError(InterleaveThinkerError):
+    """The request itself is invalid (prompt, images, markers)."""
+
+
+class TemplateError(InterleaveThinkerError):
+    """A prompt template could not be obtained or failed verification."""
+
+
+class BackendError(InterleaveThinkerError):
+    """A backend failed to load or to answer."""
+
+
+class ModelNotFoundError(BackendError):
+    """A checkpoint path or model id does not exist."""
+
+
+class ParseError(InterleaveThinkerError):
+    """A model reply could not be turned into a typed result.
+
+    The raw reply is kept in :attr:`raw` so traces can record exactly what the model said.
+    """
+
+    def __init__(self, message: str, *, raw: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+class PlanningError(InterleaveThinkerError):
+    """The planner did not return a valid plan within its attempts."""
+
+    def __init__(self, message: str, *, raw_replies: list[str]) -> None:
+        super().__init__(message)
+        self.raw_replies = raw_replies

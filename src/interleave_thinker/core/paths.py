@@ -1,0 +1,39 @@
+"""Where interleave-thinker keeps its caches (templates, tiny models)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+HOME_ENV = "INTERLEAVE_THINKER_HOME"
+
+
+def cache_home() -> Path:
+    """``$INTERLEAVE_THINKER_HOME`` or ``~/.cache/interleave-thinker``."""
+    env = os.environ.get(HOME_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "interleave-thinker"
+
+
+def offline() -> bool:
+    """True when the user asked for no network (ours, or the Hugging Face hub's switch)."""
+    for name in ("INTERLEAVE_THINKER_OFFLINE", "HF_HUB_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return True
+    return False
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write through a temporary file in the same folder and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

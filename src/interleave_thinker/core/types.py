@@ -1,0 +1,142 @@
+"""Typed records of one interleaved generation: request, plan, verdicts, attempts and the trace.
+
+Everything a run produces is one of these pydantic models, so a trace on disk can be read back
+into the same objects (``Trace.model_validate_json``) by reports, resume and training-data builders.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+WHITE_CANVAS = "white-canvas"
+"""Name recorded as the "before" image of a text-to-image attempt (the release's white canvas)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Request(_Model):
+    """What the user asked for: text, optionally with an image sequence (guidance mode)."""
+
+    text: str
+    images: list[str] = Field(default_factory=list, description="Paths of the input images, in order.")
+    id: str | None = None
+    task: str | None = None
+
+    @property
+    def mode(self) -> Literal["narrative", "guidance"]:
+        return "guidance" if self.images else "narrative"
+
+
+class PlanStep(_Model):
+    """One step of the planner's execution plan, with the release's field names."""
+
+    step_number: int
+    step_name: str | None = None
+    instruction: str | None = None
+    prompt: str | None = None
+    auxiliary_text: str | None = None
+
+    @property
+    def is_text_answer(self) -> bool:
+        """Guidance "Task A": no instruction and no prompt, the answer is in ``auxiliary_text``."""
+        return self.instruction is None and self.prompt is None
+
+    @property
+    def generation_prompt(self) -> str | None:
+        return self.prompt if self.prompt is not None else self.instruction
+
+    @property
+    def output_text(self) -> str | None:
+        """The step's text in the output, as the release picks it."""
+        if self.auxiliary_text is not None and self.auxiliary_text.strip() not in ("", "None"):
+            return self.auxiliary_text
+        return self.instruction
+
+
+class Plan(_Model):
+    steps: list[PlanStep]
+    reasoning: str | None = Field(default=None, description="The planner's <think> text, when present.")
+    fallback: bool = Field(default=False, description="True when the single-step fallback made this plan.")
+
+
+class Verdict(_Model):
+    """The critic's judgement of one attempt."""
+
+    success: bool
+    refine_prompt: str
+    reasoning: str | None = None
+
+
+class Durations(_Model):
+    generate_s: float = 0.0
+    critic_s: float = 0.0
+
+
+class Attempt(_Model):
+    """One generator call for a step and, unless skipped, the critic's verdict on it."""
+
+    step_number: int
+    attempt: int
+    prompt: str
+    seed: int
+    before_image: str = Field(description=f"File name of the 'before' image, or '{WHITE_CANVAS}'.")
+    image_file: str | None = None
+    critic_called: bool = False
+    critic_raw: list[str] = Field(default_factory=list, description="Every raw critic reply, in order.")
+    verdict: Verdict | None = None
+    critic_error: str | None = None
+    generation_error: str | None = None
+    accepted: bool = False
+    forced: bool = Field(default=False, description="Accepted as the last attempt without a verdict.")
+    durations: Durations = Field(default_factory=Durations)
+
+
+class StepRecord(_Model):
+    step: PlanStep
+    kind: Literal["image", "text"]
+    text: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    accepted_image: str | None = None
+
+    @property
+    def accepted_attempt(self) -> Attempt | None:
+        return next((a for a in self.attempts if a.accepted), None)
+
+
+class PlannerRecord(_Model):
+    raw_replies: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    plan: Plan | None = None
+    duration_s: float = 0.0
+
+
+class TemplateInfo(_Model):
+    """Which prompt-template set a run used, and where it came from."""
+
+    kind: Literal["released", "builtin", "custom"]
+    origin: str
+    digests: dict[str, str] = Field(default_factory=dict)
+
+
+class Trace(_Model):
+    """Everything that happened in one request, enough to audit, resume or build training data."""
+
+    schema_version: int = SCHEMA_VERSION
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    request: Request
+    backends: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, object] = Field(default_factory=dict)
+    templates: TemplateInfo | None = None
+    input_images: list[str] = Field(default_factory=list, description="Copies of the input images.")
+    planner: PlannerRecord = Field(default_factory=PlannerRecord)
+    steps: list[StepRecord] = Field(default_factory=list)
+    status: Literal["running", "succeeded", "failed"] = "running"
+    error: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
