@@ -51,6 +51,9 @@ def test_default_tiny_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv(TINY_DIR_ENV, str(tmp_path / "x"))
     assert default_tiny_dir() == tmp_path / "x"
     monkeypatch.delenv(TINY_DIR_ENV)
+    monkeypatch.setenv("INTERLEAVE_THINKER_HOME", str(tmp_path / "home"))
+    assert default_tiny_dir() == tmp_path / "home" / "tiny"
+    monkeypatch.delenv("INTERLEAVE_THINKER_HOME")
     assert default_tiny_dir() == Path.home() / ".cache" / "interleave-thinker" / "tiny"
 
 

@@ -28,9 +28,11 @@ class ScriptedVLMBackend(VLMBatchMixin):
         self._replies = list(replies)
         self._repeat_last = repeat_last
         self.calls: list[list[Message]] = []
+        self.temperatures: list[float] = []
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
         self.calls.append(messages)
+        self.temperatures.append(temperature)
         if not self._replies:
             raise BackendError(f"{self.name}: the script has no reply left for call {len(self.calls)}")
         reply = self._replies[0] if (self._repeat_last and len(self._replies) == 1) else self._replies.pop(0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from datetime import datetime
@@ -112,6 +113,9 @@ def run(
     cfg = PipelineConfig.resolve(
         preset=preset.value if preset else None, config_file=config, overrides=overrides
     )
+    from diffusers.utils import logging as diffusers_logging
+
+    diffusers_logging.disable_progress_bar()
     with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
         pipe = Pipeline.from_config(cfg)
     console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")
@@ -156,8 +160,16 @@ def prompts_check(
         raise typer.Exit(1)
 
 
+def quiet_libraries() -> None:
+    """Our own progress display replaces the libraries' per-file loading bars."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    quiet_libraries()
     try:
         app()
     except USAGE_ERRORS as exc:

@@ -51,7 +51,7 @@ class DiffusersImageBackend(ImageBatchMixin):
 
             torch_dtype = torch.bfloat16
         try:
-            pipe = DiffusionPipeline.from_pretrained(self.checkpoint, torch_dtype=torch_dtype)
+            pipe = DiffusionPipeline.from_pretrained(self.checkpoint, dtype=torch_dtype)
         except (OSError, ValueError) as exc:
             raise not_found(self.checkpoint, exc) from exc
         pipe.set_progress_bar_config(disable=True)
