@@ -185,7 +185,7 @@ class TemplateStore:
                 "The released templates are unavailable: " + "; ".join(problems) + ". "
                 f"Name a folder with {FOLDER_ENV} or run `interleave-thinker prompts download` online."
             )
-        logger.warning(
+        logger.info(
             "Released prompt templates unavailable (%s); using interleave-thinker's own templates. "
             "Released checkpoints expect the released templates: run `interleave-thinker prompts download`.",
             "; ".join(problems),

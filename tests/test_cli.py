@@ -1,0 +1,140 @@
+"""The command line: clear one-line errors with exit code 2 on bad input, nothing written; a full tiny run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "interleave_thinker", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        timeout=300,
+    )
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_image(tmp_path: Path) -> None:
+    result = cli(
+        "run", "<image> continue", "--image", "nope.png", "--preset", "tiny", "--out", "out", cwd=tmp_path
+    )
+    assert_usage_error(result, "error:", "nope.png", "does not exist")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_image(tmp_path: Path) -> None:
+    (tmp_path / "bad.png").write_text("not a png")
+    result = cli(
+        "run", "<image> continue", "--image", "bad.png", "--preset", "tiny", "--out", "out", cwd=tmp_path
+    )
+    assert_usage_error(result, "bad.png", "cannot be read as an image")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "n_images", "needle"),
+    [
+        ("<image> <image> next", 1, "2 <image> marker(s) but 1"),
+        ("<image> next", 2, "1 <image> marker(s) but 2"),
+    ],
+)
+def test_marker_mismatch(tmp_path: Path, text: str, n_images: int, needle: str) -> None:
+    args = []
+    for i in range(n_images):
+        Image.new("RGB", (64, 64)).save(tmp_path / f"{i}.png")
+        args += ["--image", f"{i}.png"]
+    result = cli("run", text, *args, "--preset", "tiny", "--out", "out", cwd=tmp_path)
+    assert_usage_error(result, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_preset(tmp_path: Path) -> None:
+    result = cli("run", "a cat", "--preset", "huge", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "huge" in result.stderr and "official" in result.stderr
+    config = tmp_path / "c.yaml"
+    config.write_text("preset: huge\n")
+    assert_usage_error(
+        cli("run", "a cat", "--config", str(config), cwd=tmp_path), "Unknown preset 'huge'", "tiny"
+    )
+
+
+def test_missing_checkpoint_path(tmp_path: Path) -> None:
+    result = cli(
+        "run",
+        "a cat",
+        "--preset",
+        "tiny",
+        "--planner",
+        "transformers:./no/such/ckpt",
+        "--out",
+        "out",
+        cwd=tmp_path,
+    )
+    assert_usage_error(result, "./no/such/ckpt", "does not exist", "--preset tiny")
+    assert not (tmp_path / "out").exists()
+
+
+def test_invalid_config_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("preset: tiny\nloop:\n  max_atempts: 4\n")
+    result = cli("run", "a cat", "--config", str(config), "--out", "out", cwd=tmp_path)
+    assert_usage_error(result, "c.yaml", "unknown key 'loop.max_atempts'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_backend_kind(tmp_path: Path) -> None:
+    result = cli("run", "a cat", "--preset", "tiny", "--generator", "magic:thing", cwd=tmp_path)
+    assert_usage_error(result, "Unknown backend kind 'magic'", "diffusers")
+
+
+@pytest.mark.slow
+def test_tiny_run_end_to_end(tmp_path: Path) -> None:
+    Image.new("RGB", (64, 64), (0, 200, 0)).save(tmp_path / "in.png")
+    result = cli(
+        "run",
+        "<image> Continue this picture",
+        "--image",
+        "in.png",
+        "--preset",
+        "tiny",
+        "--out",
+        "run",
+        "--max-attempts",
+        "2",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(Path("run") / "index.html")
+    trace = json.loads((tmp_path / "run" / "trace.json").read_text())
+    assert trace["schema_version"] == 1 and trace["status"] == "succeeded"
+    assert trace["planner"]["plan"]["fallback"] is True and len(trace["planner"]["raw_replies"]) == 3
+    attempts = trace["steps"][0]["attempts"]
+    assert [a["seed"] for a in attempts] == [100, 101]
+    assert attempts[0]["before_image"] == "input_1.png"
+    images = sorted(p.name for p in (tmp_path / "run" / "images").iterdir())
+    assert images == ["input_1.png", "step01_attempt0.png", "step01_attempt1.png"]
+    with Image.open(tmp_path / "run" / "images" / "step01_attempt1.png") as produced:
+        assert produced.size == (64, 64)
+    html = (tmp_path / "run" / "index.html").read_text()
+    assert "untrained stand-in models" in html and "single step" in html
+    assert (tmp_path / "run" / "document.md").read_text().startswith("# <image> Continue this picture")
+    again = cli("run", "x", "--preset", "tiny", "--out", "run", cwd=tmp_path)
+    assert_usage_error(again, "already holds a run")
