@@ -45,15 +45,15 @@ def test_env_overrides_ignore_unrelated_variables() -> None:
 
 
 def test_errors_name_the_key(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown key 'generation.widht'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'generation.widht'"):
         PipelineConfig.resolve(preset="tiny", overrides={"generation": {"widht": 3}}, environ={})
-    with pytest.raises(ConfigError, match="'loop.max_attempts'"):
+    with pytest.raises(ConfigError, match=r"'loop.max_attempts'"):
         PipelineConfig.resolve(preset="tiny", overrides={"loop": {"max_attempts": 0}}, environ={})
     with pytest.raises(ConfigError, match="has no backend kind"):
         PipelineConfig.resolve(preset="tiny", overrides={"planner": "Qwen/Qwen3-VL-8B-Instruct"}, environ={})
     bad = tmp_path / "bad.yaml"
     bad.write_text("- a\n- b\n")
-    with pytest.raises(ConfigError, match="bad.yaml must hold a mapping"):
+    with pytest.raises(ConfigError, match=r"bad.yaml must hold a mapping"):
         PipelineConfig.resolve(config_file=bad, environ={})
     with pytest.raises(ConfigError, match="Cannot read config file"):
         PipelineConfig.resolve(config_file=tmp_path / "missing.yaml", environ={})

@@ -265,7 +265,7 @@ def test_planner_garbage_then_success(env: Env) -> None:
 
 def test_planner_never_valid_fails_or_falls_back(env: Env, tmp_path: Path) -> None:
     pipe = build(env, [GARBAGE] * 3, [])
-    with pytest.raises(PlanningError, match="no valid plan in 3 replies.*--planner-fallback single-step"):
+    with pytest.raises(PlanningError, match=r"no valid plan in 3 replies.*--planner-fallback single-step"):
         pipe("Draw a cat <b>now</b>", out_dir=tmp_path / "failed")
     assert gen_calls(env) == []
     saved = (tmp_path / "failed" / "trace.json").read_text()

@@ -78,7 +78,7 @@ def test_guidance_with_five_or_more_images_bounds_each(released: TemplateSet) ->
 def test_guidance_marker_mismatch_is_an_input_error(released: TemplateSet) -> None:
     with pytest.raises(InputError, match="2 <image> marker"):
         planner_messages(released, "<image> and <image>", images(1))
-    with pytest.raises(InputError, match="1 <image> marker.*3 image"):
+    with pytest.raises(InputError, match=r"1 <image> marker.*3 image"):
         planner_messages(released, "<image> only", images(3))
 
 

@@ -110,7 +110,7 @@ def test_tampered_cache_is_rejected(prompts_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache" / PINNED_COMMIT
     shutil.copytree(prompts_dir, cache)
     (cache / "planner_guidance.txt").write_text("changed {text_input}", encoding="utf-8")
-    with pytest.raises(TemplateError, match="planner_guidance.txt fails its SHA-256"):
+    with pytest.raises(TemplateError, match=r"planner_guidance.txt fails its SHA-256"):
         TemplateStore(cache_dir=tmp_path / "cache", download=False).load()
 
 
