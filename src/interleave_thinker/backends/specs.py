@@ -6,11 +6,13 @@ The registries below are plain dicts from kind to a loader; later backends (``op
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
+from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,15 +28,16 @@ class BackendSpec:
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """Options shared by local backends (device placement, dtype, attention kernel)."""
+    """Options for backends: device placement for local ones, transport settings for served ones."""
 
     device: str | None = None
     dtype: str = "auto"
     attn_implementation: str | None = None
+    remote: RemoteOptions = field(default_factory=RemoteOptions)
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> BackendOptions:
-        return cls(config.model.device, config.model.dtype, config.model.attn_implementation)
+        return cls(config.model.device, config.model.dtype, config.model.attn_implementation, config.remote)
 
 
 def parse_spec(spec: str, known: dict[str, object] | None = None) -> BackendSpec:
@@ -83,13 +86,29 @@ def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
     return _diffusers_image(BackendSpec("diffusers", str(ensure_tiny_models().generator), spec.raw), options)
 
 
+def _lazy(module: str, cls: str) -> Callable[..., Any]:
+    """A loader that imports ``module`` only when its kind is used and calls ``cls.from_spec``."""
+
+    def load(spec: BackendSpec, options: BackendOptions, *_: str) -> Any:
+        backend_class = getattr(importlib.import_module(f"interleave_thinker.backends.{module}"), cls)
+        return backend_class.from_spec(spec.target, options)
+
+    return load
+
+
 VLM_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions, str], VLMBackend]] = {
     "transformers": _transformers_vlm,
     "tiny": _tiny_vlm,
+    "openai": _lazy("vlm.openai_backend", "OpenAIVLMBackend"),
+    "gemini": _lazy("vlm.gemini_backend", "GeminiVLMBackend"),
 }
 IMAGE_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions], ImageBackend]] = {
     "diffusers": _diffusers_image,
     "tiny": _tiny_image,
+    "http": _lazy("image.http_backend", "HTTPImageBackend"),
+    "openai-images": _lazy("image.openai_images_backend", "OpenAIImagesBackend"),
+    "gemini-image": _lazy("image.gemini_image_backend", "GeminiImageBackend"),
+    "fastvideo": _lazy("image.fastvideo_backend", "FastVideoImageBackend"),
 }
 
 

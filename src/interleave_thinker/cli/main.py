@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from interleave_thinker.cli import serve_generator, serve_vlm
 from interleave_thinker.core.errors import (
     ConfigError,
     InputError,
@@ -31,6 +32,10 @@ app = typer.Typer(
 )
 prompts_app = typer.Typer(help="Obtain and check the released prompt templates.", no_args_is_help=True)
 app.add_typer(prompts_app, name="prompts")
+serve_app = typer.Typer(help="Run the generator service or an OpenAI-compatible chat server.", no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
+serve_app.command("generator")(serve_generator.command)
+serve_app.command("vlm")(serve_vlm.command)
 
 console = Console(stderr=True)
 USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)

@@ -74,6 +74,28 @@ class GenerationOptions(_Section):
     guidance: float | None = Field(default=None, description="Guidance scale; None = the model's default.")
 
 
+class RemoteOptions(_Section):
+    """Transport settings of served backends (openai:, http:, gemini:, ...)."""
+
+    timeout: float = Field(default=300.0, gt=0, description="Seconds per HTTP request.")
+    max_retries: int = Field(
+        default=4, ge=0, description="Retries on connection errors, 408/429/5xx, timeouts."
+    )
+    backoff_base: float = Field(
+        default=0.5, ge=0, description="First retry delay; doubles each retry (jittered)."
+    )
+    backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay.")
+    deadline: float | None = Field(
+        default=None, gt=0, description="Total seconds per call, retries included."
+    )
+    concurrency: int = Field(default=8, ge=1, description="Calls in flight per backend.")
+    cooldown: float = Field(default=30.0, ge=0, description="Seconds an endpoint that failed is skipped.")
+    api_key_env: str | None = Field(
+        default=None,
+        description="Environment variable holding the API key (default: the service's usual one).",
+    )
+
+
 class PromptOptions(_Section):
     folder: Path | None = Field(default=None, description="Folder with the released templates as <name>.txt.")
     cache_dir: Path | None = Field(default=None, description="Template cache (default <home>/prompts).")
@@ -101,6 +123,7 @@ class PipelineConfig(_Section):
     loop: LoopOptions = Field(default_factory=LoopOptions)
     generation: GenerationOptions = Field(default_factory=GenerationOptions)
     prompts: PromptOptions = Field(default_factory=PromptOptions)
+    remote: RemoteOptions = Field(default_factory=RemoteOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
 
     @model_validator(mode="after")

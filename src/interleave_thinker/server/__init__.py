@@ -1,0 +1,1 @@
+"""Services: the generator "/edit" service and an OpenAI-compatible chat server over local models."""
