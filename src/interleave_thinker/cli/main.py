@@ -32,7 +32,9 @@ app = typer.Typer(
 )
 prompts_app = typer.Typer(help="Obtain and check the released prompt templates.", no_args_is_help=True)
 app.add_typer(prompts_app, name="prompts")
-serve_app = typer.Typer(help="Run the generator service or an OpenAI-compatible chat server.", no_args_is_help=True)
+serve_app = typer.Typer(
+    help="Run the generator service or an OpenAI-compatible chat server.", no_args_is_help=True
+)
 app.add_typer(serve_app, name="serve")
 serve_app.command("generator")(serve_generator.command)
 serve_app.command("vlm")(serve_vlm.command)

@@ -99,3 +99,24 @@ def critic_messages(
         rewritten_prompt=rewritten_prompt,
     )
     return [{"role": "user", "content": [image_part(before), image_part(after), text_part(text)]}]
+
+
+def judge_semantic_messages(
+    templates: TemplateSet, *, before: Image.Image, after: Image.Image, instruction: str
+) -> list[Message]:
+    """SC: context + rule + SC texts joined by newlines, ``<instruction>`` filled; images ``[before, after]``.
+
+    The "after" image is resized to the "before" image's size, as the release's judge does.
+    """
+    text = "\n".join(
+        [templates.get("judge_context"), templates.get("judge_edit_rule"), templates.get("judge_edit_sc")]
+    ).replace("<instruction>", instruction)
+    if after.size != before.size:
+        after = after.resize(before.size, Image.Resampling.BICUBIC)
+    return [{"role": "user", "content": [image_part(before), image_part(after), text_part(text)]}]
+
+
+def judge_quality_messages(templates: TemplateSet, *, after: Image.Image) -> list[Message]:
+    """PQ: context + PQ texts joined by a newline; image ``[after]``."""
+    text = templates.get("judge_context") + "\n" + templates.get("judge_pq")
+    return [{"role": "user", "content": [image_part(after), text_part(text)]}]

@@ -129,3 +129,47 @@ def parse_verdict(reply: str) -> Verdict:
     if not isinstance(refine, str):
         raise ParseError(f"'refine_prompt' must be a string, got {refine!r}", raw=reply)
     return Verdict(success=success, refine_prompt=refine, reasoning=extract_think(reply))
+
+
+JUDGE_DELIMITER = "||V^=^V||"
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _scores_from(value: Any, raw: str) -> list[float]:
+    if isinstance(value, dict):
+        if "score" not in value:
+            raise ParseError("the judgement has no 'score' key", raw=raw)
+        value = value["score"]
+    if isinstance(value, bool):
+        raise ParseError("the score is a bool, not a number", raw=raw)
+    if isinstance(value, int | float):
+        value = [value]
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        value = [float(value)]
+    if not isinstance(value, list) or not value:
+        raise ParseError(f"the score must be a non-empty list of numbers, got {value!r}", raw=raw)
+    scores: list[float] = []
+    for item in value:
+        if isinstance(item, str) and _NUMBER.fullmatch(item.strip()):
+            item = float(item)
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            raise ParseError(f"score {item!r} is not a number", raw=raw)
+        if not 0 <= item <= 10:
+            raise ParseError(f"score {item} is outside 0-10", raw=raw)
+        scores.append(float(item))
+    return scores
+
+
+def parse_judgement(reply: str) -> tuple[list[float], str | None]:
+    """Scores (0-10) and reasoning from a judge reply: a JSON block with or without the ``||V^=^V||``
+    delimiters, a bare score list, or a bare number. Never guesses: unparsable -> :class:`ParseError`."""
+    text = reply.strip()
+    if JUDGE_DELIMITER in text:
+        pieces = text.split(JUDGE_DELIMITER)
+        text = pieces[1] if len(pieces) >= 3 else pieces[-1]
+    text = re.sub(r"^```(?:json)?|```$", "", text.strip(), flags=re.MULTILINE).strip()
+    if _NUMBER.fullmatch(text):
+        return _scores_from(float(text), reply), None
+    value = repair_literal(text, raw=reply)
+    reasoning = value.get("reasoning") if isinstance(value, dict) else None
+    return _scores_from(value, reply), reasoning if isinstance(reasoning, str) else None

@@ -6,22 +6,16 @@ flight; every file is written atomically, so no reader ever sees half a file.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from PIL import Image
 
+from interleave_thinker.core.images import png_bytes
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.types import Trace
 
 IMAGES_DIR = "images"
 TRACE_FILE = "trace.json"
-
-
-def png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 class RunRecorder:

@@ -1,0 +1,1 @@
+"""Training: datasets, rewards, and SFT / GRPO on TRL."""

@@ -1,0 +1,22 @@
+"""Reward functions, plain and TRL-compatible: ``(prompts, completions, **columns) -> list[float]``."""
+
+from interleave_thinker.train.rewards.critic import (
+    CriticReward,
+    CriticRewardWeights,
+    StepwiseScorer,
+    critic_accuracy_reward,
+    critic_format_reward,
+    normalize_response,
+)
+from interleave_thinker.train.rewards.planner import planner_format_reward, planner_plan_reward
+
+__all__ = [
+    "CriticReward",
+    "CriticRewardWeights",
+    "StepwiseScorer",
+    "critic_accuracy_reward",
+    "critic_format_reward",
+    "normalize_response",
+    "planner_format_reward",
+    "planner_plan_reward",
+]

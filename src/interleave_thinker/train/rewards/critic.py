@@ -1,0 +1,267 @@
+"""The critic's GRPO reward, as released: format, accuracy and a step-wise regeneration reward.
+
+``overall = 0.5 * format + 0.5 * (0.2 * accuracy + 0.6 * semantic + 0.2 * quality)``, where semantic
+and quality compare a regeneration with the critic's refined prompt against the recorded attempt's
+judge scores. Weights and the per-sample deadline (70 s) are parameters.
+
+Example::
+
+    >>> critic_format_reward(None, ["<think>ok</think> <answer>{'previous_step_success': True, 'refine_prompt': ''}</answer>"])
+    [1.0]
+    >>> critic_accuracy_reward(None, ["<answer>{'previous_step_success': False, 'refine_prompt': 'x'}</answer>"],
+    ...                        ground_truth=[{"success": True, "semantics": 8, "quality": 9}])
+    [0.0]
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from interleave_thinker.agents.judge import Judge, Judgement
+from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.core.images import is_white_canvas, open_rgb
+from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
+from interleave_thinker.train.rewards.cache import GenerationCache, generation_key
+
+_AROUND_TAG_CHARS = re.compile(r"\s*(<|>|/)\s*")
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def normalize_response(text: str) -> str:
+    """Delete whitespace around every ``<``, ``>`` and ``/`` (the release's normalisation, refine prompt included)."""
+    return _AROUND_TAG_CHARS.sub(r"\1", text)
+
+
+def parse_critic_answer(normalized: str) -> dict[str, Any] | None:
+    """The answer dict of a normalised response, parsed strictly as a Python or JSON literal; None if invalid."""
+    match = _ANSWER.search(normalized)
+    if match is None:
+        return None
+    body = match.group(1).strip()
+    for parse in (ast.literal_eval, json.loads):
+        try:
+            value = parse(body)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def format_ok(normalized: str) -> bool:
+    match = _ANSWER.search(normalized)
+    if match is None:
+        return False
+    think = normalized.find("<think>")
+    if think != -1 and think > match.start():
+        return False
+    answer = parse_critic_answer(normalized)
+    return (
+        answer is not None
+        and isinstance(answer.get("previous_step_success"), bool)
+        and isinstance(answer.get("refine_prompt"), str)
+    )
+
+
+def critic_format_reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
+    """1.0 when the response has a valid ``<answer>`` with a bool and a string field (``<think>`` before it, if any)."""
+    return [1.0 if format_ok(normalize_response(completion_text(c))) else 0.0 for c in completions]
+
+
+def predicted_success(completion: Any) -> bool | None:
+    answer = parse_critic_answer(normalize_response(completion_text(completion)))
+    value = answer.get("previous_step_success") if answer else None
+    return value if isinstance(value, bool) else None
+
+
+def critic_accuracy_reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
+    """1.0 when the predicted ``previous_step_success`` equals ``ground_truth.success``; 0.0 if different or missing."""
+    truths = column(columns, "ground_truth", len(completions), "evaluation")
+    return [
+        1.0 if predicted_success(c) is GroundTruth.parse(t).success else 0.0
+        for c, t in zip(completions, truths, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class CriticRewardWeights:
+    format: float = 0.5
+    accuracy: float = 0.2
+    semantic: float = 0.6
+    quality: float = 0.2
+
+    def overall(self, fmt: float, accuracy: float, semantic: float, quality: float) -> float:
+        inner = self.accuracy * accuracy + self.semantic * semantic + self.quality * quality
+        return self.format * fmt + (1 - self.format) * inner
+
+
+@dataclass
+class StepwiseOutcome:
+    semantic: float = 0.5
+    quality: float = 0.5
+    regenerated: bool = False
+    cache_hit: bool = False
+    sc_new: float | None = None
+    pq_new: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class StepwiseScorer:
+    """Regenerates with the refined prompt and judges it; concurrent under backend limits, cached."""
+
+    generator: ImageBackend
+    judge: Judge
+    deadline: float = 70.0
+    seed: int = 0
+    size: tuple[int, int] | None = None
+    generator_concurrency: int = 4
+    judge_concurrency: int = 8
+    cache: GenerationCache = field(default_factory=GenerationCache)
+    base_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self._generate_pool = ThreadPoolExecutor(self.generator_concurrency, thread_name_prefix="reward-gen")
+        self._judge_pool = ThreadPoolExecutor(self.judge_concurrency, thread_name_prefix="reward-judge")
+        self._judge_cache: dict[str, Future[Judgement]] = {}
+
+    def score_batch(
+        self,
+        refine_prompts: list[str],
+        truths: list[GroundTruth],
+        origin_prompts: list[str],
+        befores: list[str],
+    ) -> list[StepwiseOutcome]:
+        """One outcome per sample, in order; every sample runs at once, each within the deadline."""
+        with ThreadPoolExecutor(max(1, len(truths)), thread_name_prefix="reward-sample") as samples:
+            futures = [
+                samples.submit(self.score_one, p, t, o, b)
+                for p, t, o, b in zip(refine_prompts, truths, origin_prompts, befores, strict=True)
+            ]
+            return [f.result() for f in futures]
+
+    def score_one(
+        self, prompt: str, truth: GroundTruth, origin_prompt: str, before_path: str
+    ) -> StepwiseOutcome:
+        outcome = StepwiseOutcome()
+        if truth.success:
+            return outcome
+        start = time.monotonic()
+        try:
+            before = open_rgb(self._resolve(before_path))
+            source = None if is_white_canvas(before) else before
+            size = self.size or before.size
+            key = generation_key(prompt, source, self.seed, size)
+            generation = self._generate_pool.submit(
+                self.cache.get_or_compute, key, lambda: self._generate(prompt, source, size)
+            )
+            after, outcome.cache_hit = generation.result(timeout=self._left(start))
+            outcome.regenerated = True
+            judgement = self._judged(key, origin_prompt, before, after).result(timeout=self._left(start))
+            if not judgement.ok or judgement.sc is None or judgement.pq is None:
+                raise RuntimeError(judgement.error or "judge failed")
+            outcome.sc_new, outcome.pq_new = judgement.sc, judgement.pq
+            outcome.semantic = ((judgement.sc - truth.semantics) / 10 + 1) / 2
+            outcome.quality = ((judgement.pq - truth.quality) / 10 + 1) / 2
+        except FutureTimeout:
+            outcome.semantic = outcome.quality = 0.5
+            outcome.error = f"deadline of {self.deadline:g}s exceeded"
+        except Exception as exc:  # any failure scores 0.5 each, as released; the reason is kept
+            outcome.semantic = outcome.quality = 0.5
+            outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.seconds = round(time.monotonic() - start, 4)
+        return outcome
+
+    def _left(self, start: float) -> float:
+        left = self.deadline - (time.monotonic() - start)
+        if left <= 0:
+            raise FutureTimeout()
+        return left
+
+    def _resolve(self, path: str) -> str:
+        p = Path(path)
+        return str(self.base_dir / p) if self.base_dir is not None and not p.is_absolute() else str(p)
+
+    def _generate(self, prompt: str, source: Image.Image | None, size: tuple[int, int]) -> Image.Image:
+        return self.generator.generate(prompt, image=source, width=size[0], height=size[1], seed=self.seed)
+
+    def _judged(
+        self, key: str, instruction: str, before: Image.Image, after: Image.Image
+    ) -> Future[Judgement]:
+        judge_key = f"{key}\0{instruction}"
+        if judge_key not in self._judge_cache:
+            self._judge_cache[judge_key] = self._judge_pool.submit(
+                self.judge.judge, before, after, instruction
+            )
+        return self._judge_cache[judge_key]
+
+    def close(self) -> None:
+        self._generate_pool.shutdown(wait=False, cancel_futures=True)
+        self._judge_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def refine_prompt_of(completion: Any, previous_prompt: str) -> str:
+    """The refine prompt read from the normalised response, or the previous prompt when it is empty."""
+    answer = parse_critic_answer(normalize_response(completion_text(completion)))
+    refine = answer.get("refine_prompt") if answer else None
+    return refine if isinstance(refine, str) and refine.strip() else previous_prompt
+
+
+class CriticReward:
+    """The release's total critic reward as one TRL reward function; components kept for logging."""
+
+    __name__ = "critic_reward"
+
+    def __init__(self, scorer: StepwiseScorer, weights: CriticRewardWeights | None = None) -> None:
+        self.scorer = scorer
+        self.weights = weights or CriticRewardWeights()
+        self.last_components: list[dict[str, Any]] = []
+        self.last_seconds = 0.0
+
+    def __call__(self, prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
+        start = time.monotonic()
+        n = len(completions)
+        truths = [GroundTruth.parse(t) for t in column(columns, "ground_truth", n, "evaluation")]
+        previous = column(columns, "previous_prompt", n, "rewritten_prompt")
+        refine = [refine_prompt_of(c, p or "") for c, p in zip(completions, previous, strict=True)]
+        formats = critic_format_reward(prompts, completions)
+        accuracies = critic_accuracy_reward(prompts, completions, ground_truth=[asdict(t) for t in truths])
+        stepwise = self.scorer.score_batch(
+            refine, truths, column(columns, "origin_prompt", n), column(columns, "origin_image_path", n)
+        )
+        self.last_components = []
+        rewards = []
+        for fmt, acc, step in zip(formats, accuracies, stepwise, strict=True):
+            total = self.weights.overall(fmt, acc, step.semantic, step.quality)
+            rewards.append(total)
+            self.last_components.append(
+                {
+                    "overall": total,
+                    "format": fmt,
+                    "accuracy": acc,
+                    "semantic": step.semantic,
+                    "quality": step.quality,
+                }
+                | {k: v for k, v in asdict(step).items() if k not in ("semantic", "quality")}
+            )
+        self.last_seconds = time.monotonic() - start
+        return rewards
+
+    def component(self, name: str) -> Any:
+        """A TRL reward function that reports one component of the last call (for separate logging)."""
+
+        def reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
+            return [float(c[name]) for c in self.last_components]
+
+        reward.__name__ = f"critic_{name}"
+        return reward

@@ -1,0 +1,276 @@
+"""The critic reward reproduced value by value on a table of cases, with scripted generator and judge."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from interleave_thinker.agents.judge import Judge
+from interleave_thinker.agents.retry import RetryPolicy
+from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
+from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.train.rewards import (
+    CriticReward,
+    StepwiseScorer,
+    critic_accuracy_reward,
+    critic_format_reward,
+    normalize_response,
+    planner_format_reward,
+    planner_plan_reward,
+)
+
+SC_OK = '{"score": [7, 9], "reasoning": "sc"}'  # SC = 7
+PQ_OK = '{"score": [8, 6], "reasoning": "pq"}'  # PQ = 6
+PREVIOUS = "a cat"
+
+
+def answer(success: Any, refine: Any = "better cat") -> str:
+    return f"<think>look</think><answer>{{'previous_step_success': {success!r}, 'refine_prompt': {refine!r}}}</answer>"
+
+
+@dataclass
+class Case:
+    name: str
+    response: str
+    success: bool
+    expected: tuple[float, float, float, float, float]  # format, accuracy, semantic, quality, overall
+    generated: str | None = None  # prompt sent to the generator, None = no call
+    judge: tuple[str, str] = (SC_OK, PQ_OK)
+    generator: str = "ok"  # ok | fail | slow
+    before: str = "white"  # white | photo
+    truth: tuple[float, float] = (5.0, 8.0)
+
+
+CASES = [
+    Case("valid, accurate, regenerated", answer(False), False, (1, 1, 0.6, 0.4, 0.82), "better cat"),
+    Case(
+        "whitespace around tags",
+        "< think > look < /think >\n< answer > {'previous_step_success': False, 'refine_prompt': 'better cat'} < / answer >",
+        False,
+        (1, 1, 0.6, 0.4, 0.82),
+        "better cat",
+    ),
+    Case(
+        "normalisation reaches the refine prompt",
+        answer(False, "a cat / dog <b>"),
+        False,
+        (1, 1, 0.6, 0.4, 0.82),
+        "a cat/dog<b>",
+    ),
+    Case(
+        "no think tag still passes",
+        "<answer>{'previous_step_success': False, 'refine_prompt': 'better cat'}</answer>",
+        False,
+        (1, 1, 0.6, 0.4, 0.82),
+        "better cat",
+    ),
+    Case(
+        "think after answer fails format",
+        "<answer>{'previous_step_success': False, 'refine_prompt': 'x'}</answer><think>late</think>",
+        False,
+        (0, 1, 0.6, 0.4, 0.32),
+        "x",
+    ),
+    Case("success as a string", answer("False", "x"), False, (0, 0, 0.6, 0.4, 0.22), "x"),
+    Case("success as an int", answer(0, "x"), False, (0, 0, 0.6, 0.4, 0.22), "x"),
+    Case("refine prompt of wrong type", answer(False, None), False, (0, 1, 0.6, 0.4, 0.32), PREVIOUS),
+    Case("no answer at all", "I think it failed.", False, (0, 0, 0.6, 0.4, 0.22), PREVIOUS),
+    Case(
+        "truncated answer",
+        "<think>a</think><answer>{'previous_step_success': False, 'refine_prompt': 'x'",
+        False,
+        (0, 0, 0.6, 0.4, 0.22),
+        PREVIOUS,
+    ),
+    Case(
+        "JSON literals",
+        '<answer>{"previous_step_success": false, "refine_prompt": "x"}</answer>',
+        False,
+        (1, 1, 0.6, 0.4, 0.82),
+        "x",
+    ),
+    Case(
+        "trailing comma",
+        "<answer>{'previous_step_success': False, 'refine_prompt': 'x',}</answer>",
+        False,
+        (1, 1, 0.6, 0.4, 0.82),
+        "x",
+    ),
+    Case("mismatch on failed step", answer(True, ""), False, (1, 0, 0.6, 0.4, 0.72), PREVIOUS),
+    Case(
+        "refine prompt empty -> previous prompt", answer(False, ""), False, (1, 1, 0.6, 0.4, 0.82), PREVIOUS
+    ),
+    Case("gt success skips generation", answer(True, ""), True, (1, 1, 0.5, 0.5, 0.8)),
+    Case("gt success, wrong prediction", answer(False), True, (1, 0, 0.5, 0.5, 0.7)),
+    Case("gt success, garbage response", "garbage", True, (0, 0, 0.5, 0.5, 0.2)),
+    Case(
+        "judge failure", answer(False), False, (1, 1, 0.5, 0.5, 0.8), "better cat", judge=("not json", PQ_OK)
+    ),
+    Case("generator failure", answer(False), False, (1, 1, 0.5, 0.5, 0.8), "better cat", generator="fail"),
+    Case("deadline exceeded", answer(False), False, (1, 1, 0.5, 0.5, 0.8), "better cat", generator="slow"),
+    Case(
+        "perfect regeneration",
+        answer(False),
+        False,
+        (1, 1, 1.0, 1.0, 1.0),
+        "better cat",
+        judge=('{"score": [10, 10]}', "[10, 10]"),
+        truth=(0, 0),
+    ),
+    Case(
+        "worse regeneration",
+        answer(False),
+        False,
+        (1, 1, 0.25, 0.1, 0.685),
+        "better cat",
+        judge=("[2, 4]", "[0, 9]"),
+        truth=(7, 8),
+    ),
+    Case(
+        "edit from a real before image",
+        answer(False),
+        False,
+        (1, 1, 0.6, 0.4, 0.82),
+        "better cat",
+        before="photo",
+    ),
+]
+
+
+class Generator(ScriptedImageBackend):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+        if self.mode == "fail":
+            self.calls.append(None)  # type: ignore[arg-type]
+            raise BackendError("generator down")
+        image = super().generate(prompt, **kwargs)
+        if self.mode == "slow":
+            time.sleep(0.5)
+        return image
+
+
+def befores(tmp_path: Path) -> dict[str, Path]:
+    white, photo = tmp_path / "white.png", tmp_path / "photo.png"
+    Image.new("RGB", (64, 48), "white").save(white)
+    Image.new("RGB", (64, 48), (30, 90, 150)).save(photo)
+    return {"white": white, "photo": photo}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_critic_reward_table(case: Case, tmp_path: Path) -> None:
+    sc, pq = case.judge
+    judge_backend = ScriptedVLMBackend(
+        [lambda m: sc if len(ScriptedVLMBackend.images_in(m)) == 2 else pq], repeat_last=True
+    )
+    generator = Generator(case.generator)
+    scorer = StepwiseScorer(
+        generator, Judge(judge_backend, builtin_templates(), retry=RetryPolicy(max_attempts=2)), deadline=0.25
+    )
+    reward = CriticReward(scorer)
+    paths = befores(tmp_path)
+    columns = {
+        "ground_truth": [{"success": case.success, "semantics": case.truth[0], "quality": case.truth[1]}],
+        "origin_prompt": ["a sitting cat"],
+        "origin_image_path": [str(paths[case.before])],
+        "previous_prompt": [PREVIOUS],
+    }
+    [overall] = reward(None, [case.response], **columns)
+    parts = reward.last_components[0]
+    assert (parts["format"], parts["accuracy"]) == (case.expected[0], case.expected[1])
+    assert parts["semantic"] == pytest.approx(case.expected[2])
+    assert parts["quality"] == pytest.approx(case.expected[3])
+    assert overall == pytest.approx(case.expected[4])
+    assert critic_format_reward(None, [case.response]) == [case.expected[0]]
+    assert critic_accuracy_reward(None, [case.response], ground_truth=columns["ground_truth"]) == [
+        case.expected[1]
+    ]
+    if case.generated is None:
+        assert generator.calls == [] and judge_backend.calls == []
+        return
+    if case.generator == "fail":
+        assert generator.calls == [None] and "generator down" in parts["error"]
+        return
+    call = generator.calls[0]
+    assert (call.prompt, call.seed, call.width, call.height) == (case.generated, 0, 64, 48)
+    if case.before == "white":
+        assert call.image is None  # white canvas -> text-to-image
+    else:
+        assert call.image is not None and call.image.getpixel((0, 0)) == (30, 90, 150)
+    if case.generator == "slow":
+        assert "deadline" in parts["error"]
+    if case.judge[0] == "not json":
+        assert "SC judgement unparsable" in parts["error"]
+
+
+def test_normalize_response() -> None:
+    assert normalize_response("< answer > a / b </ answer >") == "<answer>a/b</answer>"
+
+
+def test_batch_shares_identical_generations(tmp_path: Path) -> None:
+    paths = befores(tmp_path)
+    judge_backend = ScriptedVLMBackend(
+        [lambda m: SC_OK if len(ScriptedVLMBackend.images_in(m)) == 2 else PQ_OK], repeat_last=True
+    )
+    generator = ScriptedImageBackend()
+    scorer = StepwiseScorer(generator, Judge(judge_backend, builtin_templates()), deadline=10)
+    reward = CriticReward(scorer)
+    completions = [answer(False, "same"), answer(False, "same"), answer(False, "other"), answer(True, "")] * 2
+    n = len(completions)
+    rewards = reward(
+        None,
+        completions,
+        ground_truth=[{"success": False, "semantics": 5, "quality": 8}] * n,
+        origin_prompt=["cat"] * n,
+        origin_image_path=[str(paths["white"])] * n,
+        previous_prompt=["same"] * n,  # the success=True rollout regenerates from 'same' too
+    )
+    assert sorted(c.prompt for c in generator.calls) == ["other", "same"]
+    assert scorer.cache.misses == 2 and scorer.cache.hits == n - 2
+    assert len(judge_backend.calls) == 4  # one SC + one PQ per distinct generation
+    assert rewards == pytest.approx([0.82, 0.82, 0.82, 0.72] * 2)
+
+
+def test_disk_cache_is_reused_across_scorers(tmp_path: Path) -> None:
+    from interleave_thinker.train.rewards.cache import GenerationCache
+
+    paths = befores(tmp_path)
+    kwargs = {
+        "ground_truth": [{"success": False, "semantics": 5, "quality": 8}],
+        "origin_prompt": ["cat"],
+        "origin_image_path": [str(paths["photo"])],
+        "previous_prompt": ["x"],
+    }
+    for expected_calls in (1, 0):
+        generator = ScriptedImageBackend()
+        judge = Judge(ScriptedVLMBackend([SC_OK, PQ_OK]), builtin_templates())
+        CriticReward(StepwiseScorer(generator, judge, cache=GenerationCache(tmp_path / "cache")))(
+            None, [answer(False)], **kwargs
+        )
+        assert len(generator.calls) == expected_calls
+
+
+PLAN = "<think>t</think><answer>{'execution_plan': [{'step_number': 1, 'instruction': 'Sketch.', 'prompt': 'a cat sketch', 'auxiliary_text': None}, {'step_number': 2, 'instruction': 'Colour.', 'prompt': 'colour it', 'auxiliary_text': None}]}</answer>"
+
+
+def test_planner_rewards() -> None:
+    assert planner_format_reward(
+        None, [PLAN, PLAN.replace("<think>t</think>", ""), "<think>t</think><answer>nope</answer>"]
+    ) == [1.0, 0.0, 0.0]
+    requests = ["Draw a cat in 2 steps", "Draw a cat in three steps", "Draw a cat"]
+    assert planner_plan_reward(requests, [PLAN] * 3) == [1.0, 0.75, 1.0]
+    prefixed = PLAN.replace("'a cat sketch'", "'Step 1: a cat sketch'").replace(
+        "'auxiliary_text': None}]", "'auxiliary_text': 'Some text'}]"
+    )
+    assert planner_plan_reward(["Draw a cat"], [prefixed]) == [0.5]
+    assert planner_plan_reward(["Draw a cat and explain each step"], [prefixed]) == [0.75]
+    conversational = [[{"role": "user", "content": [{"type": "text", "text": "Draw a cat in 2 steps"}]}]]
+    assert planner_plan_reward(conversational, [[{"role": "assistant", "content": PLAN}]]) == [1.0]
