@@ -12,9 +12,10 @@ from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
-from interleave_thinker.backends.protocols import ImageBatchMixin, Message
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.prompt_store import TemplateStore, builtin_templates
+
+from .helpers import GenCall, RecordingImage, ScriptedOverTiny
 
 GARBAGE = "I think the picture is nice."
 
@@ -34,57 +35,6 @@ def verdict(success: bool, refine: str = "") -> str:
 TWO_STEPS = plan_reply(
     ("Draw a cat.", "a cat sketch", None), ("Colour it.", "colour the cat orange", "Use warm tones.")
 )
-
-
-@dataclass
-class GenCall:
-    prompt: str
-    seed: int
-    image: Image.Image | None
-    size: tuple[int, int]
-    output: Image.Image
-
-
-class RecordingImage(ImageBatchMixin):
-    """Wraps a real or scripted generator and records each call with its output."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.name, self.calls = inner, inner.name, []
-
-    def generate(self, prompt: str, *, image: Image.Image | None = None, **kwargs: Any) -> Image.Image:
-        output = self.inner.generate(prompt, image=image, **kwargs)
-        self.calls.append(GenCall(prompt, kwargs["seed"], image, (kwargs["width"], kwargs["height"]), output))
-        return output
-
-
-class ScriptedOverTiny(ScriptedVLMBackend):
-    """Runs the real tiny model on every call (processor + generate), then answers from the script."""
-
-    def __init__(self, real: Any, replies: list[Any], **kwargs: Any) -> None:
-        super().__init__(replies, **kwargs)
-        self.real = real
-        self.processed_images: list[int] = []
-
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
-        processor = self.real.processor
-        original = processor.apply_chat_template
-
-        def recording(*args: Any, **kwargs: Any) -> Any:
-            inputs = original(*args, **kwargs)
-            grid = inputs.get("image_grid_thw")
-            self.processed_images.append(0 if grid is None else int(grid.shape[0]))
-            pad_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-            expected = 0 if grid is None else int((grid.prod(-1) // 4).sum())
-            assert int((inputs["input_ids"] == pad_id).sum()) == expected
-            return inputs
-
-        processor.apply_chat_template = recording
-        try:
-            reply = self.real.chat(messages, max_new_tokens=2, temperature=0.0)
-        finally:
-            processor.apply_chat_template = original
-        assert isinstance(reply, str)
-        return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
 
 
 @dataclass

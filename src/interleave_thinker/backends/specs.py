@@ -66,8 +66,9 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
     from interleave_thinker.core.tiny import ensure_tiny_models
 
     which = spec.target or role
-    if which not in ("planner", "critic"):
-        raise ConfigError(f"tiny VLM spec {spec.raw!r}: target must be 'planner' or 'critic'.")
+    if which not in ("planner", "critic", "judge"):
+        raise ConfigError(f"tiny VLM spec {spec.raw!r}: target must be 'planner', 'critic' or 'judge'.")
+    which = "critic" if which == "judge" else which  # the tiny judge is the tiny critic model
     paths = ensure_tiny_models()
     return _transformers_vlm(BackendSpec("transformers", str(getattr(paths, which)), spec.raw), options, role)
 

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli import serve_generator, serve_vlm
+from interleave_thinker.cli import scoring, serve_generator, serve_vlm
 from interleave_thinker.core.errors import (
     ConfigError,
     InputError,
@@ -38,6 +38,8 @@ serve_app = typer.Typer(
 app.add_typer(serve_app, name="serve")
 serve_app.command("generator")(serve_generator.command)
 serve_app.command("vlm")(serve_vlm.command)
+app.command("judge")(scoring.judge)
+app.command("reward")(scoring.reward)
 
 console = Console(stderr=True)
 USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)

@@ -1,0 +1,117 @@
+"""`interleave-thinker judge` and `interleave-thinker reward`: score one edit, or saved critic rollouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from interleave_thinker.core.errors import InputError
+
+console = Console(stderr=True)
+REQUIRED = ("response", "ground_truth", "origin_prompt", "origin_image_path", "previous_prompt")
+
+
+def _judge(spec: str, device: str | None, max_new_tokens: int) -> Any:
+    from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
+    from interleave_thinker.core.prompt_store import TemplateStore
+
+    templates = TemplateStore().load()
+    backend = load_vlm_backend(spec, BackendOptions(device=device), role="judge")
+    return Judge(backend, templates, max_new_tokens=max_new_tokens)
+
+
+def judge(
+    before: Annotated[Path, typer.Option(help="Image before the step (a white canvas for text-to-image).")],
+    after: Annotated[Path, typer.Option(help="Image after the step.")],
+    instruction: Annotated[str, typer.Option(help="The step's planned prompt.")],
+    judge: Annotated[str, typer.Option("--judge", help="VLM backend spec of the judge.")] = "tiny:judge",
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Judge reply length bound.")] = 1024,
+) -> None:
+    """Score one edit: semantic consistency (SC), perceptual quality (PQ) and sqrt(SC*PQ), as JSON."""
+    from interleave_thinker.runtime.pipeline import load_input_images
+
+    before_image, after_image = load_input_images([before, after])
+    result = _judge(judge, device, max_new_tokens).judge(before_image, after_image, instruction)
+    typer.echo(json.dumps(result.as_dict(), indent=2))
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def read_rollouts(path: Path) -> list[dict[str, Any]]:
+    """JSONL rollouts; every problem names the file, the line and the field."""
+    if not path.is_file():
+        raise InputError(f"Rollout file {path} does not exist.")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{number}: each line must be a JSON object.")
+        if "ground_truth" not in row and "evaluation" in row:
+            row["ground_truth"] = row["evaluation"]
+        if "previous_prompt" not in row and "rewritten_prompt" in row:
+            row["previous_prompt"] = row["rewritten_prompt"]
+        for field in REQUIRED:
+            if field not in row:
+                raise InputError(f"{path}:{number}: {field}: missing (needed by the critic reward).")
+        truth = row["ground_truth"]
+        if not isinstance(truth, dict) or "success" not in truth:
+            raise InputError(f"{path}:{number}: ground_truth: needs success, semantics and quality.")
+        rows.append(row)
+    return rows
+
+
+def reward(
+    input: Annotated[
+        Path, typer.Option("--input", help="JSONL of critic rollouts (release reward-input fields).")
+    ],
+    generator: Annotated[str, typer.Option(help="Image backend spec used for regeneration.")],
+    judge: Annotated[str, typer.Option("--judge", help="VLM backend spec of the judge.")],
+    out: Annotated[Path, typer.Option(help="Output JSONL: each input line plus overall and its components.")],
+    batch_size: Annotated[int, typer.Option(min=1, help="Rollouts scored concurrently.")] = 64,
+    deadline: Annotated[float, typer.Option(help="Seconds per sample before it scores 0.5/0.5.")] = 70.0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Judge reply length bound.")] = 1024,
+) -> None:
+    """Score saved critic rollouts offline with the release's critic reward, in input order."""
+    from interleave_thinker.backends.specs import BackendOptions, load_image_backend
+    from interleave_thinker.core.paths import write_atomic
+    from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
+
+    rows = read_rollouts(input)
+    scorer = StepwiseScorer(
+        load_image_backend(generator, BackendOptions(device=device)),
+        _judge(judge, device, max_new_tokens),
+        deadline=deadline,
+        base_dir=input.parent,
+    )
+    reward_fn = CriticReward(scorer)
+    lines: list[str] = []
+    progress = Progress(
+        TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
+    )
+    with progress:
+        task = progress.add_task("score", total=len(rows))
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            columns = {field: [r[field] for r in batch] for field in REQUIRED[1:]}
+            reward_fn(None, [r["response"] for r in batch], **columns)
+            for row, parts in zip(batch, reward_fn.last_components, strict=True):
+                keep = {k: parts[k] for k in ("overall", "format", "accuracy", "semantic", "quality")}
+                lines.append(json.dumps(row | keep | {"reward_error": parts["error"]}, ensure_ascii=False))
+            progress.advance(task, len(batch))
+    scorer.close()
+    write_atomic(out, "\n".join(lines) + ("\n" if lines else ""))
+    mean = sum(json.loads(line)["overall"] for line in lines) / max(1, len(lines))
+    console.print(f"scored {len(lines)} rollouts, mean overall {mean:.4f} -> {out}")
