@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from PIL import Image
@@ -31,49 +31,48 @@ def generation_key(prompt: str, before: Image.Image | None, seed: int, size: tup
 
 
 class GenerationCache:
+    """Futures of generated images by key: a finished one, one in flight, or a new one started once."""
+
     def __init__(self, folder: Path | None = None) -> None:
         self.folder = folder
-        self._done: dict[str, Image.Image] = {}
-        self._pending: dict[str, Future[Image.Image]] = {}
+        self._futures: dict[str, Future[Image.Image]] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get_or_compute(self, key: str, compute: Callable[[], Image.Image]) -> tuple[Image.Image, bool]:
-        """The image for ``key`` and whether it came from the cache (or an identical call in flight)."""
+    def get_or_start(
+        self, key: str, compute: Callable[[], Image.Image], executor: Executor
+    ) -> tuple[Future[Image.Image], bool]:
+        """The future for ``key`` and whether it was already known (cached, on disk, or in flight).
+
+        A new computation runs on ``executor`` and is written to the folder before its future resolves.
+        """
         with self._lock:
-            if key in self._done:
+            known = self._futures.get(key)
+            if known is not None:
                 self.hits += 1
-                return self._done[key], True
-            pending = self._pending.get(key)
-            if pending is None:
-                disk = self._load(key)
-                if disk is not None:
-                    self._done[key] = disk
-                    self.hits += 1
-                    return disk, True
-                pending = Future()
-                self._pending[key] = pending
-                owner = True
-                self.misses += 1
-            else:
-                owner = False
+                return known, True
+            disk = self._load(key)
+            if disk is not None:
+                done: Future[Image.Image] = Future()
+                done.set_result(disk)
+                self._futures[key] = done
                 self.hits += 1
-        if not owner:
-            return pending.result(), True
+                return done, True
+            self.misses += 1
+            future = executor.submit(self._compute, key, compute)
+            self._futures[key] = future
+        return future, False
+
+    def _compute(self, key: str, compute: Callable[[], Image.Image]) -> Image.Image:
         try:
             image = compute()
-        except BaseException as exc:
-            with self._lock:
-                self._pending.pop(key, None)
-            pending.set_exception(exc)
+        except BaseException:
+            with self._lock:  # failures are not cached: a later call tries again
+                self._futures.pop(key, None)
             raise
-        with self._lock:
-            self._done[key] = image
-            self._pending.pop(key, None)
         self._store(key, image)
-        pending.set_result(image)
-        return image, False
+        return image
 
     def _load(self, key: str) -> Image.Image | None:
         if self.folder is None:

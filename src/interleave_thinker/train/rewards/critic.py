@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -134,6 +135,7 @@ class StepwiseScorer:
         self._generate_pool = ThreadPoolExecutor(self.generator_concurrency, thread_name_prefix="reward-gen")
         self._judge_pool = ThreadPoolExecutor(self.judge_concurrency, thread_name_prefix="reward-judge")
         self._judge_cache: dict[str, Future[Judgement]] = {}
+        self._judge_lock = threading.Lock()
 
     def score_batch(
         self,
@@ -162,17 +164,18 @@ class StepwiseScorer:
             source = None if is_white_canvas(before) else before
             size = self.size or before.size
             key = generation_key(prompt, source, self.seed, size)
-            generation = self._generate_pool.submit(
-                self.cache.get_or_compute, key, lambda: self._generate(prompt, source, size)
+            generation, outcome.cache_hit = self.cache.get_or_start(
+                key, lambda: self._generate(prompt, source, size), self._generate_pool
             )
-            after, outcome.cache_hit = generation.result(timeout=self._left(start))
+            after = generation.result(timeout=self._left(start))
             outcome.regenerated = True
-            judgement = self._judged(key, origin_prompt, before, after).result(timeout=self._left(start))
-            if not judgement.ok or judgement.sc is None or judgement.pq is None:
-                raise RuntimeError(judgement.error or "judge failed")
-            outcome.sc_new, outcome.pq_new = judgement.sc, judgement.pq
-            outcome.semantic = ((judgement.sc - truth.semantics) / 10 + 1) / 2
-            outcome.quality = ((judgement.pq - truth.quality) / 10 + 1) / 2
+            sc_future, pq_future = self._judged(key, origin_prompt, before, after)
+            sc, pq = sc_future.result(timeout=self._left(start)), pq_future.result(timeout=self._left(start))
+            if sc.sc is None or pq.pq is None:
+                raise RuntimeError("; ".join(e for e in (sc.error, pq.error) if e) or "judge failed")
+            outcome.sc_new, outcome.pq_new = sc.sc, pq.pq
+            outcome.semantic = ((sc.sc - truth.semantics) / 10 + 1) / 2
+            outcome.quality = ((pq.pq - truth.quality) / 10 + 1) / 2
         except FutureTimeout:
             outcome.semantic = outcome.quality = 0.5
             outcome.error = f"deadline of {self.deadline:g}s exceeded"
@@ -197,13 +200,17 @@ class StepwiseScorer:
 
     def _judged(
         self, key: str, instruction: str, before: Image.Image, after: Image.Image
-    ) -> Future[Judgement]:
-        judge_key = f"{key}\0{instruction}"
-        if judge_key not in self._judge_cache:
-            self._judge_cache[judge_key] = self._judge_pool.submit(
-                self.judge.judge, before, after, instruction
-            )
-        return self._judge_cache[judge_key]
+    ) -> tuple[Future[Judgement], Future[Judgement]]:
+        """SC and PQ run concurrently, once per (generation, instruction); PQ once per generation."""
+        with self._judge_lock:
+            sc_key, pq_key = f"sc\0{key}\0{instruction}", f"pq\0{key}"
+            if sc_key not in self._judge_cache:
+                self._judge_cache[sc_key] = self._judge_pool.submit(
+                    self.judge.semantic, before, after, instruction
+                )
+            if pq_key not in self._judge_cache:
+                self._judge_cache[pq_key] = self._judge_pool.submit(self.judge.quality, after)
+            return self._judge_cache[sc_key], self._judge_cache[pq_key]
 
     def close(self) -> None:
         self._generate_pool.shutdown(wait=False, cancel_futures=True)
