@@ -1,0 +1,294 @@
+"""Image backend on Gemini image models ("Nano Banana") through the ``google-genai`` SDK.
+
+Spec: ``gemini-image:MODEL_OR_ALIAS``; aliases ``nano-banana`` -> ``gemini-2.5-flash-image``,
+``nano-banana-pro`` -> ``gemini-3-pro-image``, ``nano-banana-2`` -> ``gemini-3.1-flash-image`` (the ids
+the InterleaveThinker authors used). Install with ``pip install 'interleave-thinker[gemini]'``.
+
+SDK surface used (``googleapis/python-genai``: ``client.py``, ``models.py``, ``types.py``, ``errors.py``):
+
+- ``genai.Client(api_key=..., http_options={"timeout": ms})`` and ``client.close()``;
+- ``client.models.generate_content(model=..., contents=[prompt, image part?], config={...})`` in the
+  SDK's dict forms: the image to edit as a ``PartDict`` ``{"inline_data": {"data": PNG bytes,
+  "mime_type": "image/png"}}`` (lossless; the SDK would JPEG-encode an RGB ``PIL.Image``, see
+  ``_transformers.pil_to_blob``), and the config as a ``GenerateContentConfigDict``:
+  ``response_modalities=["TEXT", "IMAGE"]``, ``seed``, ``image_config={"aspect_ratio", "image_size"}``;
+- the reply's ``candidates[0].content.parts[i]`` with ``inline_data.data`` (bytes) and
+  ``inline_data.mime_type``, ``text`` and ``thought`` (Gemini 3 image models also return interim "thought"
+  images, which are skipped); ``candidates[0].finish_reason`` / ``finish_message`` and
+  ``prompt_feedback.block_reason`` / ``block_reason_message`` explain a reply without an image;
+- errors: ``google.genai.errors.APIError`` with an integer ``code`` (HTTP status), ``status``, ``message``.
+
+Behaviour:
+
+- **Retries** on errors whose ``code`` is 408, 429 or 5xx and on transport timeouts/connection errors, with
+  the :class:`~interleave_thinker.backends.remote.RetrySettings` backoff and deadline; none on other 4xx.
+- **No image** in the reply (safety block, text-only answer) is a :class:`BackendError` that quotes the
+  text the model returned and the finish/block reason.
+- **Seed** is sent as ``config.seed`` (a documented ``GenerateContentConfig`` field); the service does not
+  promise deterministic images for it. ``steps`` and ``guidance`` are ignored.
+- **Size**: the API takes an aspect ratio (and, on Gemini 3 models, a ``1K``/``2K``/``4K`` size), not
+  pixels. We ask for the supported aspect ratio nearest to the requested size (and ``2K``/``4K`` when the
+  request is larger than 1K on Gemini 3), then center-crop and resize the result to the requested size.
+- **Key** from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, which the SDK also reads), or the variable named
+  by ``remote.api_key_env``; never logged nor put in errors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from interleave_thinker.backends.protocols import ImageBatchMixin
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.core.config import RemoteOptions
+from interleave_thinker.core.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.backends.specs import BackendOptions
+
+logger = logging.getLogger(__name__)
+
+ALIASES = {
+    "nano-banana": "gemini-2.5-flash-image",
+    "nano-banana-pro": "gemini-3-pro-image",
+    "nano-banana-2": "gemini-3.1-flash-image",
+}
+DEFAULT_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
+INSTALL_HINT = "pip install 'interleave-thinker[gemini]'"
+
+
+def resolve_model(name: str) -> str:
+    """An alias such as ``nano-banana-pro`` -> its Gemini model id; other names pass through."""
+    model = ALIASES.get(name.strip(), name.strip())
+    if not model:
+        raise ConfigError(
+            "gemini-image spec has no model; write gemini-image:MODEL_OR_ALIAS, e.g. "
+            f"'gemini-image:nano-banana-pro' (aliases: {', '.join(sorted(ALIASES))})."
+        )
+    return model
+
+
+def aspect_ratio(width: int, height: int) -> str:
+    """The supported aspect ratio closest to ``width:height`` on a log scale."""
+    target = math.log(width / height)
+
+    def distance(ratio: str) -> float:
+        w, h = ratio.split(":")
+        return abs(math.log(int(w) / int(h)) - target)
+
+    return min(ASPECT_RATIOS, key=distance)
+
+
+def image_config(model: str, width: int, height: int) -> dict[str, str]:
+    """``ImageConfig`` fields for a request of ``width`` x ``height`` pixels."""
+    config = {"aspect_ratio": aspect_ratio(width, height)}
+    longest = max(width, height)
+    if model.startswith("gemini-3") and longest > 1024:  # image_size exists on Gemini 3 image models only
+        config["image_size"] = "2K" if longest <= 2048 else "4K"
+    return config
+
+
+def _fit(image: Image.Image, width: int, height: int) -> Image.Image:
+    """Center-crop to the requested aspect and resize, so a nearby aspect ratio never distorts the picture."""
+    image = image.convert("RGB")
+    if image.size == (width, height):
+        return image
+    return ImageOps.fit(image, (width, height), Image.Resampling.LANCZOS)
+
+
+def _name(value: Any) -> str:
+    """An SDK enum (``FinishReason.SAFETY``) or a plain string as its bare value."""
+    return str(getattr(value, "value", value))
+
+
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of an SDK error (``APIError.code``), when it has an integer one."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    code = status_code(exc)
+    if code is not None:
+        return code in (408, 429) or 500 <= code < 600
+    return isinstance(exc, httpx.TimeoutException | httpx.TransportError | TimeoutError | ConnectionError)
+
+
+class GeminiImageBackend(ImageBatchMixin):
+    """Text-to-image and edits with Gemini image models; see the module doc for the SDK surface used."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        remote: RemoteOptions | None = None,
+        client: Any | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        remote = remote or RemoteOptions()
+        self.model = resolve_model(model)
+        self.name = f"gemini-image:{self.model}"
+        self.retry = RetrySettings(
+            max_retries=remote.max_retries,
+            backoff_base=remote.backoff_base,
+            backoff_max=remote.backoff_max,
+            timeout=remote.timeout,
+            deadline=remote.deadline,
+        )
+        self._slots = threading.BoundedSemaphore(remote.concurrency)
+        self._sleep = sleep
+        self._owns_client = client is None
+        self.client = client if client is not None else self._make_client(remote)
+
+    @classmethod
+    def from_spec(cls, target: str, options: BackendOptions) -> GeminiImageBackend:
+        return cls(target, remote=options.remote)
+
+    def _make_client(self, remote: RemoteOptions) -> Any:
+        """Import the SDK (only now: it is an optional extra), read the key, build a ``genai.Client``."""
+        try:
+            genai = importlib.import_module("google.genai")
+        except ImportError as exc:
+            raise BackendError(
+                f"{self.name}: the Gemini backend needs the google-genai SDK; install it with {INSTALL_HINT}."
+            ) from exc
+        names = (remote.api_key_env,) if remote.api_key_env else DEFAULT_KEY_ENVS
+        key = next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), None)
+        if key is None:
+            wanted = " or ".join(names)
+            raise BackendError(
+                f"{self.name}: no API key: set {wanted} in the environment "
+                "(or set remote.api_key_env to the variable that holds it)."
+            )
+        return genai.Client(api_key=key, http_options={"timeout": int(self.retry.timeout * 1000)})
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        image: Image.Image | None = None,
+        width: int = 1024,
+        height: int = 1024,
+        seed: int = 0,
+        steps: int | None = None,
+        guidance: float | None = None,
+    ) -> Image.Image:
+        """One image; ``steps`` and ``guidance`` are ignored, ``seed`` is passed but not guaranteed."""
+        # 1. Build the request: the prompt, then the image to edit (if any).
+        contents: list[Any] = [prompt]
+        if image is not None:
+            png = io.BytesIO()
+            image.convert("RGB").save(png, format="PNG")
+            contents.append({"inline_data": {"data": png.getvalue(), "mime_type": "image/png"}})
+        config = {
+            "response_modalities": ["TEXT", "IMAGE"],
+            "seed": seed,
+            "image_config": image_config(self.model, width, height),
+        }
+        # 2. Call with retries, then 3. read the image and fit it to the requested size.
+        response = self._call_with_retries(
+            lambda: self.client.models.generate_content(model=self.model, contents=contents, config=config)
+        )
+        return _fit(self._image_from(response), width, height)
+
+    def _call_with_retries(self, call: Callable[[], Any]) -> Any:
+        """Retry 408/429/5xx and transport failures with backoff; translate every SDK error."""
+        start = time.monotonic()
+        problems: list[str] = []
+        last: BaseException | None = None
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                with self._slots:
+                    return call()
+            except Exception as exc:
+                if not is_retryable(exc):
+                    raise BackendError(self._describe(exc)) from exc
+                problems.append(f"{type(exc).__name__}: {exc}")
+                last = exc
+            elapsed = time.monotonic() - start
+            if attempt == self.retry.max_retries or (
+                self.retry.deadline is not None and elapsed >= self.retry.deadline
+            ):
+                break
+            delay = self.retry.delay(attempt)
+            if self.retry.deadline is not None:
+                delay = min(delay, self.retry.deadline - elapsed)
+            logger.info("%s: retrying in %.2fs after: %s", self.name, delay, problems[-1])
+            self._sleep(delay)
+        raise BackendError(
+            f"{self.name}: {len(problems)} tries failed; last error: {problems[-1][:500]}"
+        ) from last
+
+    def _describe(self, exc: BaseException) -> str:
+        """A one-line message for a non-retryable SDK error, with the fix for the usual causes."""
+        code = status_code(exc)
+        text = str(getattr(exc, "message", None) or exc)[:500]
+        if code in (401, 403):
+            return f"{self.name}: HTTP {code}: {text}. Check that the API key is valid for {self.model}."
+        if code == 404:
+            return f"{self.name}: HTTP 404: {text}. Check the model id '{self.model}'."
+        if code is not None:
+            return f"{self.name}: HTTP {code}: {text}"
+        return f"{self.name}: generate_content failed: {type(exc).__name__}: {text}"
+
+    def _image_from(self, response: Any) -> Image.Image:
+        """The first non-thought image part of the first candidate; otherwise an error quoting the model."""
+        candidates = getattr(response, "candidates", None) or []
+        content = getattr(candidates[0], "content", None) if candidates else None
+        parts = (getattr(content, "parts", None) or []) if content is not None else []
+        texts: list[str] = []
+        for part in parts:
+            blob = getattr(part, "inline_data", None)
+            if blob is not None and getattr(blob, "data", None) and not getattr(part, "thought", False):
+                return self._decode(blob.data, getattr(blob, "mime_type", None))
+            if getattr(part, "text", None) and not getattr(part, "thought", False):
+                texts.append(part.text.strip())
+        reasons = []
+        if candidates and getattr(candidates[0], "finish_reason", None):
+            reasons.append(f"finish_reason={_name(candidates[0].finish_reason)}")
+            if getattr(candidates[0], "finish_message", None):
+                reasons.append(candidates[0].finish_message)
+        feedback = getattr(response, "prompt_feedback", None)
+        if feedback is not None and getattr(feedback, "block_reason", None):
+            reasons.append(f"prompt blocked: {_name(feedback.block_reason)}")
+            if getattr(feedback, "block_reason_message", None):
+                reasons.append(feedback.block_reason_message)
+        said = " ".join(texts)[:500]
+        raise BackendError(
+            f"{self.name}: the reply has no image"
+            + (f" ({'; '.join(reasons)})" if reasons else "")
+            + (f"; the model said: {said!r}" if said else "")
+            + ". Rephrase the prompt or try again."
+        )
+
+    def _decode(self, data: bytes, mime_type: str | None) -> Image.Image:
+        try:
+            with Image.open(io.BytesIO(data)) as decoded:
+                decoded.load()
+                return decoded.convert("RGB")
+        except (UnidentifiedImageError, OSError) as exc:
+            raise BackendError(
+                f"{self.name}: the returned {mime_type or 'image'} cannot be decoded."
+            ) from exc
+
+    def close(self) -> None:
+        """Close the SDK client when we created it (an injected client belongs to the caller)."""
+        if self._owns_client and callable(getattr(self.client, "close", None)):
+            self.client.close()
+
+    def __enter__(self) -> GeminiImageBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
