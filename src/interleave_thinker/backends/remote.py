@@ -13,11 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from interleave_thinker.core.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.core.config import RemoteOptions
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,17 @@ class RetrySettings:
     jitter: float = 0.5
     timeout: float = 300.0
     deadline: float | None = None
+
+    @classmethod
+    def from_options(cls, options: RemoteOptions) -> RetrySettings:
+        """The retry half of the user's ``remote`` config section."""
+        return cls(
+            max_retries=options.max_retries,
+            backoff_base=options.backoff_base,
+            backoff_max=options.backoff_max,
+            timeout=options.timeout,
+            deadline=options.deadline,
+        )
 
     def delay(self, retry: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
         """Exponential backoff with multiplicative jitter; a server's ``Retry-After`` is a lower bound."""
@@ -137,7 +151,7 @@ class RemoteCaller:
                 problems.append(f"{url}: {exc}")
                 retry_after = exc.retry_after
             except httpx.TimeoutException:
-                problems.append(f"{url}: timed out after {timeout:.0f}s")
+                problems.append(f"{url}: timed out after {timeout:.3g}s")
             except httpx.TransportError as exc:
                 problems.append(f"{url}: {type(exc).__name__}: {exc}")
             self.pool.mark_failed(url)
@@ -148,7 +162,7 @@ class RemoteCaller:
                 logger.info("%s: retrying in %.2fs after: %s", self.name, delay, problems[-1])
                 self._sleep(delay)
         over = self.retry.deadline is not None and time.monotonic() - start >= self.retry.deadline
-        reason = f"deadline of {self.retry.deadline:.0f}s passed" if over else f"{len(problems)} tries failed"
+        reason = f"deadline of {self.retry.deadline:.3g}s passed" if over else f"{len(problems)} tries failed"
         raise BackendError(f"{self.name}: {reason}; last error: {problems[-1] if problems else 'none'}")
 
     def check_status(self, response: httpx.Response) -> None:

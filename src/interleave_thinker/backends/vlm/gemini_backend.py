@@ -1,0 +1,166 @@
+"""Chat backend over Google's Gemini API through the ``google-genai`` SDK (optional extra).
+
+The SDK is imported inside the constructor, so the package works without it and a missing install
+is one clear error. Retries reuse :class:`~interleave_thinker.backends.remote.RemoteCaller` (one
+pseudo-endpoint, ``gemini:MODEL``): the SDK raises ``google.genai.errors.APIError`` (subclasses
+``ClientError`` for 4xx, ``ServerError`` for 5xx) carrying the HTTP status in an integer ``code``
+attribute, and lets ``httpx`` transport errors through. We classify errors by that ``code`` rather
+than by class, so we never import the SDK's error module and tests can raise look-alikes.
+
+Requests use the SDK's dict forms: ``contents`` is a list of ``{"role", "parts"}`` with
+``{"text"}`` and ``{"inline_data": {"mime_type": "image/png", "data": bytes}}`` parts (PNG is
+lossless, so the model sees exactly the pixels the local backend would), system messages become
+``config["system_instruction"]``, assistant turns get Gemini's role name ``model``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from PIL import Image
+
+from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
+from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.remote import (
+    RETRYABLE_STATUS,
+    EndpointPool,
+    RemoteCaller,
+    RetryableError,
+    RetrySettings,
+)
+from interleave_thinker.core.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.backends.specs import BackendOptions
+
+DEFAULT_KEY_ENV = "GEMINI_API_KEY"
+INSTALL_HINT = "pip install 'interleave-thinker[gemini]'"
+PIXEL_FACTOR = 32
+DEFAULT_MAX_PIXELS = 16384 * 32 * 32
+"""Same bound as the openai backend (Qwen3-VL's default ``longest_edge``): keeps request bodies sane."""
+
+
+class GeminiVLMBackend(VLMBatchMixin):
+    """``chat`` = one ``client.models.generate_content`` call, retried on 408/429/5xx and transport errors."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any | None = None,
+        api_key_env: str | None = None,
+        retry: RetrySettings | None = None,
+        concurrency: int = 8,
+        default_max_pixels: int = DEFAULT_MAX_PIXELS,
+    ) -> None:
+        if not model:
+            raise ConfigError("gemini spec has no model; write e.g. 'gemini:gemini-2.5-pro'.")
+        self.model = model
+        self.name = f"gemini:{model}"
+        self.default_max_pixels = default_max_pixels
+        self.retry = retry or RetrySettings()
+        self.client = client if client is not None else _make_client(api_key_env, self.retry.timeout)
+        self.caller = RemoteCaller(
+            self.name, EndpointPool([self.name]), retry=self.retry, concurrency=concurrency
+        )
+
+    @classmethod
+    def from_spec(cls, target: str, options: BackendOptions) -> GeminiVLMBackend:
+        """``MODEL``, e.g. ``gemini-2.5-pro``."""
+        remote = options.remote
+        return cls(
+            target.strip(),
+            api_key_env=remote.api_key_env,
+            retry=RetrySettings.from_options(remote),
+            concurrency=remote.concurrency,
+        )
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        contents, system = self.to_gemini_contents(messages)
+        config: dict[str, Any] = {"temperature": float(temperature), "max_output_tokens": max_new_tokens}
+        if system:
+            config["system_instruction"] = system
+        return str(self.caller.call(lambda _client, _url, timeout: self._generate(contents, config, timeout)))
+
+    def close(self) -> None:
+        self.caller.close()
+
+    def to_gemini_contents(self, messages: list[Message]) -> tuple[list[dict[str, Any]], str | None]:
+        """Project messages -> (Gemini ``contents``, system instruction or None)."""
+        contents: list[dict[str, Any]] = []
+        system: list[str] = []
+        for message in apply_max_pixels(messages, PIXEL_FACTOR):
+            content = message.get("content")
+            items: list[dict[str, Any]] = (
+                [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+            )
+            if message["role"] == "system":
+                system.extend(p["text"] for p in items if p.get("type") == "text")
+                continue
+            parts: list[dict[str, Any]] = []
+            for part in items:
+                if part.get("type") == "image":
+                    image = bound_pixels(part["image"], self.default_max_pixels, PIXEL_FACTOR)
+                    parts.append({"inline_data": {"mime_type": "image/png", "data": _png_bytes(image)}})
+                elif part.get("type") == "text":
+                    parts.append({"text": part["text"]})
+                else:
+                    raise BackendError(f"{self.name}: unsupported message part type {part.get('type')!r}.")
+            role = "model" if message["role"] == "assistant" else "user"
+            contents.append({"role": role, "parts": parts})
+        return contents, "\n\n".join(system) or None
+
+    def _generate(self, contents: list[dict[str, Any]], config: dict[str, Any], timeout: float) -> str:
+        """One SDK call; SDK errors are translated here, at the boundary."""
+        request_config = {**config, "http_options": {"timeout": int(timeout * 1000)}}  # the SDK wants ms
+        try:
+            response = self.client.models.generate_content(
+                model=self.model, contents=contents, config=request_config
+            )
+        except httpx.TransportError:
+            raise  # connection errors and timeouts: RemoteCaller retries them
+        except Exception as exc:
+            code = getattr(exc, "code", None)
+            message = getattr(exc, "message", None) or str(exc)
+            if not isinstance(code, int) or isinstance(code, bool):
+                raise BackendError(f"{self.name}: {type(exc).__name__}: {message}") from exc
+            if code in RETRYABLE_STATUS or code >= 500:
+                raise RetryableError(f"HTTP {code}: {message}") from exc
+            raise BackendError(f"{self.name}: HTTP {code}: {message}") from exc
+        text = getattr(response, "text", None)
+        if not isinstance(text, str) or not text.strip():
+            raise RetryableError(f"reply without text (blocked or empty): {_finish_reason(response)}")
+        return text.strip()
+
+
+def _make_client(api_key_env: str | None, timeout: float) -> Any:
+    """A real ``google.genai.Client``; the key is checked first, then the SDK is imported."""
+    env = api_key_env or DEFAULT_KEY_ENV
+    key = os.environ.get(env)
+    if not key:
+        raise ConfigError(
+            f"The gemini backend needs an API key: set {env} (or name another variable in "
+            "remote.api_key_env)."
+        )
+    try:
+        from google import genai  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        raise BackendError(f"The gemini backend needs the google-genai SDK: {INSTALL_HINT}") from exc
+    return genai.Client(api_key=key, http_options={"timeout": int(timeout * 1000)})
+
+
+def _png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _finish_reason(response: Any) -> str:
+    """What Gemini says about an empty reply (safety block, token limit), for the error message."""
+    candidates = getattr(response, "candidates", None) or []
+    reason = getattr(candidates[0], "finish_reason", None) if candidates else None
+    feedback = getattr(response, "prompt_feedback", None)
+    return f"finish_reason={reason}, prompt_feedback={feedback}"

@@ -1,0 +1,282 @@
+"""Chat backend over any OpenAI-compatible ``/v1/chat/completions`` server: vLLM, SGLang, OpenAI.
+
+Why a client-side pool and not only a load balancer: planner and critic replicas are often a handful
+of ``vllm serve`` processes on different hosts; listing them in the spec
+(``openai:http://a:8000/v1,http://b:8000/v1#planner``) spreads calls round-robin and rides over a
+replica that restarts, with no extra service to run. Transport, retries and deadlines live in
+:mod:`interleave_thinker.backends.remote`; this module only speaks the chat-completions dialect.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+from PIL import Image
+
+from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
+from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.remote import (
+    EndpointPool,
+    RemoteCaller,
+    RetryableError,
+    RetrySettings,
+    parse_retry_after,
+)
+from interleave_thinker.core.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.backends.specs import BackendOptions
+
+logger = logging.getLogger(__name__)
+
+PIXEL_FACTOR = 32
+"""Qwen3-VL's patch size (16) times its spatial merge size (2): resized sides are multiples of it."""
+DEFAULT_MAX_PIXELS = 16384 * 32 * 32
+"""Bound for image parts without ``max_pixels``: the ``size["longest_edge"]`` (16,777,216 px, 4096²)
+that the Qwen3-VL checkpoints ship in ``preprocessor_config.json``. (transformers' class default for
+``Qwen2VLImageProcessor``, which Qwen3-VL uses, is 28*28*1280; the checkpoints override it.) The
+server's processor bounds the image again; this one only keeps request bodies sane."""
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+class OpenAIVLMBackend(VLMBatchMixin):
+    """``chat`` = one ``POST {base}/chat/completions`` through a pool of base URLs with retries."""
+
+    def __init__(
+        self,
+        base_urls: str | Sequence[str],
+        model: str | None = None,
+        *,
+        retry: RetrySettings | None = None,
+        concurrency: int = 8,
+        cooldown: float = 30.0,
+        api_key_env: str | None = None,
+        default_max_pixels: int = DEFAULT_MAX_PIXELS,
+    ) -> None:
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        self.pool = EndpointPool([_normalize_url(u) for u in urls], cooldown=cooldown)
+        self.model = model or None
+        self.default_max_pixels = default_max_pixels
+        self.concurrency = concurrency
+        self._key_env = _key_env(api_key_env)
+        self.name = self._display_name()
+        self.caller = RemoteCaller(self.name, self.pool, retry=retry, concurrency=concurrency)
+        self._model_lock = threading.Lock()
+
+    @classmethod
+    def from_spec(cls, target: str, options: BackendOptions) -> OpenAIVLMBackend:
+        """``BASE_URL[,BASE_URL...][#MODEL]``, e.g. ``http://127.0.0.1:8000/v1#planner``."""
+        urls_part, _, model = target.partition("#")
+        urls = [u.strip() for u in urls_part.split(",") if u.strip()]
+        if not urls:
+            raise ConfigError(
+                f"openai spec target {target!r} has no base URL; write e.g. "
+                "'openai:http://127.0.0.1:8000/v1#MODEL' (several URLs separated by commas)."
+            )
+        remote = options.remote
+        return cls(
+            urls,
+            model.strip() or None,
+            retry=RetrySettings.from_options(remote),
+            concurrency=remote.concurrency,
+            cooldown=remote.cooldown,
+            api_key_env=remote.api_key_env,
+        )
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        model = self._resolve_model()
+        body = {
+            "model": model,
+            "messages": self.to_openai_messages(messages),
+            "max_tokens": max_new_tokens,
+            "temperature": float(temperature),
+        }
+        return str(self._call(lambda client, url, timeout: self._complete(client, url, timeout, body)))
+
+    def chat_batch(
+        self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
+    ) -> list[str]:
+        """Concurrent calls (up to ``concurrency``): the server batches them, so a batch is not a loop."""
+        if len(conversations) <= 1:
+            return super().chat_batch(conversations, max_new_tokens=max_new_tokens, temperature=temperature)
+        self._resolve_model()
+        workers = min(self.concurrency, len(conversations))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-chat") as executor:
+            futures = [
+                executor.submit(self.chat, c, max_new_tokens=max_new_tokens, temperature=temperature)
+                for c in conversations
+            ]
+            return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self.caller.close()
+
+    def __enter__(self) -> OpenAIVLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- message conversion ---------------------------------------------------------------------
+
+    def to_openai_messages(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """Project messages -> chat-completions messages; images become bounded PNG data URLs."""
+        converted: list[dict[str, Any]] = []
+        for message in apply_max_pixels(messages, PIXEL_FACTOR):
+            content = message.get("content")
+            if not isinstance(content, list):
+                converted.append({"role": message["role"], "content": content})
+                continue
+            parts: list[dict[str, Any]] = []
+            for part in content:
+                if part.get("type") == "image":
+                    image = bound_pixels(part["image"], self.default_max_pixels, PIXEL_FACTOR)
+                    parts.append({"type": "image_url", "image_url": {"url": png_data_url(image)}})
+                elif part.get("type") == "text":
+                    parts.append({"type": "text", "text": part["text"]})
+                else:
+                    raise BackendError(f"{self.name}: unsupported message part type {part.get('type')!r}.")
+            converted.append({"role": message["role"], "content": parts})
+        return converted
+
+    # -- transport ------------------------------------------------------------------------------
+
+    def _call(self, request: Any) -> Any:
+        """Run ``request`` through the caller; the API key is scrubbed from any error it raises."""
+        try:
+            return self.caller.call(request)
+        except BackendError as exc:
+            key = self._api_key()
+            if key and key in str(exc):
+                raise BackendError(str(exc).replace(key, "***")) from None
+            raise
+
+    def _headers(self) -> dict[str, str]:
+        # Read at every call and never kept: the key lives only in the environment.
+        key = self._api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _api_key(self) -> str | None:
+        return os.environ.get(self._key_env) or None
+
+    def _complete(self, client: httpx.Client, url: str, timeout: float, body: dict[str, Any]) -> str:
+        response = client.post(f"{url}/chat/completions", json=body, headers=self._headers(), timeout=timeout)
+        self._check(response)
+        try:
+            content = response.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            content = None
+        if not isinstance(content, str):
+            raise RetryableError(
+                f"reply without choices[0].message.content (HTTP {response.status_code}): "
+                f"{self._snippet(response.text)}"
+            )
+        return content.strip()
+
+    def _resolve_model(self) -> str:
+        """The spec's ``#MODEL``, else the first model the first reachable server lists (asked once)."""
+        if self.model is not None:
+            return self.model
+        with self._model_lock:
+            if self.model is None:
+                try:
+                    self.model = str(self._call(self._discover))
+                except BackendError as exc:
+                    urls = ", ".join(f"{u}/models" for u in self.pool.urls)
+                    raise BackendError(
+                        f"{self.name}: cannot discover the model name from GET {urls}: {exc}. "
+                        "Check the server is up, or name the model in the spec: 'openai:URL#MODEL'."
+                    ) from exc
+                self.name = self.caller.name = self._display_name()
+                logger.info("%s: serving model %r", self.name, self.model)
+            return self.model
+
+    def _discover(self, client: httpx.Client, url: str, timeout: float) -> str:
+        response = client.get(f"{url}/models", headers=self._headers(), timeout=timeout)
+        self._check(response)
+        try:
+            ids = [str(entry["id"]) for entry in response.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            raise RetryableError(f"not a model list: {self._snippet(response.text)}") from None
+        if not ids:
+            raise BackendError(f"{url}/models lists no model")
+        if len(ids) > 1:
+            logger.info("%s lists %d models; using the first, %r", url, len(ids), ids[0])
+        return ids[0]
+
+    def _check(self, response: httpx.Response) -> None:
+        """408/429/5xx -> retry elsewhere; other errors -> BackendError with the server's own message."""
+        status = response.status_code
+        if status < 400:
+            return
+        message = self._snippet(_server_message(response))
+        if status in (408, 429) or status >= 500:
+            raise RetryableError(f"HTTP {status}: {message}", parse_retry_after(response))
+        raise BackendError(f"{self.name}: HTTP {status} from {response.request.url}: {message}")
+
+    def _snippet(self, text: str, limit: int = 300) -> str:
+        key = self._api_key()
+        text = text.replace(key, "***") if key else text
+        return text if len(text) <= limit else text[:limit] + "..."
+
+    def _display_name(self) -> str:
+        return f"openai:{','.join(self.pool.urls)}#{self.model or '?'}"
+
+
+def png_data_url(image: Image.Image) -> str:
+    """Lossless transport: a PNG in a base64 ``data:`` URL, as vLLM and OpenAI accept."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _normalize_url(url: str) -> str:
+    """Check the scheme; a bare ``http://host:port`` gets the usual ``/v1`` prefix."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"openai base URL {url!r} is not an http(s) URL; write e.g. 'http://127.0.0.1:8000/v1'."
+        )
+    url = url.strip().rstrip("/")
+    return url + "/v1" if parts.path in ("", "/") else url
+
+
+def _key_env(configured: str | None) -> str:
+    """The variable to read the key from; a configured one that is unset is a config error."""
+    if configured is None:
+        return DEFAULT_KEY_ENV
+    if not os.environ.get(configured):
+        raise ConfigError(
+            f"remote.api_key_env names {configured}, which is not set; export {configured}=... "
+            "or drop remote.api_key_env to use OPENAI_API_KEY (optional for local servers)."
+        )
+    return configured
+
+
+def _server_message(response: httpx.Response) -> str:
+    """``{"error": {"message"}}`` (OpenAI), ``{"message"}`` (vLLM), ``{"detail"}`` (FastAPI) or the body."""
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        for key in ("message", "detail"):
+            if data.get(key):
+                value = data[key]
+                return value if isinstance(value, str) else json.dumps(value)
+    return response.text

@@ -1,0 +1,386 @@
+"""`serve vlm`: the OpenAI-compatible server, in-process over a recording backend and as a real
+subprocess over the tiny planner, always reached over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from PIL import Image
+
+from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.specs import load_vlm_backend
+from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
+from interleave_thinker.core.errors import BackendError
+from interleave_thinker.server.vlm_service import create_app
+
+FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
+
+
+class RecordingBackend(VLMBatchMixin):
+    """Replies ``reply``, records what it got, and measures how many calls overlapped."""
+
+    def __init__(self, reply: str = "recorded", *, fail: bool = False, hold: float = 0.0) -> None:
+        self.name = "recording"
+        self.reply = reply
+        self.fail = fail
+        self.hold = hold
+        self.calls: list[tuple[list[Message], int, float]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.hold)
+            self.calls.append((messages, max_new_tokens, temperature))
+            if self.fail:
+                raise BackendError("recording: generation failed: out of memory")
+            return self.reply
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+class InProcessServer:
+    """uvicorn in a thread on a socket we bound ourselves (port 0: no race for a free port)."""
+
+    def __init__(self, backend: RecordingBackend, served_name: str = "rec") -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(
+            create_app(backend, served_name), log_level="warning", ws="none", lifespan="off"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> InProcessServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture
+def recording() -> RecordingBackend:
+    return RecordingBackend()
+
+
+@pytest.fixture
+def served(recording: RecordingBackend) -> Iterator[InProcessServer]:
+    with InProcessServer(recording) as server:
+        yield server
+
+
+@pytest.fixture
+def http(served: InProcessServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        yield client
+
+
+def data_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def noise(size: tuple[int, int], seed: int) -> Image.Image:
+    rng = random.Random(seed)
+    return Image.frombytes("RGB", size, rng.randbytes(size[0] * size[1] * 3))
+
+
+# -- the app, in-process ------------------------------------------------------------------------
+
+
+def test_health_and_models(http: httpx.Client) -> None:
+    assert http.get("/health").json() == {"status": "ok"}
+    models = http.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == ["rec"]
+
+
+def test_chat_completion_shape_and_conversion(http: httpx.Client, recording: RecordingBackend) -> None:
+    picture = noise((48, 40), 1)
+    body = {
+        "model": "rec",
+        "messages": [
+            {"role": "developer", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": data_url(picture)}},
+                    {
+                        "type": "image_url",
+                        "image_url": data_url(picture.transpose(Image.Transpose.FLIP_LEFT_RIGHT)),
+                    },
+                ],
+            },
+        ],
+        "max_tokens": 50,
+        "max_completion_tokens": 20,
+        "temperature": 0.7,
+        "top_p": 0.9,
+    }
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    reply = response.json()
+    assert reply["object"] == "chat.completion"
+    assert reply["model"] == "rec"
+    assert reply["choices"][0]["message"] == {"role": "assistant", "content": "recorded"}
+    assert reply["choices"][0]["finish_reason"] == "stop"
+    assert "usage" in reply
+    [(messages, max_new_tokens, temperature)] = recording.calls
+    assert (max_new_tokens, temperature) == (20, 0.7)  # max_completion_tokens wins over max_tokens
+    assert messages[0] == {"role": "system", "content": [{"type": "text", "text": "be brief"}]}
+    parts = messages[1]["content"]
+    assert [p["type"] for p in parts] == ["text", "image", "image"]
+    assert parts[1]["image"].size == (48, 40)
+    assert parts[1]["image"].tobytes() == picture.tobytes()
+    assert parts[2]["image"].tobytes() == picture.transpose(Image.Transpose.FLIP_LEFT_RIGHT).tobytes()
+
+
+def test_defaults_greedy_and_max_tokens(http: httpx.Client, recording: RecordingBackend) -> None:
+    response = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 200
+    [(messages, max_new_tokens, temperature)] = recording.calls
+    assert messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert (max_new_tokens, temperature) == (4096, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}],
+                    }
+                ]
+            },
+            400,
+            "only base64 data URLs",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}],
+                    }
+                ]
+            },
+            400,
+            "not a readable image",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}
+                        ],
+                    }
+                ]
+            },
+            400,
+            "not a readable image",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+            400,
+            "unsupported content part type",
+        ),
+        (
+            {"model": "other", "messages": [{"role": "user", "content": "x"}]},
+            404,
+            "The model `other` does not exist",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "stream": True},
+            400,
+            "stream=true is not supported",
+        ),
+        ({"messages": []}, 400, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
+    ],
+    ids=["remote-url", "bad-base64", "not-an-image", "part-type", "model", "stream", "empty", "max-tokens"],
+)
+def test_bad_requests_are_openai_shaped_4xx(
+    http: httpx.Client, recording: RecordingBackend, body: dict[str, Any], status: int, needle: str
+) -> None:
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert needle in error["message"]
+    assert error["code"] == status
+    assert recording.calls == []
+
+
+def test_backend_failure_is_a_500_the_client_retries() -> None:
+    failing = RecordingBackend(fail=True)
+    with (
+        InProcessServer(failing) as server,
+        OpenAIVLMBackend(f"{server.url}/v1", "rec", retry=FAST) as client,
+        pytest.raises(BackendError) as info,
+    ):
+        client.chat([{"role": "user", "content": [{"type": "text", "text": "x"}]}])
+    assert len(failing.calls) == FAST.max_retries + 1
+    assert "HTTP 500: recording: generation failed: out of memory" in str(info.value)
+
+
+def test_model_calls_are_serialized() -> None:
+    slow = RecordingBackend(hold=0.05)
+    with InProcessServer(slow) as server, OpenAIVLMBackend(f"{server.url}/v1", "rec", retry=FAST) as client:
+        conversations = [[{"role": "user", "content": [{"type": "text", "text": str(n)}]}] for n in range(6)]
+        assert client.chat_batch(conversations) == ["recorded"] * 6
+    assert len(slow.calls) == 6
+    assert slow.max_in_flight == 1
+
+
+def test_openai_backend_round_trip_in_process(recording: RecordingBackend, served: InProcessServer) -> None:
+    picture = noise((33, 65), 2)
+    messages: list[Message] = [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": picture}, {"type": "text", "text": "describe"}],
+        }
+    ]
+    with OpenAIVLMBackend(f"{served.url}/v1", retry=FAST) as client:
+        assert client.chat(messages, max_new_tokens=7, temperature=0) == "recorded"
+        assert client.model == "rec"  # discovered from /v1/models
+    [(received, max_new_tokens, temperature)] = recording.calls
+    assert (max_new_tokens, temperature) == (7, 0.0)
+    assert received[0]["content"][0]["image"].tobytes() == picture.tobytes()
+    assert received[0]["content"][1] == {"type": "text", "text": "describe"}
+
+
+def test_help_points_to_vllm_for_production() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "interleave_thinker", "serve", "vlm", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "vllm serve" in result.stdout
+    assert "CPU users and tests" in result.stdout
+    assert "[default: 127.0.0.1]" in result.stdout
+
+
+# -- the real command over the tiny planner, as a subprocess ------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``python -m interleave_thinker serve vlm --model tiny:planner`` on a free port, same tiny dir as the tests."""
+    tiny = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
+        Path.home() / ".cache" / "interleave-thinker" / "tiny"
+    )  # what conftest's isolated_home sets, which module fixtures run before
+    home = tmp_path_factory.mktemp("serve-home")
+    env = {
+        **os.environ,
+        "INTERLEAVE_THINKER_TINY_DIR": tiny,
+        "INTERLEAVE_THINKER_HOME": str(home),
+        "INTERLEAVE_THINKER_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    port = free_port()
+    log_path = home / "server.log"
+    args = ["serve", "vlm", "--model", "tiny:planner", "--port", str(port), "--log-level", "warning"]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "interleave_thinker", *args], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"serve vlm exited with {process.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"serve vlm did not become healthy:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+
+
+@pytest.mark.slow
+def test_tiny_round_trip_equals_local_greedy(tiny_server: str) -> None:
+    messages: list[Message] = [
+        {"role": "system", "content": [{"type": "text", "text": "You are a planner."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": noise((64, 64), 3)},
+                {"type": "text", "text": "Plan three steps for a red kite over a beach."},
+                {"type": "image", "image": noise((200, 150), 4), "max_pixels": 64 * 64},
+            ],
+        },
+    ]
+    local = load_vlm_backend("tiny:planner")
+    expected = local.chat(messages, max_new_tokens=24, temperature=0.0)
+    with OpenAIVLMBackend(f"{tiny_server}/v1", retry=FAST) as remote:
+        got = remote.chat(messages, max_new_tokens=24, temperature=0.0)
+        assert remote.model == "tiny:planner"  # discovered: the served name defaults to the spec
+    assert expected
+    assert got == expected
+    assert got.encode() == expected.encode()
+
+
+@pytest.mark.slow
+def test_tiny_server_reports_usage_and_models(tiny_server: str) -> None:
+    models = httpx.get(f"{tiny_server}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["tiny:planner"]
+    body = {"model": "tiny:planner", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
+    reply = httpx.post(f"{tiny_server}/v1/chat/completions", json=body, timeout=120).json()
+    usage = reply["usage"]
+    assert usage["prompt_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert isinstance(reply["choices"][0]["message"]["content"], str)
