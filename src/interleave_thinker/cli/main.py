@@ -7,14 +7,14 @@ import os
 import re
 import sys
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli import scoring, serve_generator, serve_vlm
+from interleave_thinker.cli import batch, scoring, serve_generator, serve_vlm
+from interleave_thinker.cli.options import Fallback, Preset, TextSteps, build_config, quiet_diffusers
 from interleave_thinker.core.errors import (
     ConfigError,
     InputError,
@@ -39,26 +39,12 @@ app.add_typer(serve_app, name="serve")
 serve_app.command("generator")(serve_generator.command)
 serve_app.command("vlm")(serve_vlm.command)
 app.command("judge")(scoring.judge)
+app.command("batch")(batch.batch)
+app.command("report")(batch.report)
 app.command("reward")(scoring.reward)
 
 console = Console(stderr=True)
 USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)
-
-
-class Preset(StrEnum):
-    official = "official"
-    official_sft_critic = "official-sft-critic"
-    tiny = "tiny"
-
-
-class Fallback(StrEnum):
-    error = "error"
-    single_step = "single-step"
-
-
-class TextSteps(StrEnum):
-    text = "text"
-    generate = "generate"
 
 
 def default_out_dir(prompt: str) -> Path:
@@ -97,7 +83,6 @@ def run(
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
     from interleave_thinker.cli.progress import RichObserver
-    from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
 
     out_dir = out or default_out_dir(prompt)
@@ -105,26 +90,20 @@ def run(
         raise InputError(f"Output folder {out_dir} already holds a run (trace.json); choose another --out.")
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
-    loop = {
-        "max_attempts": max_attempts,
-        "seed_base": seed,
-        "planner_fallback": planner_fallback.value if planner_fallback else None,
-        "text_steps": text_steps.value if text_steps else None,
-        "critic_on_last_attempt": critic_on_last_attempt,
-    }
-    overrides = {
-        "planner": planner,
-        "critic": critic,
-        "generator": generator,
-        "loop": {k: v for k, v in loop.items() if v is not None},
-        "model": {"device": device} if device else {},
-    }
-    cfg = PipelineConfig.resolve(
-        preset=preset.value if preset else None, config_file=config, overrides=overrides
+    cfg = build_config(
+        preset,
+        config,
+        planner,
+        critic,
+        generator,
+        max_attempts,
+        seed,
+        device,
+        planner_fallback,
+        text_steps,
+        critic_on_last_attempt,
     )
-    from diffusers.utils import logging as diffusers_logging
-
-    diffusers_logging.disable_progress_bar()
+    quiet_diffusers()
     with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
         pipe = Pipeline.from_config(cfg)
     console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")

@@ -103,6 +103,7 @@ class StepRecord(_Model):
     text: str | None = None
     attempts: list[Attempt] = Field(default_factory=list)
     accepted_image: str | None = None
+    complete: bool = Field(default=False, description="False while the step's attempts are still running.")
 
     @property
     def accepted_attempt(self) -> Attempt | None:

@@ -45,32 +45,32 @@ class StepLoop:
         return self.loop.seed_base + step_index * self.loop.seed_stride + attempt
 
     def run(self, recorder: RunRecorder, input_images: list[Image.Image], input_names: list[str]) -> None:
-        """Run one request to the end, recording every call; raises only :class:`PlanningError`."""
+        """Run one request to the end, recording every call; raises only :class:`PlanningError`.
+
+        A trace that already holds a plan and complete steps (a resumed run) keeps them: planning is
+        skipped and the loop continues at the first step without a complete record.
+        """
         trace = recorder.trace
-        # 1. Plan.
-        self.observer.on_planning()
-        record = self.planner.plan(trace.request.text, input_images)
-        trace.planner = record
-        if record.plan is None:
-            if self.loop.planner_fallback != "single-step":
-                trace.status, trace.error = (
-                    "failed",
-                    _planning_failure(len(record.raw_replies), record.errors),
-                )
-                recorder.checkpoint()
-                raise PlanningError(trace.error, raw_replies=record.raw_replies)
-            record.plan = single_step_plan(trace.request.text)
-            trace.warnings.append(
-                "The planner returned no valid plan; the request ran as a single-step plan."
-            )
-        recorder.checkpoint()
-        self.observer.on_plan(record.plan)
+        # 1. Plan (unless resuming with a plan on disk).
+        if trace.planner.plan is None:
+            self._plan(recorder, input_images)
+        plan = trace.planner.plan
+        assert plan is not None
+        self.observer.on_plan(plan)
 
         # 2. Steps, in order; each image step starts from the latest image of the sequence.
+        trace.steps = [s for s in trace.steps if s.complete]
         latest: tuple[Image.Image, str] | None = (input_images[-1], input_names[-1]) if input_images else None
-        for index, step in enumerate(record.plan.steps, start=1):
-            step_record = self._run_step(recorder, index, step, latest)
+        for done in trace.steps:
+            if done.accepted_image is not None:
+                latest = (recorder.images[done.accepted_image], done.accepted_image)
+        for index, step in enumerate(plan.steps, start=1):
+            if index <= len(trace.steps):
+                continue
+            step_record = self._new_step(step)
             trace.steps.append(step_record)
+            self._run_step(recorder, index, step_record, latest)
+            step_record.complete = True
             recorder.checkpoint()
             self.observer.on_step_end(index, step_record)
             if step_record.kind == "image":
@@ -85,15 +85,38 @@ class StepLoop:
         trace.status = "succeeded"
         recorder.checkpoint()
 
-    def _run_step(
-        self, recorder: RunRecorder, index: int, step: PlanStep, latest: tuple[Image.Image, str] | None
-    ) -> StepRecord:
-        prompt = step.generation_prompt
+    def _plan(self, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
+        trace = recorder.trace
+        self.observer.on_planning()
+        record = self.planner.plan(trace.request.text, input_images)
+        trace.planner = record
+        if record.plan is None:
+            if self.loop.planner_fallback != "single-step":
+                trace.status = "failed"
+                trace.error = _planning_failure(len(record.raw_replies), record.errors)
+                recorder.checkpoint()
+                raise PlanningError(trace.error, raw_replies=record.raw_replies)
+            record.plan = single_step_plan(trace.request.text)
+            trace.warnings.append(
+                "The planner returned no valid plan; the request ran as a single-step plan."
+            )
+        recorder.checkpoint()
+
+    def _generation_prompt(self, step: PlanStep) -> str | None:
         if step.is_text_answer and self.loop.text_steps == "generate":
-            prompt = step.auxiliary_text
+            return step.auxiliary_text
+        return step.generation_prompt
+
+    def _new_step(self, step: PlanStep) -> StepRecord:
+        kind = "text" if self._generation_prompt(step) is None else "image"
+        return StepRecord(step=step, kind=kind, text=step.output_text)
+
+    def _run_step(
+        self, recorder: RunRecorder, index: int, record: StepRecord, latest: tuple[Image.Image, str] | None
+    ) -> None:
+        prompt = self._generation_prompt(record.step)
         if prompt is None:
-            return StepRecord(step=step, kind="text", text=step.output_text)
-        record = StepRecord(step=step, kind="image", text=step.output_text)
+            return
         planned = prompt
         for attempt_index in range(self.loop.max_attempts):
             attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest)
@@ -112,7 +135,6 @@ class StepLoop:
             if last is not None:
                 last.accepted = last.forced = True
                 record.accepted_image = last.image_file
-        return record
 
     def _attempt(
         self,

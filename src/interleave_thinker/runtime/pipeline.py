@@ -18,13 +18,14 @@ from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend, load_vlm_backend
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.images import open_rgb
 from interleave_thinker.core.messages import count_image_markers
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
 from interleave_thinker.core.types import Request, StepRecord, Trace
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
-from interleave_thinker.runtime.recorder import RunRecorder
+from interleave_thinker.runtime.recorder import IMAGES_DIR, TRACE_FILE, RunRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,29 @@ def normalize_request_text(text: str, n_images: int) -> tuple[str, list[str]]:
     return text, []
 
 
+def resume_recorder(out_dir: Path, request: Request) -> RunRecorder | None:
+    """A recorder holding the trace and images already in ``out_dir``, or None when there is none."""
+    path = out_dir / TRACE_FILE
+    for leftover in out_dir.rglob(".*.tmp") if out_dir.is_dir() else []:
+        leftover.unlink()  # a write interrupted by a crash; the rename never happened
+    if not path.is_file():
+        return None
+    trace = Trace.model_validate_json(path.read_text(encoding="utf-8"))
+    if trace.request.text != request.text or trace.request.images != request.images:
+        raise InputError(f"{path} holds a different request; use another output folder or remove it.")
+    recorder = RunRecorder(trace, out_dir)
+    keep = set(trace.input_images) | {
+        s.accepted_image for s in trace.steps if s.complete and s.accepted_image
+    }
+    keep |= {a.image_file for s in trace.steps if s.complete for a in s.attempts if a.image_file}
+    for name in keep:
+        recorder.images[name] = open_rgb(str(out_dir / IMAGES_DIR / name))
+    for stale in (out_dir / IMAGES_DIR).glob("*.png") if (out_dir / IMAGES_DIR).is_dir() else []:
+        if stale.name not in keep:
+            stale.unlink()  # an attempt of the step that was interrupted: it runs again
+    return recorder
+
+
 class Pipeline:
     """Planner, critic and generator wired to the step loop, with one config."""
 
@@ -153,32 +177,45 @@ class Pipeline:
         out_dir: str | Path | None = None,
         observer: Observer | None = None,
         request_id: str | None = None,
+        task: str | None = None,
+        resume: bool = False,
     ) -> Result:
-        """Run one request; with ``out_dir`` every image and the trace are written as they are made."""
+        """Run one request; with ``out_dir`` every image and the trace are written as they are made.
+
+        With ``resume=True`` and a trace of the same request in ``out_dir``, a finished request is
+        returned as it is and an unfinished one continues after its last complete step.
+        """
         # 1. Check inputs before anything is generated or written.
         paths = [str(p) for p in images or []]
         input_images = load_input_images(paths)
         text, warnings = normalize_request_text(prompt, len(input_images))
 
-        # 2. Set up the trace and the recorder.
-        trace = Trace(
-            request=Request(text=text, images=paths, id=request_id),
-            backends={
-                "planner": self.config.planner,
-                "critic": self.config.critic,
-                "generator": self.config.generator,
-            },
-            settings={
-                "loop": self.config.loop.model_dump(),
-                "generation": self.config.generation.model_dump(),
-            },
-            templates=self.templates.info(),
-            warnings=warnings + self._template_warnings(),
-        )
-        recorder = RunRecorder(trace, Path(out_dir) if out_dir is not None else None)
-        trace.input_images = [
-            recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
-        ]
+        # 2. Set up the trace and the recorder (or pick up a trace on disk when resuming).
+        out = Path(out_dir) if out_dir is not None else None
+        request = Request(text=text, images=paths, id=request_id, task=task)
+        recorder = resume_recorder(out, request) if resume and out is not None else None
+        if recorder is not None and recorder.trace.status in ("succeeded", "failed"):
+            return Result(trace=recorder.trace, images=recorder.images, notice=self.config.notice)
+        if recorder is None:
+            trace = Trace(
+                request=request,
+                backends={
+                    "planner": self.config.planner,
+                    "critic": self.config.critic,
+                    "generator": self.config.generator,
+                },
+                settings={
+                    "loop": self.config.loop.model_dump(),
+                    "generation": self.config.generation.model_dump(),
+                },
+                templates=self.templates.info(),
+                warnings=warnings + self._template_warnings(),
+            )
+            recorder = RunRecorder(trace, out)
+            trace.input_images = [
+                recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
+            ]
+        trace = recorder.trace
 
         # 3. Run the loop; the trace and documents are written even when planning fails.
         loop = StepLoop(

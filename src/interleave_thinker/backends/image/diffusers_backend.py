@@ -97,3 +97,47 @@ class DiffusersImageBackend(ImageBatchMixin):
                 f"{self.name}: the pipeline returned {type(result).__name__}, not a PIL image."
             )
         return result
+
+    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
+        """Text-to-image requests with equal size, steps and guidance run as one pipeline call; the rest
+        (edits, whose image list means multi-reference in FLUX.2, and mixed settings) run one by one."""
+        import torch
+
+        results: list[Image.Image | None] = [None] * len(requests)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for index, request in enumerate(requests):
+            if request.get("image") is None:
+                key = (
+                    request.get("width", 1024),
+                    request.get("height", 1024),
+                    request.get("steps"),
+                    request.get("guidance"),
+                )
+                groups.setdefault(key, []).append(index)
+            else:
+                results[index] = self.generate(**request)
+        for (width, height, steps, guidance), indices in groups.items():
+            if len(indices) == 1:
+                results[indices[0]] = self.generate(**requests[indices[0]])
+                continue
+            kwargs: dict[str, Any] = {
+                "prompt": [requests[i]["prompt"] for i in indices],
+                "width": width,
+                "height": height,
+                "num_inference_steps": steps if steps is not None else self.defaults["steps"],
+                "generator": [
+                    torch.Generator(device="cpu").manual_seed(requests[i].get("seed", 0)) for i in indices
+                ],
+            }
+            if self.defaults["guidance_arg"] in self.parameters:
+                kwargs[self.defaults["guidance_arg"]] = (
+                    guidance if guidance is not None else self.defaults["guidance"]
+                )
+            try:
+                with torch.inference_mode():
+                    output = self.pipe(**kwargs)
+            except (RuntimeError, ValueError) as exc:
+                raise BackendError(f"{self.name}: batched generation failed: {exc}") from exc
+            for i, image in zip(indices, output.images, strict=True):
+                results[i] = image
+        return [r for r in results if r is not None]

@@ -51,12 +51,26 @@ class TransformersVLMBackend(VLMBatchMixin):
         return processor, model
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        return self.chat_batch([messages], max_new_tokens=max_new_tokens, temperature=temperature)[0]
+
+    def chat_batch(
+        self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
+    ) -> list[str]:
+        """One ``generate`` over several conversations, left-padded so every reply starts at the same column."""
         import torch
 
-        conversation = apply_max_pixels(messages, self.pixel_factor)
+        prepared = [apply_max_pixels(m, self.pixel_factor) for m in conversations]
+        tokenizer = self.processor.tokenizer
+        side = tokenizer.padding_side
+        tokenizer.padding_side = "left"
         try:
             inputs = self.processor.apply_chat_template(
-                conversation, tokenize=True, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+                prepared if len(prepared) > 1 else prepared[0],
+                tokenize=True,
+                add_generation_prompt=True,
+                return_dict=True,
+                return_tensors="pt",
+                processor_kwargs={"padding": len(prepared) > 1},
             ).to(self.model.device)
             generation: dict[str, Any] = {"max_new_tokens": max_new_tokens}
             if temperature > 0:
@@ -67,5 +81,9 @@ class TransformersVLMBackend(VLMBatchMixin):
                 output = self.model.generate(**inputs, **generation)
         except (RuntimeError, ValueError) as exc:
             raise BackendError(f"{self.name}: generation failed: {exc}") from exc
+        finally:
+            tokenizer.padding_side = side
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
-        return str(self.processor.batch_decode(new_tokens, skip_special_tokens=True)[0]).strip()
+        return [
+            str(text).strip() for text in self.processor.batch_decode(new_tokens, skip_special_tokens=True)
+        ]

@@ -1,0 +1,149 @@
+"""Batch inputs: JSONL, JSON list, CSV, Parquet or a Hugging Face dataset, normalised to `BatchItem`s.
+
+Fields: ``id`` (generated from the position when absent), ``prompt`` (aliases ``user_input``,
+``instruction``, ``Prompt``), optional ``images`` (a list, a JSON list in a string, or ``;``-separated;
+relative paths resolve against the input file's folder) and ``task``. Problems name the file and the
+line (or item) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import InputError
+
+PROMPT_FIELDS = ("prompt", "user_input", "instruction", "Prompt")
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    id: str
+    prompt: str
+    images: tuple[str, ...] = ()
+    task: str | None = None
+    where: str = ""
+
+
+def _images(value: Any, base: Path | None, where: str) -> tuple[str, ...]:
+    if value in (None, "", []):
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        value = (
+            json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(";") if p.strip()]
+        )
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{where}: images: must be a list of paths.")
+    return tuple(str(base / v) if base is not None and not Path(v).is_absolute() else v for v in value)
+
+
+def _item(row: Any, position: int, where: str, base: Path | None) -> BatchItem:
+    if not isinstance(row, dict):
+        raise InputError(f"{where}: each record must be an object with a prompt.")
+    prompt = next((row[k] for k in PROMPT_FIELDS if isinstance(row.get(k), str) and row[k].strip()), None)
+    if prompt is None:
+        raise InputError(f"{where}: prompt: missing (also accepted: {', '.join(PROMPT_FIELDS[1:])}).")
+    raw_id = row.get("id")
+    item_id = str(raw_id) if raw_id not in (None, "") else f"item-{position:05d}"
+    if "/" in item_id or item_id in (".", ".."):
+        raise InputError(f"{where}: id: {item_id!r} cannot be used as a folder name.")
+    task = row.get("task")
+    return BatchItem(
+        item_id, prompt, _images(row.get("images"), base, where), str(task) if task else None, where
+    )
+
+
+def _rows(path: Path) -> list[tuple[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append((f"{path}:{number}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
+        return rows
+    if suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+        if not isinstance(data, list):
+            raise InputError(f"{path}: must hold a JSON list of records.")
+        return [(f"{path}: item {i}", row) for i, row in enumerate(data, start=1)]
+    if suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            return [(f"{path}:{n}", row) for n, row in enumerate(csv.DictReader(handle), start=2)]
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise InputError(f"{path}: reading Parquet needs pyarrow (`pip install pyarrow`).") from None
+        return [(f"{path}: row {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
+    raise InputError(
+        f"{path}: unknown input format '{suffix}'; use .jsonl, .json, .csv, .parquet or hf:DATASET."
+    )
+
+
+def _hf_rows(spec: str) -> list[tuple[str, Any]]:
+    name, _, split = spec.removeprefix("hf:").partition(":")
+    try:
+        import datasets
+    except ImportError:
+        raise InputError(
+            "Hugging Face inputs need the `datasets` package (`pip install datasets`)."
+        ) from None
+    try:
+        dataset = datasets.load_dataset(name, split=split or "test")
+    except Exception as exc:  # the hub raises many kinds; offline ones are the common case
+        raise InputError(
+            f"Dataset '{name}' (split '{split or 'test'}') could not be loaded: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}. Offline, a dataset must already be in the Hugging "
+            "Face cache: load it once online, or export it to JSONL."
+        ) from None
+    return [(f"{spec}: row {i}", dict(row)) for i, row in enumerate(dataset, start=1)]
+
+
+def read_batch_input(spec: str) -> list[BatchItem]:
+    """Every record of the input, validated; duplicate ids are errors naming both places."""
+    if spec.startswith("hf:"):
+        rows, base = _hf_rows(spec), None
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise InputError(f"Input file {path} does not exist.")
+        rows, base = _rows(path), path.parent
+    items: list[BatchItem] = []
+    seen: dict[str, str] = {}
+    for position, (where, row) in enumerate(rows, start=1):
+        item = _item(row, position, where, base)
+        if item.id in seen:
+            raise InputError(f"{where}: id: '{item.id}' already used at {seen[item.id]}.")
+        seen[item.id] = where
+        items.append(item)
+    if not items:
+        raise InputError(f"{spec} holds no records.")
+    return items
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    index, sep, count = value.partition("/")
+    if not sep or not index.isdigit() or not count.isdigit() or int(count) < 1 or int(index) >= int(count):
+        raise InputError(f"--shard {value!r}: write I/N with 0 <= I < N, e.g. 0/4.")
+    return int(index), int(count)
+
+
+def select(
+    items: list[BatchItem], *, shard: tuple[int, int] | None = None, limit: int | None = None
+) -> list[BatchItem]:
+    """``limit`` takes the first N records of the input; ``shard`` I/N keeps every N-th from I."""
+    chosen = items[:limit] if limit is not None else items
+    if shard is not None:
+        index, count = shard
+        chosen = [item for position, item in enumerate(chosen) if position % count == index]
+    return chosen

@@ -1,0 +1,171 @@
+"""Per-backend concurrency limits, call statistics and cross-request micro-batching.
+
+Requests run in worker threads; every backend call goes through one of these wrappers, which bounds
+the calls in flight (a semaphore), records latency and busy time for the batch summary, and, for
+local models that batch exactly, gathers concurrent calls into one batched call.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from interleave_thinker.backends.protocols import (
+    ImageBackend,
+    ImageBatchMixin,
+    Message,
+    VLMBackend,
+    VLMBatchMixin,
+)
+
+
+@dataclass
+class BackendStats:
+    role: str
+    limit: int
+    calls: int = 0
+    batches: int = 0
+    busy_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, seconds: float, calls: int = 1) -> None:
+        with self._lock:
+            self.calls += calls
+            self.batches += 1
+            self.busy_s += seconds
+            self.latencies.extend([seconds] * calls)
+
+    def summary(self, wall: float) -> dict[str, Any]:
+        ordered = sorted(self.latencies)
+
+        def pct(q: float) -> float | None:
+            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4) if ordered else None
+
+        return {
+            "calls": self.calls,
+            "batched_calls": self.batches,
+            "limit": self.limit,
+            "latency_p50_s": pct(0.5),
+            "latency_p90_s": pct(0.9),
+            "latency_p99_s": pct(0.99),
+            "utilisation": round(self.busy_s / (wall * self.limit), 4) if wall > 0 else 0.0,
+        }
+
+
+class MicroBatcher:
+    """Collects calls from many threads for up to ``max_wait`` seconds (or ``max_batch`` calls) and runs
+    each group of compatible calls (equal ``key``) as one batched call on a dispatcher thread."""
+
+    def __init__(
+        self, run_batch: Callable[[Any, list[Any]], list[Any]], *, max_batch: int = 8, max_wait: float = 0.005
+    ) -> None:
+        self.run_batch = run_batch
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self._queue: queue.Queue[tuple[Hashable, Any, Future[Any]]] = queue.Queue()
+        self._thread = threading.Thread(target=self._dispatch, name="micro-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: Hashable, payload: Any) -> Any:
+        future: Future[Any] = Future()
+        self._queue.put((key, payload, future))
+        return future.result()
+
+    def _dispatch(self) -> None:
+        held: list[tuple[Hashable, Any, Future[Any]]] = []
+        while True:
+            if not held:
+                held.append(self._queue.get())
+            deadline = time.monotonic() + self.max_wait
+            while len(held) < self.max_batch * 4:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    held.append(self._queue.get(timeout=left))
+                except queue.Empty:
+                    break
+            key = held[0][0]
+            group = [item for item in held if item[0] == key][: self.max_batch]
+            held = [item for item in held if item not in group]
+            try:
+                results = self.run_batch(key, [payload for _, payload, _ in group])
+                for (_, _, future), result in zip(group, results, strict=True):
+                    future.set_result(result)
+            except BaseException as exc:  # the callers see the backend's own error
+                for _, _, future in group:
+                    future.set_exception(exc)
+
+
+class LimitedVLM(VLMBatchMixin):
+    def __init__(
+        self, inner: VLMBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
+    ):
+        self.inner, self.stats, self.name = inner, stats, inner.name
+        self._slots = threading.BoundedSemaphore(stats.limit)
+        self._batcher = (
+            MicroBatcher(self._run_batch, max_batch=stats.limit, max_wait=max_wait) if micro_batch else None
+        )
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        if self._batcher is not None and temperature == 0:
+            return str(self._batcher.submit(max_new_tokens, messages))
+        with self._slots:
+            start = time.perf_counter()
+            reply = self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+            self.stats.record(time.perf_counter() - start)
+        return reply
+
+    def _run_batch(self, max_new_tokens: int, conversations: list[list[Message]]) -> list[str]:
+        """Greedy calls with equal ``max_new_tokens`` share a batch; left-padded greedy replies equal single ones."""
+        start = time.perf_counter()
+        replies = self.inner.chat_batch(conversations, max_new_tokens=max_new_tokens, temperature=0.0)
+        self.stats.record(time.perf_counter() - start, len(conversations))
+        return replies
+
+
+class LimitedImage(ImageBatchMixin):
+    def __init__(
+        self, inner: ImageBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
+    ):
+        self.inner, self.stats, self.name = inner, stats, inner.name
+        self._slots = threading.BoundedSemaphore(stats.limit)
+        self._batcher = (
+            MicroBatcher(self._run_batch, max_batch=stats.limit, max_wait=max_wait) if micro_batch else None
+        )
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        image: Image.Image | None = None,
+        width: int = 1024,
+        height: int = 1024,
+        seed: int = 0,
+        steps: int | None = None,
+        guidance: float | None = None,
+    ) -> Image.Image:
+        request: dict[str, Any] = {"prompt": prompt, "image": image, "width": width, "height": height}
+        request |= {"seed": seed, "steps": steps, "guidance": guidance}
+        if self._batcher is not None and image is None:
+            result: Image.Image = self._batcher.submit((width, height, steps, guidance), request)
+            return result
+        with self._slots:
+            start = time.perf_counter()
+            output = self.inner.generate(**request)
+            self.stats.record(time.perf_counter() - start)
+        return output
+
+    def _run_batch(self, key: Any, requests: list[dict[str, Any]]) -> list[Image.Image]:
+        start = time.perf_counter()
+        images = self.inner.generate_batch(requests)
+        self.stats.record(time.perf_counter() - start, len(requests))
+        return images
