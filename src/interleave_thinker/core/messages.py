@@ -6,6 +6,7 @@ Messages are OpenAI/Qwen-style: ``[{"role": "user", "content": [part, ...]}]`` w
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -31,8 +32,12 @@ def fill(template: str, **values: str) -> str:
     return template
 
 
+@functools.cache
 def white_canvas(size: tuple[int, int] = CANVAS_SIZE) -> Image.Image:
-    """The "before" image of a text-to-image step, as the release uses it (white RGB, 1024x1024)."""
+    """The "before" image of a text-to-image step, as the release uses it (white RGB, 1024x1024).
+
+    Made once and shared: backends only read images.
+    """
     return Image.new("RGB", size, (255, 255, 255))
 
 

@@ -7,6 +7,8 @@ into JSON with ``json-repair`` and validate field by field; nothing is ever eval
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 from typing import Any
 
@@ -43,15 +45,32 @@ def extract_answer(reply: str) -> str:
     return _THINK_OPEN.sub("", without_think).strip()
 
 
+def _strict_literal(text: str) -> Any:
+    """Well-formed answers (the common case) parse as a Python or JSON literal without repair; never evaluated."""
+    body = text.strip()
+    if len(body) > 200_000:
+        return None
+    for parse in (ast.literal_eval, json.loads):
+        try:
+            value = parse(body)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, dict | list):
+            return value
+    return None
+
+
 def repair_literal(text: str, *, raw: str) -> Any:
     """Parse a JSON-or-Python-literal-like text into plain Python objects, repairing what it can."""
     start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
     if start < 0:
         raise ParseError("the reply holds no JSON object or list", raw=raw)
-    try:
-        value = json_repair.loads(text[start:])
-    except Exception as exc:  # json-repair raises assorted errors on hopeless input
-        raise ParseError(f"the answer could not be repaired into JSON ({exc})", raw=raw) from exc
+    value = _strict_literal(text[start:])
+    if value is None:
+        try:
+            value = json_repair.loads(text[start:])
+        except Exception as exc:  # json-repair raises assorted errors on hopeless input
+            raise ParseError(f"the answer could not be repaired into JSON ({exc})", raw=raw) from exc
     if value in ("", None, [], {}):
         raise ParseError("the answer is empty after repair", raw=raw)
     return value

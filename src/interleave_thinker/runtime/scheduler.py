@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
@@ -100,13 +101,19 @@ class BatchRunner:
         finished: dict[str, str] = {}
         start = time.perf_counter()
 
-        async def one(item: BatchItem) -> None:
-            async with slots:
-                status = await asyncio.to_thread(self._run_one, item)
-            finished[item.id] = status
-            self.on_done(item.id, status)
+        loop = asyncio.get_running_loop()
+        # One worker thread per request in flight (the default executor has only a few on small machines).
+        with ThreadPoolExecutor(
+            max_workers=self.settings.concurrency, thread_name_prefix="request"
+        ) as workers:
 
-        await asyncio.gather(*(one(item) for item in todo))
+            async def one(item: BatchItem) -> None:
+                async with slots:
+                    status = await loop.run_in_executor(workers, self._run_one, item)
+                finished[item.id] = status
+                self.on_done(item.id, status)
+
+            await asyncio.gather(*(one(item) for item in todo))
         return BatchOutcome(finished, len(items) - len(todo), time.perf_counter() - start, self.stats)
 
     def _run_one(self, item: BatchItem) -> str:

@@ -1,0 +1,196 @@
+"""Scheduler throughput, orchestration overhead, and micro-batching of the tiny local models.
+
+(a) 64 requests over latency-simulating backends (planner 40 ms, generator 150 ms, critic 40 ms, each
+    with 8 slots): a sequential one-request-at-a-time loop vs our scheduler vs the capacity bound.
+(b) Orchestration overhead per attempt with instantaneous backends (no disk, no image encoding).
+(c) The tiny transformers and diffusers backends: 8 concurrent calls, micro-batched vs one at a time,
+    and whether outputs are identical.
+Run: python benchmarks/bench_scheduler.py [--skip-tiny]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from _sim import SimImage, SimVLM  # type: ignore[import-not-found]
+from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
+from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+from interleave_thinker.runtime.store import RunStore
+
+REQUESTS, STEPS = 64, 3
+PLANNER, GENERATOR, CRITIC, SLOTS = 0.040, 0.150, 0.040, 8
+
+
+def plan(messages: list[dict[str, object]]) -> str:
+    steps = ", ".join(
+        f"{{'step_number': {i}, 'instruction': 'do {i}', 'prompt': 'step {i} of {hash_of(messages)}', 'auxiliary_text': None}}"
+        for i in range(1, STEPS + 1)
+    )
+    return f"<answer>{{'execution_plan': [{steps}]}}</answer>"
+
+
+def hash_of(messages: list[dict[str, object]]) -> str:
+    return hashlib.sha256(repr(messages[0]["content"]).encode()).hexdigest()[:8]
+
+
+def verdict(messages: list[dict[str, object]]) -> str:
+    text = "".join(p["text"] for p in messages[0]["content"] if p.get("type") == "text")  # type: ignore[union-attr,attr-defined]
+    ok = "refined" in text or int(hashlib.sha256(text.encode()).hexdigest(), 16) % 4 != 0
+    return f"<answer>{{'previous_step_success': {ok}, 'refine_prompt': 'refined prompt'}}</answer>"
+
+
+def config() -> PipelineConfig:
+    return PipelineConfig.model_validate(
+        {
+            "planner": "sim:planner",
+            "critic": "sim:critic",
+            "generator": "sim:generator",
+            "generation": {"width": 64, "height": 64},
+        }
+    )
+
+
+def pipeline(latency: bool = True) -> tuple[Pipeline, list[SimVLM | SimImage]]:
+    scale = 1.0 if latency else 0.0
+    planner = SimVLM(plan, PLANNER * scale, SLOTS, "planner")
+    critic = SimVLM(verdict, CRITIC * scale, SLOTS, "critic")
+    generator = SimImage(GENERATOR * scale, SLOTS, "generator")
+    return Pipeline(
+        planner=planner, critic=critic, generator=generator, config=config(), templates=builtin_templates()
+    ), [planner, critic, generator]
+
+
+def part_a() -> None:
+    items = [BatchItem(f"r{i:03d}", f"Show process {i}") for i in range(REQUESTS)]
+    pipe, sims = pipeline()
+    start = time.perf_counter()
+    for item in items:
+        pipe(item.prompt, request_id=item.id)
+    sequential = time.perf_counter() - start
+    calls = {s.name: s.sim.calls for s in sims}
+
+    pipe, sims = pipeline()
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = BatchRunner(
+            pipe,
+            RunStore(Path(tmp)),
+            BatchSettings(
+                concurrency=REQUESTS, limits=dict.fromkeys(("planner", "critic", "generator"), SLOTS)
+            ),
+        )
+        outcome = runner.run(items)
+    ours = outcome.wall_s
+    assert {s.name: s.sim.calls for s in sims} == calls, "the scheduler changed the work done"
+    latency = {"planner": PLANNER, "critic": CRITIC, "generator": GENERATOR}
+    per_backend = {name: math.ceil(calls[name] / SLOTS) * latency[name] for name in calls}
+    attempts_per_request = (calls["generator"]) / REQUESTS
+    chain = PLANNER + attempts_per_request * GENERATOR + (calls["critic"] / REQUESTS) * CRITIC
+    bound = max([*per_backend.values(), chain])
+    print("(a) 64 requests, planner 40 ms / generator 150 ms / critic 40 ms, 8 slots each")
+    print(f"    calls: {calls}")
+    print(f"    {'sequential':>12}{'scheduler':>12}{'bound':>12}")
+    print(f"    {sequential:>11.2f}s{ours:>11.2f}s{bound:>11.2f}s")
+    print(f"    bound / scheduler    = {bound / ours:.2f}   (goal >= 0.9)")
+    print(f"    sequential/scheduler = {sequential / ours:.1f}x  (goal >= 6)")
+    for name in ("planner", "generator", "critic"):
+        print(f"    utilisation {name:9} {outcome.stats[name].summary(ours)['utilisation']:.2f}")
+
+
+def part_b() -> None:
+    pipe, _ = pipeline(latency=False)
+    for _ in range(5):
+        pipe("warm up")
+    start = time.perf_counter()
+    attempts = 0
+    for i in range(200):
+        result = pipe(f"Show process {i}")
+        attempts += sum(len(s.attempts) for s in result.trace.steps)
+    elapsed = time.perf_counter() - start
+    print(
+        f"(b) orchestration overhead with instantaneous backends: {elapsed / attempts * 1000:.3f} ms per attempt "
+        f"({attempts} attempts; planner + critic parsing, trace building; goal < 2 ms)"
+    )
+
+
+def concurrently(fn: object, args: list[object]) -> tuple[list[object], float]:
+    results: list[object] = [None] * len(args)
+
+    def work(i: int) -> None:
+        results[i] = fn(args[i])  # type: ignore[operator]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(args))]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - start
+
+
+def part_c() -> None:
+    from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
+
+    vlm = load_vlm_backend("tiny:critic")
+    conversations = [
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": Image.new("RGB", (64, 64), (i * 30, 0, 0))},
+                    {"type": "text", "text": "check this image " * (1 + i % 3)},
+                ],
+            }
+        ]
+        for i in range(8)
+    ]
+    print("(c) tiny models, 8 concurrent requests")
+    for batched in (False, True):
+        wrapped = LimitedVLM(vlm, BackendStats("critic", 8 if batched else 1), micro_batch=batched)
+        outs, wall = concurrently(lambda c, w=wrapped: w.chat(c, max_new_tokens=32), conversations)  # type: ignore[misc]
+        if not batched:
+            reference = outs
+        print(
+            f"    transformers {'batched  ' if batched else 'unbatched'}: {8 / wall:6.2f} req/s, batches={wrapped.stats.batches}, "
+            f"identical={outs == reference}"
+        )
+    image = load_image_backend("tiny:generator")
+    prompts = [f"a picture of thing {i}" for i in range(8)]
+    for batched in (False, True):
+        wrapped_image = LimitedImage(
+            image, BackendStats("generator", 8 if batched else 1), micro_batch=batched
+        )
+        outs, wall = concurrently(
+            lambda p, w=wrapped_image: w.generate(p, width=64, height=64, seed=7, steps=2, guidance=1.0),  # type: ignore[misc]
+            prompts,
+        )
+        if not batched:
+            images = outs
+        diff = max(
+            int(np.abs(np.asarray(a, dtype=int) - np.asarray(b, dtype=int)).max())
+            for a, b in zip(outs, images, strict=True)
+        )
+        print(
+            f"    diffusers    {'batched  ' if batched else 'unbatched'}: {8 / wall:6.2f} req/s, batches={wrapped_image.stats.batches}, "
+            f"identical={diff == 0} (max pixel difference {diff})"
+        )
+    print("    -> the scheduler micro-batches only where outputs are identical (--micro-batch ROLE opts in);")
+    print("       diffusers batching differs by float rounding, so it is off by default.")
+
+
+if __name__ == "__main__":
+    part_a()
+    part_b()
+    if "--skip-tiny" not in sys.argv:
+        part_c()
