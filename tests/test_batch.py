@@ -259,3 +259,17 @@ def test_sigkill_at_several_points_then_resume_equals_uninterrupted(
     assert summary["requests"] == {"total": 24, "succeeded": 24, "failed": 0, "unfinished": 0}
     report = (out / "report.html").read_text()
     assert report.count('class="card"') == 24 and 'data-task="t1"' in report
+
+    # `report` rebuilds the outputs from the traces alone.
+    results = (out / "results.json").read_text()
+    for name in ("summary.json", "results.json", "report.html"):
+        (out / name).unlink()
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "interleave_thinker", "report", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (out / "results.json").read_text() == results
+    assert json.loads((out / "summary.json").read_text())["success_rate"] == 1.0
