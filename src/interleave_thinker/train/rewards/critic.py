@@ -128,6 +128,8 @@ class StepwiseScorer:
     size: tuple[int, int] | None = None
     generator_concurrency: int = 4
     judge_concurrency: int = 8
+    sample_concurrency: int | None = None
+    """Samples scored at once (None: all of the batch); 1 with both pools at 1 is fully sequential."""
     cache: GenerationCache = field(default_factory=GenerationCache)
     base_dir: Path | None = None
 
@@ -145,7 +147,8 @@ class StepwiseScorer:
         befores: list[str],
     ) -> list[StepwiseOutcome]:
         """One outcome per sample, in order; every sample runs at once, each within the deadline."""
-        with ThreadPoolExecutor(max(1, len(truths)), thread_name_prefix="reward-sample") as samples:
+        width = max(1, min(len(truths), self.sample_concurrency or len(truths)))
+        with ThreadPoolExecutor(width, thread_name_prefix="reward-sample") as samples:
             futures = [
                 samples.submit(self.score_one, p, t, o, b)
                 for p, t, o, b in zip(refine_prompts, truths, origin_prompts, befores, strict=True)
