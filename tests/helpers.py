@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +40,15 @@ class ScriptedOverTiny(ScriptedVLMBackend):
         super().__init__(replies, **kwargs)
         self.real = real
         self.processed_images: list[int] = []
+        self._lock = (
+            threading.Lock()
+        )  # the real model (and our patch of its processor) serves one call at a time
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        with self._lock:
+            return self._chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+
+    def _chat(self, messages: list[Message], *, max_new_tokens: int, temperature: float) -> str:
         processor = self.real.processor
         original = processor.apply_chat_template
 

@@ -68,7 +68,7 @@ def test_stepwise_reward_on_tiny_models(tmp_path: Path) -> None:
     assert [c.prompt for c in generator.calls] == ["a black line sketch of a cat"]
     call = generator.calls[0]
     assert call.image is None and call.seed == 0 and call.output.size == (64, 64)
-    assert judge_vlm.processed_images == [2, 1]  # SC sees [before, after], PQ sees [after]
+    assert sorted(judge_vlm.processed_images) == [1, 2]  # SC sees [before, after], PQ sees [after]
     semantic, quality = ((6 - 1) / 10 + 1) / 2, ((7 - 6) / 10 + 1) / 2
     assert values == pytest.approx([0.5 + 0.5 * (0.2 + 0.6 * semantic + 0.2 * quality), 0.8, 0.7])
     scorer.close()
@@ -137,3 +137,45 @@ def test_judge_cli_reports_failure_honestly(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["sc"] is None and report["overall"] is None and "unparsable" in report["error"]
     assert len(report["raw_replies"]["sc"]) == 3
+
+
+def test_stepwise_reward_with_a_judge_served_over_http(tmp_path: Path) -> None:
+    """The judge behind the project's OpenAI-compatible server (real HTTP), the tiny generator local."""
+    from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
+
+    from .test_serve_vlm import InProcessServer
+
+    path = rollouts(tmp_path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    served_judge = ScriptedOverTiny(
+        load_vlm_backend("tiny:judge"),
+        [
+            lambda m: (
+                '||V^=^V|| {"score": [4, 9], "reasoning": "sc"} ||V^=^V||'
+                if len(ScriptedOverTiny.images_in(m)) == 2
+                else "[5, 8]"
+            )
+        ],
+        repeat_last=True,
+    )
+    with InProcessServer(served_judge, "judge") as server:  # type: ignore[arg-type]
+        client = OpenAIVLMBackend(f"{server.url}/v1", "judge")
+        scorer = StepwiseScorer(
+            load_image_backend("tiny:generator"), Judge(client, builtin_templates()), base_dir=tmp_path
+        )
+        values = CriticReward(scorer)(
+            None,
+            [r["response"] for r in rows],
+            ground_truth=[r["evaluation"] for r in rows],
+            origin_prompt=[r["origin_prompt"] for r in rows],
+            origin_image_path=[r["origin_image_path"] for r in rows],
+            previous_prompt=[r["previous_prompt"] for r in rows],
+        )
+        scorer.close()
+        client.close()
+    assert sorted(served_judge.processed_images) == [
+        1,
+        2,
+    ]  # images crossed HTTP and reached the real processor
+    semantic, quality = ((4 - 1) / 10 + 1) / 2, ((5 - 6) / 10 + 1) / 2
+    assert values == pytest.approx([0.5 + 0.5 * (0.2 + 0.6 * semantic + 0.2 * quality), 0.8, 0.7])
