@@ -1,0 +1,36 @@
+"""The generator service: any image backend behind the authors' "/edit" protocol.
+
+``interleave-thinker serve generator --generator SPEC`` runs :func:`serve`: a FastAPI app in the
+web process (validation, a bounded queue, timeouts, metrics) and one worker process per device,
+each loading the backend with :func:`~interleave_thinker.backends.specs.load_image_backend`.
+
+::
+
+    client ──POST /edit──► app (check token, size, JSON, image header)
+                             │ WorkerPool.submit: admit (workers + queue_size at most) or 503
+                             ▼
+                           queue ──► feeder thread i ──pipe──► worker process i (device i)
+                             ▲                                   decode → generate → encode
+                             └──────── reply or 500 (worker died: restarted) ◄──┘
+"""
+
+from interleave_thinker.server.generator.app import create_app
+from interleave_thinker.server.generator.launcher import GeneratorProcess, free_port
+from interleave_thinker.server.generator.pool import WorkerPool
+from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
+from interleave_thinker.server.generator.run import serve
+from interleave_thinker.server.generator.settings import ServiceSettings, api_key_from_env, worker_devices
+
+__all__ = [
+    "EditJob",
+    "GeneratorProcess",
+    "RequestError",
+    "ServiceSettings",
+    "WorkerPool",
+    "api_key_from_env",
+    "create_app",
+    "free_port",
+    "parse_edit_request",
+    "serve",
+    "worker_devices",
+]

@@ -1,0 +1,157 @@
+"""The FastAPI app: ``POST /edit`` (the authors' protocol), ``GET /health`` and ``GET /metrics``.
+
+Every error reply has the protocol's shape, ``{"success": false, "error": "..."}``, so the authors'
+clients print a useful message whatever went wrong. Replies to ``/edit`` carry an extra ``timings``
+object (queueing, decode, pipeline, encode seconds) that their clients ignore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from interleave_thinker.server.generator.metrics import ServiceMetrics
+from interleave_thinker.server.generator.pool import JobTimeout, QueueFull, WorkerPool
+from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
+from interleave_thinker.server.generator.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+PARSE_IN_THREAD_BYTES = 256 * 1024
+"""Bodies above this are parsed off the event loop, so a 20 MB upload does not stall other requests."""
+REPLY_STATUS = {"input": 400, "backend": 500, "crash": 500, "shutdown": 503}
+
+
+def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"success": False, "error": message}, status_code=status, headers=headers)
+
+
+def check_token(request: Request, api_key: str | None) -> None:
+    """401 unless the request carries ``Authorization: Bearer <the service's token>``."""
+    if api_key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+        raise RequestError(
+            401,
+            "Missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the "
+            "service reads from its --api-key-env variable.",
+            {"WWW-Authenticate": "Bearer"},
+        )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit`` (header or bytes read)."""
+    declared = request.headers.get("content-length", "")
+    too_big = f"is over the limit of {limit} bytes (the service's --max-body-mb)"
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"The body of {declared} bytes {too_big}.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"The body {too_big}.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> FastAPI:
+    """The service's app; workers start with the app's lifespan unless ``pool`` already runs, and stop
+    after the in-flight requests."""
+    workers = pool or WorkerPool(settings)
+    metrics = ServiceMetrics()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not workers.started:
+            await asyncio.to_thread(workers.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(workers.stop)
+
+    app = FastAPI(
+        title="interleave-thinker generator",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.pool, app.state.metrics, app.state.settings = workers, metrics, settings
+
+    @app.exception_handler(RequestError)
+    async def refused(_: Request, exc: RequestError) -> JSONResponse:
+        return error_reply(exc.status, exc.message, exc.headers)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ready = workers.ready_workers()
+        stopping = workers.stopping.is_set()
+        status = "stopping" if stopping else ("ok" if ready else "unavailable")
+        body = {
+            "status": status,
+            "generator": settings.generator,
+            "workers": settings.workers,
+            "workers_ready": ready,
+        }
+        return JSONResponse(body, status_code=200 if status == "ok" else 503)
+
+    @app.get("/metrics")
+    async def service_metrics(request: Request) -> JSONResponse:
+        check_token(request, settings.api_key)
+        return JSONResponse({"generator": settings.generator, **metrics.snapshot(), **workers.describe()})
+
+    @app.post("/edit")
+    async def edit(request: Request) -> JSONResponse:
+        arrived = time.monotonic()
+        # 1. Check the request: token, size, JSON, image header, knobs.
+        try:
+            check_token(request, settings.api_key)
+            body = await read_body(request, settings.max_body_bytes)
+            if len(body) > PARSE_IN_THREAD_BYTES:
+                job = await asyncio.to_thread(parse_edit_request, body, max_pixels=settings.max_pixels)
+            else:
+                job = parse_edit_request(body, max_pixels=settings.max_pixels)
+        except RequestError as exc:
+            metrics.record("unauthorized" if exc.status == 401 else "bad_request")
+            raise
+        # 2. Queue it and wait for a worker, within the request's deadline.
+        return await _generate(job, arrived)
+
+    async def _generate(job: EditJob, arrived: float) -> JSONResponse:
+        left = settings.timeout - (time.monotonic() - arrived)
+        try:
+            reply, handle = await workers.submit(job.to_message(), left)
+        except QueueFull as exc:
+            metrics.record("rejected")
+            retry_after = max(1, math.ceil(metrics.snapshot()["latency_s"]["p50"]))
+            return error_reply(503, f"Service busy: {exc}; retry later.", {"Retry-After": str(retry_after)})
+        except JobTimeout:
+            metrics.record("timed_out")
+            return error_reply(
+                504,
+                f"Generation timed out: no reply within the service's --timeout of {settings.timeout:g}s.",
+            )
+        # 3. Map the worker's reply.
+        total = time.monotonic() - arrived
+        if not reply["ok"]:
+            status = REPLY_STATUS.get(reply["kind"], 500)
+            metrics.record("bad_request" if status == 400 else "failed")
+            return error_reply(status, reply["error"])
+        timings: dict[str, Any] = dict(reply["timings"])
+        timings["queue_s"] = (handle.dispatched or handle.submitted) - handle.submitted
+        timings["total_s"] = total
+        metrics.record("completed", latency=total, pipeline=timings["pipeline_s"])
+        return JSONResponse({"success": True, "edited_image": reply["image"], "timings": timings})
+
+    return app

@@ -1,0 +1,155 @@
+"""The "/edit" request as the authors' clients send it, checked and turned into a worker job.
+
+Why the checks live here, in the web process: a malformed body, a bad base64 string or a PNG whose
+header claims billions of pixels must be answered 400 at once, without occupying a model worker.
+Only the cheap part runs here (JSON, base64, the image header); the full decode runs in the worker.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from PIL import Image
+
+SEED_RANGE = (-(2**63), 2**64 - 1)
+"""What ``torch.Generator.manual_seed`` accepts."""
+
+
+class RequestError(Exception):
+    """A request the service refuses; ``status`` is the HTTP status of the reply."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True)
+class EditJob:
+    """What a worker needs for one ``generate`` call; plain data so it pickles cheaply."""
+
+    prompt: str
+    image_png: bytes | None
+    width: int
+    height: int
+    seed: int
+    steps: int | None
+    guidance: float | None
+
+    def to_message(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _number(data: dict[str, Any], keys: tuple[str, ...], kind: type) -> Any:
+    """The first present key of ``keys`` as ``kind`` (int or float); None when all are absent or null."""
+    for key in keys:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RequestError(400, f"'{key}' must be a number, got {json.dumps(value)[:40]}.")
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise RequestError(400, f"'{key}' must be an integer, got {value}.")
+            return int(value)
+        if not math.isfinite(value):
+            raise RequestError(400, f"'{key}' must be finite, got {value}.")
+        return float(value)
+    return None
+
+
+def image_size(png: bytes, max_pixels: int) -> tuple[int, int]:
+    """Width and height from the image header only; 400 when unreadable or over ``max_pixels``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(png)) as image:
+                width, height = image.size
+    except Image.DecompressionBombError as exc:
+        raise RequestError(400, f"'image' is a decompression bomb: {exc}") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise RequestError(400, f"'image' is not a readable image ({type(exc).__name__}: {exc}).") from None
+    if width * height > max_pixels:
+        raise RequestError(
+            400,
+            f"'image' is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} "
+            "(the service's --max-pixels).",
+        )
+    return width, height
+
+
+def decode_image(png: bytes, max_pixels: int) -> Image.Image:
+    """Full decode in the worker (header checked again: the worker trusts nobody)."""
+    image_size(png, max_pixels)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(png)) as image:
+                return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise RequestError(400, f"'image' could not be decoded ({type(exc).__name__}: {exc}).") from None
+
+
+def encode_png_b64(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _image_bytes(value: Any) -> bytes | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise RequestError(400, "'image' must be a base64 string or null.")
+    if value.startswith("data:"):
+        value = value.partition(",")[2]
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise RequestError(400, f"'image' is not valid base64 ({exc}).") from None
+
+
+def parse_edit_request(body: bytes, *, max_pixels: int) -> EditJob:
+    """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are ignored.
+
+    Knob mapping: ``num_inference_step`` (the authors' spelling) or ``num_inference_steps`` -> steps,
+    ``guidance_scale`` (else omnigen2's ``text_guidance_scale``) -> guidance; width and height default
+    to the input image's size, else 1024.
+    """
+    # 1. JSON object with a prompt.
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"The body is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "The body must be a JSON object with at least 'prompt'.")
+    prompt = data.get("prompt")
+    if not isinstance(prompt, str):
+        raise RequestError(400, "Missing 'prompt': the body needs a 'prompt' string.")
+    # 2. Optional input image: base64, readable header, bounded size.
+    png = _image_bytes(data.get("image"))
+    size = image_size(png, max_pixels) if png is not None else (1024, 1024)
+    # 3. Knobs.
+    width = _number(data, ("width",), int)
+    height = _number(data, ("height",), int)
+    width, height = (size[0] if width is None else width), (size[1] if height is None else height)
+    if width < 1 or height < 1 or width * height > max_pixels:
+        raise RequestError(
+            400, f"Output size {width}x{height} is not allowed: sides >= 1, at most {max_pixels} pixels."
+        )
+    seed = _number(data, ("seed",), int) or 0
+    if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise RequestError(400, f"'seed' {seed} is out of range {SEED_RANGE[0]}..{SEED_RANGE[1]}.")
+    steps = _number(data, ("num_inference_step", "num_inference_steps"), int)
+    if steps is not None and not 1 <= steps <= 1000:
+        raise RequestError(400, f"'num_inference_step' must be in 1..1000, got {steps}.")
+    guidance = _number(data, ("guidance_scale", "text_guidance_scale"), float)
+    return EditJob(prompt, png, width, height, seed, steps, guidance)

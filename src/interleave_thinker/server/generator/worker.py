@@ -1,0 +1,99 @@
+"""One worker process: loads the image backend on its device, then answers jobs from its pipe.
+
+Why processes and not threads: a diffusion call holds the GIL in Python glue and a GPU context is
+per process, so one process per device is the only way to use every device (and every CPU core)
+at once; a crash (out of memory, a segfault in a kernel) then takes down one worker, not the service.
+
+Messages on the pipe (plain dicts, so they pickle cheaply):
+
+- worker -> parent once: ``{"event": "ready", "pid", "name"}`` or ``{"event": "failed", "error"}``;
+- parent -> worker: an :class:`~.protocol.EditJob` as a dict, or ``None`` to stop;
+- worker -> parent per job: ``{"ok": True, "image": base64 PNG, "timings": {...}}`` or
+  ``{"ok": False, "kind": "input" | "backend", "error": str}``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.server.generator.protocol import RequestError, decode_image, encode_png_b64
+
+
+def load_backend(spec: str, device: str, threads: int | None) -> ImageBackend:
+    """Load like any other caller does, so a served model behaves exactly as a local one."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    if threads is not None:
+        # OpenMP threads that spin while waiting make a CPU worker 20x slower as soon as anything else
+        # (the web process, a client, another service) wants a core; passive waiting costs little.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        from diffusers.utils import logging as diffusers_logging
+
+        diffusers_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - diffusers is a dependency
+        pass
+    from interleave_thinker.backends.specs import BackendOptions, load_image_backend
+
+    return load_image_backend(spec, BackendOptions(device=device))
+
+
+def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict[str, Any]:
+    """Decode, generate, encode; any failure becomes an error reply instead of killing the worker."""
+    start = time.perf_counter()
+    try:
+        image = decode_image(job["image_png"], max_pixels) if job["image_png"] is not None else None
+    except RequestError as exc:
+        return {"ok": False, "kind": "input", "error": exc.message}
+    decoded = time.perf_counter()
+    try:
+        result = backend.generate(
+            job["prompt"],
+            image=image,
+            width=job["width"],
+            height=job["height"],
+            seed=job["seed"],
+            steps=job["steps"],
+            guidance=job["guidance"],
+        )
+    except Exception as exc:
+        return {"ok": False, "kind": "backend", "error": f"{type(exc).__name__}: {exc}"}
+    generated = time.perf_counter()
+    encoded = encode_png_b64(result)
+    done = time.perf_counter()
+    timings = {"decode_s": decoded - start, "pipeline_s": generated - decoded, "encode_s": done - generated}
+    return {"ok": True, "image": encoded, "timings": timings}
+
+
+def worker_main(spec: str, device: str, threads: int | None, max_pixels: int, conn: Connection) -> None:
+    """Process entry point. Signals are ignored: the parent drains and stops workers itself, so a
+    Ctrl-C or a SIGTERM to the whole process group cannot cut a generation short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        backend = load_backend(spec, device, threads)
+    except BaseException as exc:  # any load failure is reported, then the process ends
+        conn.send({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        return
+    conn.send({"event": "ready", "pid": os.getpid(), "name": backend.name})
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if job is None:
+            return
+        reply = run_job(backend, job, max_pixels)
+        try:
+            conn.send(reply)
+        except OSError:
+            return
