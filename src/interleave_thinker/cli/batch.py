@@ -140,8 +140,11 @@ def batch(
             logger.warning("request %s %s", request_id, status)
 
     runner = BatchRunner(pipe, store, settings, on_done=on_done)
-    with progress:
-        outcome = runner.run(items)
+    try:
+        with progress:
+            outcome = runner.run(items)
+    finally:
+        runner.pipeline.close()
 
     # 3. Outputs from the traces on disk (the finished ones of earlier runs included).
     traces = store.traces()

@@ -107,7 +107,7 @@ def run(
     with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
         pipe = Pipeline.from_config(cfg)
     console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")
-    with RichObserver(console) as observer:
+    with pipe, RichObserver(console) as observer:
         result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer)
     if not result.ok:
         raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")

@@ -124,6 +124,11 @@ class LimitedVLM(VLMBatchMixin):
             self.stats.record(time.perf_counter() - start)
         return reply
 
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
     def _run_batch(self, max_new_tokens: int, conversations: list[list[Message]]) -> list[str]:
         """Greedy calls with equal ``max_new_tokens`` share a batch; left-padded greedy replies equal single ones."""
         start = time.perf_counter()
@@ -163,6 +168,11 @@ class LimitedImage(ImageBatchMixin):
             output = self.inner.generate(**request)
             self.stats.record(time.perf_counter() - start)
         return output
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
 
     def _run_batch(self, key: Any, requests: list[dict[str, Any]]) -> list[Image.Image]:
         start = time.perf_counter()

@@ -236,6 +236,21 @@ class Pipeline:
                 write_documents(trace, recorder.out_dir, self.config.notice)
         return Result(trace=trace, images=recorder.images, notice=self.config.notice)
 
+    def close(self) -> None:
+        """Release the backends' connections (served backends hold HTTP clients)."""
+        seen: set[int] = set()
+        for backend in (self.planner_backend, self.critic_backend, self.generator):
+            close = getattr(backend, "close", None)
+            if callable(close) and id(backend) not in seen:
+                seen.add(id(backend))
+                close()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _template_warnings(self) -> list[str]:
         if self.templates.kind == "released":
             return []
