@@ -115,6 +115,10 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
         "in.png",
         "--preset",
         "tiny",
+        "--planner",
+        "tiny:planner",  # the random (untrained) tiny planner: exercises the single-step fallback
+        "--critic",
+        "tiny:critic",
         "--out",
         "run",
         "--max-attempts",
@@ -134,7 +138,22 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
     with Image.open(tmp_path / "run" / "images" / "step01_attempt1.png") as produced:
         assert produced.size == (64, 64)
     html = (tmp_path / "run" / "index.html").read_text()
-    assert "untrained stand-in models" in html and "single step" in html
+    assert "tiny stand-in models" in html and "single step" in html
     assert (tmp_path / "run" / "document.md").read_text().startswith("# <image> Continue this picture")
     again = cli("run", "x", "--preset", "tiny", "--out", "run", cwd=tmp_path)
     assert_usage_error(again, "already holds a run")
+
+
+@pytest.mark.slow
+def test_demo_shows_a_real_plan_and_verdicts(tmp_path: Path) -> None:
+    """What `make demo` runs: the format-trained tiny planner and critic write parsable replies."""
+    result = cli("run", "How to draw a cat step by step?", "--preset", "tiny", "--out", "demo", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    trace = json.loads((tmp_path / "demo" / "trace.json").read_text())
+    plan = trace["planner"]["plan"]
+    assert plan["fallback"] is False
+    image_steps = [s for s in plan["steps"] if s["prompt"] or s["instruction"]]
+    assert len(image_steps) >= 2
+    verdicts = [a["verdict"] for s in trace["steps"] for a in s["attempts"] if a["verdict"] is not None]
+    assert len(verdicts) >= 1
+    assert (tmp_path / "demo" / "index.html").read_text().count('class="step"') == len(plan["steps"])

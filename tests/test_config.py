@@ -20,7 +20,11 @@ def test_presets() -> None:
     sft = PipelineConfig.resolve(preset="official-sft-critic", environ={})
     assert sft.critic == "transformers:InterleaveThinker/Critic-SFT-8B" and sft.planner == official.planner
     tiny = PipelineConfig.resolve(preset="tiny", environ={})
-    assert tiny.planner == "tiny:planner" and tiny.loop.planner_fallback == "single-step"
+    assert (
+        tiny.planner == "tiny:planner-sft"
+        and tiny.critic == "tiny:critic-sft"
+        and tiny.loop.planner_fallback == "single-step"
+    )
 
 
 def test_file_env_and_flags_override_in_order(tmp_path: Path) -> None:
@@ -34,7 +38,7 @@ def test_file_env_and_flags_override_in_order(tmp_path: Path) -> None:
     cfg = PipelineConfig.resolve(config_file=config, environ=env, overrides={"loop": {"seed_base": 9}})
     assert cfg.loop.max_attempts == 6 and cfg.loop.seed_base == 9
     assert cfg.generation.width == 128 and cfg.generation.height == 64
-    assert cfg.generator == "diffusers:a/b" and cfg.planner == "tiny:planner"
+    assert cfg.generator == "diffusers:a/b" and cfg.planner == "tiny:planner-sft"
 
 
 def test_env_overrides_ignore_unrelated_variables() -> None:

@@ -111,7 +111,7 @@ def run(overrides: dict[str, Any], out: Path, image: Path) -> dict[str, Any]:
 def test_served_backends_reproduce_the_local_run(servers: dict[str, str], tmp_path: Path) -> None:
     image = tmp_path / "in.png"
     Image.new("RGB", (64, 64), (20, 160, 90)).save(image)
-    local = run({}, tmp_path / "local", image)
+    local = run({"planner": "tiny:planner", "critic": "tiny:critic"}, tmp_path / "local", image)
     served = run(
         {
             "planner": f"openai:{servers['planner']}/v1",  # model name discovered from /v1/models

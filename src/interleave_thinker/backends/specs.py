@@ -66,8 +66,18 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
     from interleave_thinker.core.tiny import ensure_tiny_models
 
     which = spec.target or role
-    if which not in ("planner", "critic", "judge"):
-        raise ConfigError(f"tiny VLM spec {spec.raw!r}: target must be 'planner', 'critic' or 'judge'.")
+    if which not in ("planner", "critic", "judge", "planner-sft", "critic-sft"):
+        raise ConfigError(
+            f"tiny VLM spec {spec.raw!r}: target must be planner, critic, judge, planner-sft or critic-sft."
+        )
+    if which.endswith("-sft"):
+        # The one upward reference of the layers: the format-trained tiny models are made by our own SFT
+        # (train/), built once and cached; imported only when asked for.
+        from interleave_thinker.train.tiny_format import ensure_format_trained_tiny
+
+        trained = ensure_format_trained_tiny()
+        path = trained.planner if which == "planner-sft" else trained.critic
+        return _transformers_vlm(BackendSpec("transformers", str(path), spec.raw), options, role)
     which = "critic" if which == "judge" else which  # the tiny judge is the tiny critic model
     paths = ensure_tiny_models()
     return _transformers_vlm(BackendSpec("transformers", str(getattr(paths, which)), spec.raw), options, role)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli import batch, scoring, serve_generator, serve_vlm
+from interleave_thinker.cli import batch, data, scoring, serve_generator, serve_vlm, train, train_grpo
 from interleave_thinker.cli.options import Fallback, Preset, TextSteps, build_config, quiet_diffusers
 from interleave_thinker.core.errors import (
     ConfigError,
@@ -38,6 +38,9 @@ serve_app = typer.Typer(
 app.add_typer(serve_app, name="serve")
 serve_app.command("generator")(serve_generator.command)
 serve_app.command("vlm")(serve_vlm.command)
+app.add_typer(data.app, name="data")
+app.add_typer(train.app, name="train")
+train.app.command("grpo")(train_grpo.grpo)
 app.command("judge")(scoring.judge)
 app.command("batch")(batch.batch)
 app.command("report")(batch.report)

@@ -1,0 +1,36 @@
+"""`interleave-thinker train grpo`: reinforce the critic (or the planner) with GRPO on TRL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from interleave_thinker.cli.train import TrainRole
+
+
+def grpo(
+    config: Annotated[
+        Path, typer.Option(help="GRPO config YAML (see configs/grpo_*.yaml and docs/training.md).")
+    ],
+    role: Annotated[
+        TrainRole | None, typer.Option(help="planner or critic [default: the config's role].")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")
+    ] = False,
+    output_dir: Annotated[Path | None, typer.Option(help="Overrides output_dir of the config.")] = None,
+) -> None:
+    """GRPO on TRL's GRPOTrainer with our rewards (critic: the release's reward; planner: format + plan)."""
+    from interleave_thinker.train.grpo import GRPORunConfig, run_grpo
+
+    run_config = GRPORunConfig.load(config, {"output_dir": str(output_dir) if output_dir else None})
+    result = run_grpo(run_config, role.value if role else None, resume=resume)
+    rewards = [e["reward"] for e in result.log_history if "reward" in e]
+    typer.echo(
+        f"trained {result.global_step} steps; mean reward {rewards[0] if rewards else None} -> {rewards[-1] if rewards else None}"
+    )
+    typer.echo(
+        f"model saved in {result.final_model}; use it with: --{run_config.role or 'critic'} transformers:{result.final_model}"
+    )

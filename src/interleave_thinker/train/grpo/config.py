@@ -1,0 +1,110 @@
+"""The typed GRPO configuration. Defaults are the release's critic GRPO settings (EasyR1): 8 rollouts
+per prompt, temperature 1.0, top_p 1.0, lr 2e-6, KL as a loss term with coefficient 1e-2 against the
+frozen starting (SFT) model, responses up to 4096 tokens, grad clip 1.0, bf16."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from interleave_thinker.core.config import format_validation_error, load_yaml
+from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, _Section
+
+Role = Literal["planner", "critic"]
+
+
+class GRPODataSection(_Section):
+    train: list[Path] = Field(
+        default_factory=list,
+        description="critic: critic_rl.jsonl files; planner: planner_sft .json/.jsonl files.",
+    )
+    image_dir: Path | None = Field(default=None, description="Base folder of relative image paths.")
+    synthetic: int | None = Field(
+        default=None, ge=1, description="Generate this many synthetic prompts instead (tiny runs and tests)."
+    )
+
+
+class RewardSection(_Section):
+    generator: str = Field(
+        default="tiny:generator", description="Image backend spec for step-wise regeneration."
+    )
+    judge: str = Field(default="tiny:judge", description="VLM backend spec of the judge.")
+    deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
+    format_weight: float = Field(default=0.5, ge=0, le=1)
+    accuracy_weight: float = Field(default=0.2, ge=0)
+    semantic_weight: float = Field(default=0.6, ge=0)
+    quality_weight: float = Field(default=0.2, ge=0)
+    stepwise: bool = Field(
+        default=True, description="False: format + accuracy only (no generator or judge calls)."
+    )
+    generator_concurrency: int = Field(default=4, ge=1)
+    judge_concurrency: int = Field(default=8, ge=1)
+    sample_concurrency: int | None = Field(
+        default=None, ge=1, description="Rollouts scored at once (default: the whole batch); 1 = sequential."
+    )
+    judge_max_new_tokens: int = Field(default=1024, ge=1)
+    cache_dir: Path | None = Field(default=None, description="Keep regenerated images across steps and runs.")
+
+
+class GRPOTrainingSection(_Section):
+    learning_rate: float = Field(default=2e-6, gt=0)
+    num_generations: int = Field(default=8, ge=2, description="Rollouts per prompt (the group).")
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    beta: float = Field(default=0.01, ge=0, description="KL coefficient against the frozen starting model.")
+    max_completion_length: int = Field(default=4096, ge=1)
+    per_device_train_batch_size: int = Field(default=8, ge=1, description="Completions per device per step.")
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    max_steps: int = Field(default=-1)
+    num_train_epochs: float = Field(default=1.0, gt=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    bf16: bool = Field(default=True)
+    gradient_checkpointing: bool = Field(default=False)
+    save_steps: int = Field(default=50, ge=1)
+    logging_steps: int = Field(default=1, ge=1)
+    seed: int = Field(default=42)
+    report_to: list[str] | Literal["auto", "none"] = Field(default="auto")
+    use_cpu: bool = Field(default=False)
+    use_vllm: bool = Field(
+        default=False, description="Roll out on a `trl vllm-serve` server (see docs/training.md)."
+    )
+    vllm_server_base_url: str | None = Field(default=None)
+
+
+class GRPORunConfig(_Section):
+    role: Role | None = None
+    output_dir: Path
+    model: ModelSection
+    data: GRPODataSection = Field(default_factory=GRPODataSection)
+    reward: RewardSection = Field(default_factory=RewardSection)
+    finetune: FinetuneSection = Field(default_factory=FinetuneSection)
+    training: GRPOTrainingSection = Field(default_factory=GRPOTrainingSection)
+    trl: dict[str, Any] = Field(
+        default_factory=dict, description="Extra trl.GRPOConfig fields (names are checked)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPORunConfig:
+        if not self.data.train and self.data.synthetic is None:
+            raise ValueError("data: give train files or a synthetic count")
+        total = self.training.per_device_train_batch_size * self.training.gradient_accumulation_steps
+        if total % self.training.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size x gradient_accumulation_steps ({total}) must be a multiple of "
+                f"num_generations ({self.training.num_generations})"
+            )
+        return self
+
+    @classmethod
+    def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> GRPORunConfig:
+        data = load_yaml(path)
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                data[key] = value
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"Invalid GRPO config {path}: {format_validation_error(exc)}") from None

@@ -1,0 +1,259 @@
+"""GRPO on TRL's ``GRPOTrainer`` with our reward functions.
+
+critic: the release's total reward (``critic_reward``) plus its components logged separately (as
+zero-weight reward functions), the step-wise part's generator and judge calls batched and concurrent;
+planner: ``planner_format_reward`` + ``planner_plan_reward``. The reference model for the KL term is the
+starting checkpoint, handled by TRL (``beta``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.prompt_store import TemplateStore
+from interleave_thinker.train.grpo.config import GRPORunConfig, Role
+from interleave_thinker.train.grpo.data import (
+    critic_dataset,
+    planner_dataset,
+    planner_requests_from_files,
+    synthetic_critic_examples,
+)
+from interleave_thinker.train.rewards import (
+    CriticReward,
+    CriticRewardWeights,
+    StepwiseScorer,
+    critic_accuracy_reward,
+    critic_format_reward,
+    planner_format_reward,
+    planner_plan_reward,
+)
+from interleave_thinker.train.sft.trainer import (
+    base_checkpoint,
+    freeze_vision,
+    last_checkpoint,
+    report_targets,
+)
+
+
+@dataclass
+class GRPOResult:
+    output_dir: Path
+    global_step: int
+    final_model: Path
+    log_history: list[dict[str, Any]]
+
+
+def _role(config: GRPORunConfig, role: Role | None) -> Role:
+    chosen = role or config.role
+    if chosen is None:
+        raise ConfigError("Say which model to train: --role planner|critic (or role: in the config).")
+    if config.role is not None and role is not None and config.role != role:
+        raise ConfigError(f"--role {role} disagrees with role: {config.role} in the config.")
+    return chosen
+
+
+def _load_policy(config: GRPORunConfig) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from interleave_thinker.backends._loading import not_found
+
+    ref = base_checkpoint(config.model.name_or_path)
+    dtype = (
+        config.model.dtype
+        if config.model.dtype != "auto"
+        else ("bfloat16" if config.training.bf16 else "float32")
+    )
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if config.model.attn_implementation:
+        kwargs["attn_implementation"] = config.model.attn_implementation
+    try:
+        processor = AutoProcessor.from_pretrained(ref)
+        model = AutoModelForImageTextToText.from_pretrained(ref, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise not_found(ref, exc) from exc
+    processor.tokenizer.padding_side = "left"
+    freeze_vision(model, tower=config.model.freeze_vision_tower, projector=config.model.freeze_projector)
+    return model, processor
+
+
+def timed(name: str, fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
+    """A reward function that also logs its wall time per step (``reward_seconds/<name>``)."""
+
+    def reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
+        start = time.perf_counter()
+        values = fn(prompts, completions, **columns)
+        log_metric = columns.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"reward_seconds/{name}", time.perf_counter() - start)
+        return values
+
+    reward.__name__ = name
+    return reward
+
+
+def reward_functions(
+    config: GRPORunConfig, role: Role, *, generator: Any = None, judge_backend: Any = None
+) -> tuple[list[Callable[..., Any]], list[float], list[Any]]:
+    """(functions, weights, things to close) for the role; ``generator`` / ``judge_backend`` override the specs."""
+    if role == "planner":
+        return (
+            [timed("planner_format", planner_format_reward), timed("planner_plan", planner_plan_reward)],
+            [1.0, 1.0],
+            [],
+        )
+    section = config.reward
+    if not section.stepwise:
+        weights = [section.format_weight, 1 - section.format_weight]
+        return (
+            [timed("critic_format", critic_format_reward), timed("critic_accuracy", critic_accuracy_reward)],
+            weights,
+            [],
+        )
+    from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
+    from interleave_thinker.train.rewards.cache import GenerationCache
+
+    judge = Judge(
+        judge_backend or load_vlm_backend(section.judge, role="judge"),
+        TemplateStore().load(),
+        max_new_tokens=section.judge_max_new_tokens,
+    )
+    scorer = StepwiseScorer(
+        generator or load_image_backend(section.generator),
+        judge,
+        deadline=section.deadline,
+        generator_concurrency=section.generator_concurrency,
+        judge_concurrency=section.judge_concurrency,
+        sample_concurrency=section.sample_concurrency,
+        cache=GenerationCache(section.cache_dir),
+    )
+    total = CriticReward(
+        scorer,
+        CriticRewardWeights(
+            section.format_weight, section.accuracy_weight, section.semantic_weight, section.quality_weight
+        ),
+    )
+    functions: list[Callable[..., Any]] = [timed("critic_reward", total)]
+    functions += [total.component(name) for name in ("format", "accuracy", "semantic", "quality")]
+    return functions, [1.0, 0.0, 0.0, 0.0, 0.0], [scorer]
+
+
+def train_dataset(config: GRPORunConfig, role: Role) -> Any:
+    templates = TemplateStore().load()
+    if role == "critic":
+        if config.data.synthetic is not None:
+            from interleave_thinker.train.data.trl_format import rl_dataset
+
+            image_dir = config.output_dir / "synthetic_images"
+            return rl_dataset(
+                synthetic_critic_examples(
+                    templates, config.data.synthetic, image_dir, seed=config.training.seed
+                )
+            )
+        return critic_dataset(config.data.train, config.data.image_dir)
+    if config.data.synthetic is not None:
+        import random
+
+        from interleave_thinker.train.synthetic import synthetic_request
+
+        rng = random.Random(config.training.seed)
+        return planner_dataset([synthetic_request(rng).text for _ in range(config.data.synthetic)], templates)
+    return planner_dataset(planner_requests_from_files(config.data.train, config.data.image_dir), templates)
+
+
+def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) -> Any:
+    from trl import GRPOConfig
+
+    t = config.training
+    args: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "learning_rate": t.learning_rate,
+        "num_generations": t.num_generations,
+        "temperature": t.temperature,
+        "top_p": t.top_p,
+        "beta": t.beta,
+        "max_completion_length": t.max_completion_length,
+        "per_device_train_batch_size": t.per_device_train_batch_size,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
+        "max_steps": t.max_steps,
+        "num_train_epochs": t.num_train_epochs,
+        "max_grad_norm": t.max_grad_norm,
+        "bf16": t.bf16,
+        "gradient_checkpointing": t.gradient_checkpointing,
+        "save_steps": t.save_steps,
+        "logging_steps": t.logging_steps,
+        "seed": t.seed,
+        "report_to": report_targets(t.report_to),
+        "use_cpu": t.use_cpu,
+        "use_vllm": t.use_vllm,
+        "reward_weights": weights,
+        "remove_unused_columns": False,
+    }
+    if t.use_vllm:
+        args["vllm_mode"] = "server"
+        if t.vllm_server_base_url:
+            args["vllm_server_base_url"] = t.vllm_server_base_url
+    known = set(inspect.signature(GRPOConfig).parameters)
+    unknown = sorted(set(config.trl) - known)
+    if unknown:
+        raise ConfigError(f"trl: unknown GRPOConfig field(s): {', '.join(unknown)}.")
+    return GRPOConfig(**(args | config.trl))
+
+
+def build_grpo_trainer(
+    config: GRPORunConfig,
+    role: Role | None = None,
+    callbacks: Sequence[Any] = (),
+    *,
+    generator: Any = None,
+    judge_backend: Any = None,
+) -> tuple[Any, list[Any]]:
+    """The configured ``GRPOTrainer`` and the reward resources to close after training."""
+    from trl import GRPOTrainer
+
+    chosen = _role(config, role)
+    model, processor = _load_policy(config)
+    functions, weights, closers = reward_functions(
+        config, chosen, generator=generator, judge_backend=judge_backend
+    )
+    peft = None
+    if config.finetune.method == "lora":
+        from peft import LoraConfig
+
+        lora = config.finetune.lora
+        peft = LoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
+        )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=functions,
+        args=trl_config(config, config.output_dir, weights),
+        train_dataset=train_dataset(config, chosen),
+        processing_class=processor,
+        peft_config=peft,
+        callbacks=list(callbacks),
+    )
+    return trainer, closers
+
+
+def run_grpo(config: GRPORunConfig, role: Role | None = None, *, resume: bool = False) -> GRPOResult:
+    trainer, closers = build_grpo_trainer(config, role)
+    checkpoint = last_checkpoint(config.output_dir) if resume else None
+    if resume and checkpoint is None:
+        raise ConfigError(f"--resume: no checkpoint-N folder in {config.output_dir}.")
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        for closer in closers:
+            closer.close()
+    final = config.output_dir / "final"
+    trainer.save_model(str(final))
+    trainer.processing_class.save_pretrained(str(final))
+    return GRPOResult(config.output_dir, trainer.state.global_step, final, list(trainer.state.log_history))

@@ -1,0 +1,171 @@
+"""Synthetic planner and critic conversations in the release's output formats, generated in code.
+
+Why: the tiny preset's models must learn the *formats* (a plan with image steps, a verdict with a
+bool and a prompt) offline in minutes; tests need small datasets that look like the real ones. The
+requests are varied (subject, kind of task, step count) and every prompt is the project's template
+set filled with ``core.messages`` functions, so training sees exactly what the pipeline sends.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from interleave_thinker.core.messages import CANVAS_SIZE, fill
+from interleave_thinker.core.prompt_store import TemplateSet
+from interleave_thinker.core.types import PlanStep
+from interleave_thinker.train.data.examples import ChatTurn, SFTExample
+
+SUBJECTS = (
+    "cat",
+    "dog",
+    "horse",
+    "bird",
+    "fish",
+    "tree",
+    "house",
+    "robot",
+    "dragon",
+    "castle",
+    "flower",
+    "boat",
+    "car",
+    "apple",
+    "cake",
+    "girl",
+    "boy",
+    "moon",
+    "bridge",
+    "ship",
+)
+"""Each is one token of the tiny tokenizer, so a tiny model can learn to copy it into the plan."""
+KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "draw": ("How to draw a {s} step by step?", ("Sketch", "Ink", "Colour", "Shade")),
+    "story": ("Tell a short story about a {s} in pictures.", ("Meet", "Chase", "Rest", "Wake")),
+    "build": ("Show how to build a {s} model.", ("Base", "Frame", "Paint", "Polish")),
+    "grow": ("Show a {s} from young to old.", ("Young", "Grow", "Adult", "Old")),
+}
+"""Request pattern and the verb of each step, per kind of request."""
+COUNT_WORDS = {2: "two", 3: "three", 4: "four"}
+DEFAULT_STEPS = {"draw": 3, "story": 4, "build": 3, "grow": 2}
+
+
+def plan_reply(steps: list[PlanStep], reasoning: str) -> str:
+    """A compact planner reply: ``<think>`` then the plan dict as the release writes it (Python literal)."""
+    items = ", ".join(
+        "{"
+        + ", ".join(
+            f"{key!r}: {getattr(step, key)!r}"
+            for key in ("step_number", "step_name", "instruction", "prompt", "auxiliary_text")
+        )
+        + "}"
+        for step in steps
+    )
+    return f"<think>\n{reasoning}\n</think>\n<answer>\n{{'execution_plan': [{items}]}}\n</answer>"
+
+
+def verdict_reply(success: bool, refine_prompt: str, reasoning: str) -> str:
+    answer = {"previous_step_success": success, "refine_prompt": refine_prompt}
+    return f"<think>\n{reasoning}\n</think>\n<answer>\n{answer!r}\n</answer>"
+
+
+@dataclass(frozen=True)
+class SyntheticRequest:
+    text: str
+    steps: list[PlanStep]
+    reasoning: str
+
+
+def synthetic_request(rng: random.Random) -> SyntheticRequest:
+    """A varied request and its plan of 2-4 image steps (the count follows the request when it names one)."""
+    kind = rng.choice(sorted(KINDS))
+    subject = rng.choice(SUBJECTS)
+    template, verbs = KINDS[kind]
+    text = template.format(s=subject)
+    count = DEFAULT_STEPS[kind]
+    if rng.random() < 0.5:
+        count = rng.choice((2, 3, 4))
+        text = text.rstrip("?.") + f" Use {COUNT_WORDS[count]} steps."
+    steps = [
+        PlanStep(
+            step_number=i + 1,
+            step_name=verbs[i],
+            instruction=f"{verbs[i]} the {subject}.",
+            prompt=f"{verbs[i].lower()} the {subject}",
+            auxiliary_text=None,
+        )
+        for i in range(count)
+    ]
+    return SyntheticRequest(text, steps, f"{COUNT_WORDS[count].capitalize()} image steps.")
+
+
+def planner_examples(templates: TemplateSet, n: int, *, seed: int = 0) -> list[SFTExample]:
+    """Narrative planner conversations: the filled narrative template -> a compact plan."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        request = synthetic_request(rng)
+        user = fill(templates.get("planner_narrative"), text_input=request.text)
+        reply = plan_reply(request.steps, request.reasoning)
+        examples.append(SFTExample(messages=(ChatTurn("user", user), ChatTurn("assistant", reply))))
+    return examples
+
+
+def _image(
+    path: Path, color: tuple[int, int, int], rng: random.Random, size: tuple[int, int] = (64, 64)
+) -> Path:
+    if not path.exists():
+        image = Image.new("RGB", size, color)
+        pixels = image.load()
+        assert pixels is not None
+        for _ in range(size[0] * size[1] // 8):
+            x, y = rng.randrange(size[0]), rng.randrange(size[1])
+            pixels[x, y] = tuple(min(255, max(0, c + rng.randint(-60, 60))) for c in color)
+        image.save(path)
+    return path
+
+
+def critic_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: int = 0) -> list[SFTExample]:
+    """Critic conversations ``[before, after, text]`` with True and False verdicts in equal parts.
+
+    A bright "after" image is a success (the refine prompt repeats the prompt used); a dark one is a
+    failure (the refine prompt adds to it), so the label is learnable from the image itself.
+    """
+    rng = random.Random(seed)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    white = image_dir / "white.png"
+    if not white.exists():
+        Image.new("RGB", CANVAS_SIZE, (255, 255, 255)).save(white)
+    examples = []
+    for i in range(n):
+        request = synthetic_request(rng)
+        step = rng.choice(request.steps)
+        planned = step.prompt or ""
+        success = i % 2 == 0
+        retry = rng.random() < 0.3
+        used = planned + ", clear and detailed" if retry else planned
+        level = rng.randint(170, 240) if success else rng.randint(15, 80)
+        color = (level, rng.randint(0, 255) if success else level // 2, level)
+        after = _image(image_dir / f"after_{seed}_{i}.png", color, rng)
+        before = (
+            white
+            if step.step_number == 1
+            else _image(image_dir / f"before_{seed}_{i}.png", (200, 200, 200), rng)
+        )
+        text = fill(templates.get("critic"), original_instruction=planned, rewritten_prompt=used)
+        if success:
+            reply = verdict_reply(True, used, "The image matches the step.")
+        else:
+            reply = verdict_reply(
+                False, used + ", bright and sharp", "The image is too dark and misses the step."
+            )
+        examples.append(
+            SFTExample(
+                messages=(ChatTurn("user", "<image><image>" + text), ChatTurn("assistant", reply)),
+                images=(before, after),
+            )
+        )
+    return examples

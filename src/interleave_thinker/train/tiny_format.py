@@ -1,0 +1,151 @@
+"""Format-trained tiny models: a tiny planner and critic that our own SFT taught the release's formats.
+
+Why: the random tiny models never write a valid plan, so ``make demo`` could only show the
+single-step fallback. These are the same Qwen3-VL class, a little wider and deeper (still ~1M
+parameters), with the tiny preset's processor and tokenizer, fully fine-tuned on CPU for a few
+hundred steps on :mod:`~interleave_thinker.train.synthetic` data filled with the template set the
+pipeline will use. Built once, cached per template set, crash-safe like ``core.tiny``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
+from interleave_thinker.core.tiny import (
+    COMPLETE_MARKER,
+    CRITIC_SEED,
+    PLANNER_SEED,
+    _file_lock,
+    _seeded,
+    default_tiny_dir,
+    ensure_tiny_models,
+)
+from interleave_thinker.train.sft.config import (
+    DataSection,
+    ModelSection,
+    SFTRunConfig,
+    TrainingSection,
+)
+
+FORMAT_VERSION = "2"
+"""Bump when data, dimensions or training change, so stale caches are rebuilt."""
+TEXT_HIDDEN = 64
+TEXT_LAYERS = 3
+TEXT_HEADS = 4
+TEXT_KV_HEADS = 2
+TEXT_INTERMEDIATE = 192
+PLANNER_STEPS = 200
+CRITIC_STEPS = 160
+BATCH = 4
+LEARNING_RATE = 1e-2
+MAX_NEW_TOKENS = 256
+"""Enough for a four-step compact plan; use it as ``agents.max_new_tokens`` with these models."""
+
+
+@dataclass(frozen=True)
+class FormatTrainedPaths:
+    """The two checkpoint folders (each loads with ``transformers:<folder>``) and the template set they learned."""
+
+    planner: Path
+    critic: Path
+    templates_kind: str
+
+
+def build_base(dest: Path, source: Path, *, seed: int) -> Path:
+    """A wider, deeper random Qwen3-VL with the tiny preset's processor (copied from ``source``)."""
+    from transformers import AutoConfig, AutoProcessor, GenerationConfig, Qwen3VLForConditionalGeneration
+
+    config = AutoConfig.from_pretrained(source)
+    text = config.text_config
+    text.hidden_size, text.num_hidden_layers = TEXT_HIDDEN, TEXT_LAYERS
+    text.num_attention_heads, text.num_key_value_heads = TEXT_HEADS, TEXT_KV_HEADS
+    text.intermediate_size = TEXT_INTERMEDIATE
+    config.vision_config.out_hidden_size = TEXT_HIDDEN
+    with _seeded(seed):
+        model = Qwen3VLForConditionalGeneration(config).eval()
+    model.generation_config = GenerationConfig.from_pretrained(source)
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    AutoProcessor.from_pretrained(source).save_pretrained(dest)
+    return dest
+
+
+def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
+    from interleave_thinker.train.sft.trainer import run_sft
+
+    config = SFTRunConfig(
+        role=None,
+        output_dir=dest,
+        model=ModelSection(name_or_path=str(base), dtype="float32", image_max_pixels=None),
+        data=DataSection(train=[data], check_replies=True),
+        training=TrainingSection(
+            learning_rate=LEARNING_RATE,
+            max_steps=steps,
+            warmup_ratio=0.05,
+            per_device_train_batch_size=BATCH,
+            max_length=None,
+            bf16=False,
+            gradient_checkpointing=False,
+            save_steps=10 * steps,
+            logging_steps=10,
+            seed=seed,
+            report_to="none",
+            use_cpu=True,
+        ),
+    )
+    run_sft(config)
+    for checkpoint in dest.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+
+
+def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path) -> None:
+    from interleave_thinker.train.data.trl_format import sft_dataset
+    from interleave_thinker.train.synthetic import critic_examples, planner_examples
+
+    seed = PLANNER_SEED if role == "planner" else CRITIC_SEED
+    work = tmp / "work"
+    base = build_base(work / "base", source, seed=seed)
+    if role == "planner":
+        examples = planner_examples(templates, PLANNER_STEPS * BATCH // 2, seed=seed)
+    else:
+        examples = critic_examples(templates, CRITIC_STEPS * BATCH // 2, work / "images", seed=seed)
+    data = work / "data"
+    sft_dataset(examples).save_to_disk(str(data))
+    _train(tmp / "model", base, data, PLANNER_STEPS if role == "planner" else CRITIC_STEPS, seed)
+    shutil.rmtree(work)
+
+
+def ensure_format_trained_tiny(
+    root: Path | None = None, *, templates: TemplateSet | None = None
+) -> FormatTrainedPaths:
+    """The format-trained tiny planner and critic for ``templates`` (default: ``TemplateStore().load()``).
+
+    Cached under ``<tiny dir>/format-v<version>-<template digest>/`` and reused when complete; built
+    under a file lock in a temporary folder and renamed in when done, so a crash never leaves a
+    half-trained model behind.
+    """
+    from interleave_thinker.core.prompt_store import sha256_text
+
+    templates = templates or TemplateStore().load()
+    digest = sha256_text("".join(templates.get(n) for n in ("planner_narrative", "critic")))[:12]
+    root = Path(root) if root is not None else default_tiny_dir()
+    source = ensure_tiny_models(root).planner
+    folder = root / f"format-v{FORMAT_VERSION}-{digest}"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    with _file_lock(folder / ".lock"):
+        for role in ("planner", "critic"):
+            final = folder / role
+            if not (final / COMPLETE_MARKER).is_file():
+                shutil.rmtree(final, ignore_errors=True)
+                tmp = folder / f".{role}.partial"
+                shutil.rmtree(tmp, ignore_errors=True)
+                _build_one(tmp, role, templates, source)
+                (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
+                (tmp / "model").rename(final)
+                shutil.rmtree(tmp)
+            paths[role] = final
+    return FormatTrainedPaths(planner=paths["planner"], critic=paths["critic"], templates_kind=templates.kind)
