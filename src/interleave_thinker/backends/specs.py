@@ -133,3 +133,10 @@ def load_vlm_backend(
 def load_image_backend(spec: str, options: BackendOptions | None = None) -> ImageBackend:
     parsed = parse_spec(spec, IMAGE_BACKENDS)  # type: ignore[arg-type]
     return IMAGE_BACKENDS[parsed.kind](parsed, options or BackendOptions())
+
+
+def check_specs(config: PipelineConfig) -> None:
+    """Fail fast on an unknown backend kind in any role, before anything is loaded."""
+    parse_spec(config.planner, VLM_BACKENDS)  # type: ignore[arg-type]
+    parse_spec(config.critic, VLM_BACKENDS)  # type: ignore[arg-type]
+    parse_spec(config.generator, IMAGE_BACKENDS)  # type: ignore[arg-type]

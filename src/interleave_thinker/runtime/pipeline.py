@@ -15,7 +15,12 @@ from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.planner import Planner
 from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
-from interleave_thinker.backends.specs import BackendOptions, load_image_backend, load_vlm_backend
+from interleave_thinker.backends.specs import (
+    BackendOptions,
+    check_specs,
+    load_image_backend,
+    load_vlm_backend,
+)
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.images import open_rgb
@@ -158,6 +163,7 @@ class Pipeline:
             verify=prompts.verify,
             builtin_fallback=prompts.builtin_fallback,
         )
+        check_specs(config)  # every spec's kind, before a model (or a tiny-model build) is loaded
         templates = store.load()
         options = BackendOptions.from_config(config)
         planner = load_vlm_backend(config.planner, options, role="planner")

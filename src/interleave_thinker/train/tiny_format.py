@@ -102,6 +102,21 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
 
 
 def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path) -> None:
+    """Build quietly: this runs inside `run` and `batch`, whose own output must stay readable."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    logger = logging.getLogger(__name__)
+    logger.warning("Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", role)
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+        warnings.simplefilter("ignore")
+        _build_one_loud(tmp, role, templates, source)
+
+
+def _build_one_loud(tmp: Path, role: str, templates: TemplateSet, source: Path) -> None:
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.synthetic import critic_examples, planner_examples
 
