@@ -32,9 +32,7 @@ TINY_VOCAB_SIZE = 2048
 # Our own ChatML-style template (not Qwen's): string or multi-part content, image/video parts become
 # vision placeholders that the processor expands, and ``enable_thinking=False`` closes an empty think
 # block like Qwen3 templates do, so callers that pass it (the FLUX.2 pipeline does) see familiar text.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+CONTENT_PARTS = (
     "{%- if message['content'] is string -%}"
     "{{- message['content'] -}}"
     "{%- else -%}"
@@ -48,7 +46,12 @@ CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- endif -%}"
-    "{{- '<|im_end|>\\n' -}}"
+)
+"""One message's content: a string, or parts where image/video become the processor's placeholders."""
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}" + CONTENT_PARTS + "{{- '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
     "{{- '<|im_start|>assistant\\n' -}}"

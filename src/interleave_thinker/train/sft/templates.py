@@ -12,22 +12,9 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.tiny_tokenizer import CHAT_TEMPLATE as TINY_CHAT_TEMPLATE
+from interleave_thinker.core.tiny_tokenizer import CONTENT_PARTS as TINY_CONTENT_PARTS
 
-_PARTS = (
-    "{%- if message['content'] is string -%}"
-    "{{- message['content'] -}}"
-    "{%- else -%}"
-    "{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}"
-    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
-    "{%- elif part['type'] == 'video' -%}"
-    "{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
-    "{%- elif part['type'] == 'text' -%}"
-    "{{- part['text'] -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-)
+_PARTS = TINY_CONTENT_PARTS
 
 TINY_TRAINING_TEMPLATE = (
     "{%- for message in messages -%}"
