@@ -25,6 +25,14 @@ class GRPODataSection(_Section):
     synthetic: int | None = Field(
         default=None, ge=1, description="Generate this many synthetic prompts instead (tiny runs and tests)."
     )
+    eval: list[Path] = Field(
+        default_factory=list, description="Held-out prompt files (same formats as train), scored every eval_steps."
+    )
+    eval_synthetic: int | None = Field(
+        default=None,
+        ge=1,
+        description="Generate this many held-out synthetic prompts (other subjects and images than the train set).",
+    )
 
 
 class RewardSection(_Section):
@@ -64,6 +72,15 @@ class GRPOTrainingSection(_Section):
     bf16: bool = Field(default=True)
     gradient_checkpointing: bool = Field(default=False)
     save_steps: int = Field(default=50, ge=1)
+    eval_steps: int | None = Field(
+        default=None, ge=1, description="Score the eval prompts every N steps (needs data.eval or data.eval_synthetic)."
+    )
+    num_generations_eval: int | None = Field(
+        default=None, ge=1, description="Rollouts per eval prompt (default: num_generations)."
+    )
+    per_device_eval_batch_size: int | None = Field(
+        default=None, ge=1, description="Completions per device per eval batch (default: the train batch size)."
+    )
     logging_steps: int = Field(default=1, ge=1)
     seed: int = Field(default=42)
     report_to: list[str] | Literal["auto", "none"] = Field(default="auto")
@@ -90,11 +107,22 @@ class GRPORunConfig(_Section):
     def _check(self) -> GRPORunConfig:
         if not self.data.train and self.data.synthetic is None:
             raise ValueError("data: give train files or a synthetic count")
+        if self.data.eval and self.data.eval_synthetic is not None:
+            raise ValueError("data: give eval files or an eval_synthetic count, not both")
+        has_eval = bool(self.data.eval) or self.data.eval_synthetic is not None
+        if self.training.eval_steps is not None and not has_eval:
+            raise ValueError("training.eval_steps needs held-out prompts: set data.eval or data.eval_synthetic")
         total = self.training.per_device_train_batch_size * self.training.gradient_accumulation_steps
         if total % self.training.num_generations:
             raise ValueError(
                 f"per_device_train_batch_size x gradient_accumulation_steps ({total}) must be a multiple of "
                 f"num_generations ({self.training.num_generations})"
+            )
+        eval_batch = self.training.per_device_eval_batch_size or self.training.per_device_train_batch_size
+        eval_group = self.training.num_generations_eval or self.training.num_generations
+        if has_eval and eval_batch % eval_group:
+            raise ValueError(
+                f"per_device_eval_batch_size ({eval_batch}) must be a multiple of num_generations_eval ({eval_group})"
             )
         return self
 

@@ -1,7 +1,10 @@
 """GRPO prompt sets: the release's critic RL files, planner requests, and synthetic sets for tiny runs.
 
-The synthetic critic set encodes the correct verdict in the step's instruction (``[ok]`` / ``[bad]``),
-so a learning test can check that GRPO moves the critic towards it.
+The synthetic critic set makes the correct verdict recoverable from the prompt: the step's instruction
+ends in ``[ok]`` or ``[bad]`` and is restated as the prompt's last line (next to where the reply starts,
+so a three-layer tiny model can learn to read it), and the "after" image is reddish for ``[ok]`` and
+bluish for ``[bad]`` at the same brightness (the format-trained tiny critic's only habit is brightness,
+so it starts at chance). A learning test can then check that GRPO moves the critic towards the truth.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from PIL import Image
 
 from interleave_thinker.core.messages import fill
 from interleave_thinker.core.prompt_store import TemplateSet
-from interleave_thinker.train.data.examples import CriticRLExample, GroundTruth
+from interleave_thinker.train.data.examples import ChatTurn, CriticRLExample, GroundTruth, SFTExample
 from interleave_thinker.train.data.loaders import load_critic_rl, load_sft
 from interleave_thinker.train.data.trl_format import datasets_module, rl_dataset
 
@@ -27,11 +30,26 @@ SUBJECTS = (
     "a bicycle",
     "a kite",
 )
+HELD_OUT_SUBJECTS = (
+    "a green teapot",
+    "a sleeping dog",
+    "a wooden chair",
+    "a windmill",
+    "a stack of books",
+    "a hot-air balloon",
+    "an umbrella",
+)
 
 
 def synthetic_critic_examples(
-    templates: TemplateSet, n: int, image_dir: Path, *, seed: int = 0
+    templates: TemplateSet,
+    n: int,
+    image_dir: Path,
+    *,
+    seed: int = 0,
+    subjects: tuple[str, ...] = SUBJECTS,
 ) -> list[CriticRLExample]:
+    """``n`` critic prompts, half correct; ``subjects=HELD_OUT_SUBJECTS`` gives prompts no train row has."""
     rng = random.Random(seed)
     image_dir.mkdir(parents=True, exist_ok=True)
     before = image_dir / "white.png"
@@ -39,14 +57,16 @@ def synthetic_critic_examples(
     examples = []
     for i in range(n):
         success = i % 2 == 0
-        subject = rng.choice(SUBJECTS)
+        subject = rng.choice(subjects)
         instruction = f"{subject} [{'ok' if success else 'bad'}]"
         after = image_dir / f"after_{i}.png"
-        Image.new("RGB", (64, 64), (rng.randrange(256), rng.randrange(256), rng.randrange(256))).save(after)
+        jitter = rng.randrange(-20, 21)
+        colour = (160 + jitter, 90, 90) if success else (90, 90, 160 + jitter)
+        Image.new("RGB", (64, 64), colour).save(after)
         text = fill(templates.get("critic"), original_instruction=instruction, rewritten_prompt=instruction)
         examples.append(
             CriticRLExample(
-                problem="<image><image>" + text,
+                problem="<image><image>" + text + f"\n{instruction}",
                 images=(before, after),
                 origin_prompt=instruction,
                 origin_image_path=before,
@@ -56,6 +76,35 @@ def synthetic_critic_examples(
             )
         )
     return examples
+
+
+def warm_start_examples(examples: list[CriticRLExample]) -> list[SFTExample]:
+    """SFT conversations that answer RL prompts with their ground-truth verdict and an empty refine prompt.
+
+    A short SFT on these before GRPO gives a tiny critic a clean, short reply whose only open choice is
+    the verdict, so the group's rewards differ by accuracy rather than by broken formatting.
+    """
+    from interleave_thinker.train.synthetic import verdict_reply
+
+    return [
+        SFTExample(
+            messages=(
+                ChatTurn("user", e.problem),
+                ChatTurn(
+                    "assistant",
+                    verdict_reply(
+                        e.ground_truth.success,
+                        "",
+                        "The image matches the step."
+                        if e.ground_truth.success
+                        else "The image is too dark and misses the step.",
+                    ),
+                ),
+            ),
+            images=e.images,
+        )
+        for e in examples
+    ]
 
 
 def critic_dataset(files: list[Path], image_dir: Path | None) -> Any:

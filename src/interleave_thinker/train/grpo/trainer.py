@@ -146,26 +146,41 @@ def reward_functions(
 
 
 def train_dataset(config: GRPORunConfig, role: Role) -> Any:
-    templates = TemplateStore().load()
-    if role == "critic":
-        if config.data.synthetic is not None:
-            from interleave_thinker.train.data.trl_format import rl_dataset
+    return _prompt_set(config, role, config.data.train, config.data.synthetic, held_out=False)
 
-            image_dir = config.output_dir / "synthetic_images"
+
+def eval_dataset(config: GRPORunConfig, role: Role) -> Any | None:
+    """The held-out prompts scored every ``eval_steps`` (None when the config has none)."""
+    if not config.data.eval and config.data.eval_synthetic is None:
+        return None
+    return _prompt_set(config, role, config.data.eval, config.data.eval_synthetic, held_out=True)
+
+
+def _prompt_set(
+    config: GRPORunConfig, role: Role, files: list[Path], synthetic: int | None, *, held_out: bool
+) -> Any:
+    """Prompts from files, or synthetic ones; held-out synthetic prompts use other subjects and another seed."""
+    templates = TemplateStore().load()
+    seed = config.training.seed + (1 if held_out else 0)
+    if role == "critic":
+        if synthetic is not None:
+            from interleave_thinker.train.data.trl_format import rl_dataset
+            from interleave_thinker.train.grpo.data import HELD_OUT_SUBJECTS, SUBJECTS
+
+            image_dir = config.output_dir / ("synthetic_eval_images" if held_out else "synthetic_images")
+            subjects = HELD_OUT_SUBJECTS if held_out else SUBJECTS
             return rl_dataset(
-                synthetic_critic_examples(
-                    templates, config.data.synthetic, image_dir, seed=config.training.seed
-                )
+                synthetic_critic_examples(templates, synthetic, image_dir, seed=seed, subjects=subjects)
             )
-        return critic_dataset(config.data.train, config.data.image_dir)
-    if config.data.synthetic is not None:
+        return critic_dataset(files, config.data.image_dir)
+    if synthetic is not None:
         import random
 
         from interleave_thinker.train.synthetic import synthetic_request
 
-        rng = random.Random(config.training.seed)
-        return planner_dataset([synthetic_request(rng).text for _ in range(config.data.synthetic)], templates)
-    return planner_dataset(planner_requests_from_files(config.data.train, config.data.image_dir), templates)
+        rng = random.Random(seed)
+        return planner_dataset([synthetic_request(rng).text for _ in range(synthetic)], templates)
+    return planner_dataset(planner_requests_from_files(files, config.data.image_dir), templates)
 
 
 def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) -> Any:
@@ -194,8 +209,12 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
         "use_cpu": t.use_cpu,
         "use_vllm": t.use_vllm,
         "reward_weights": weights,
+        "num_generations_eval": t.num_generations_eval,
+        "per_device_eval_batch_size": t.per_device_eval_batch_size or t.per_device_train_batch_size,
         "remove_unused_columns": False,
     }
+    if t.eval_steps is not None:
+        args |= {"eval_strategy": "steps", "eval_steps": t.eval_steps}
     if t.use_vllm:
         args["vllm_mode"] = "server"
         if t.vllm_server_base_url:
@@ -236,6 +255,7 @@ def build_grpo_trainer(
         reward_funcs=functions,
         args=trl_config(config, config.output_dir, weights),
         train_dataset=train_dataset(config, chosen),
+        eval_dataset=eval_dataset(config, chosen),
         processing_class=processor,
         peft_config=peft,
         callbacks=list(callbacks),
