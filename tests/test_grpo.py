@@ -171,6 +171,20 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="multiple of num_generations"):
         GRPORunConfig.load(path)
+    path.write_text(
+        "role: critic\noutput_dir: x\nmodel: {name_or_path: tiny:critic}\ndata: {synthetic: 2}\ntraining: {eval_steps: 5}\n"
+    )
+    with pytest.raises(ConfigError, match=r"eval_steps needs held-out prompts: set data\.eval"):
+        GRPORunConfig.load(path)
+    path.write_text(
+        "role: critic\noutput_dir: x\nmodel: {name_or_path: tiny:critic}\ndata: {synthetic: 8, eval_synthetic: 4}\n"
+        "training: {num_generations: 4, per_device_train_batch_size: 8, per_device_eval_batch_size: 6}\n"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"per_device_eval_batch_size \(6\) must be a multiple of num_generations_eval \(4\)",
+    ):
+        GRPORunConfig.load(path)
 
 
 def warm_start(critic: Path, out: Path, images: Path) -> Path:
@@ -180,7 +194,7 @@ def warm_start(critic: Path, out: Path, images: Path) -> Path:
     from interleave_thinker.train.sft.config import DataSection, ModelSection, SFTRunConfig, TrainingSection
     from interleave_thinker.train.sft.trainer import run_sft
 
-    examples = synthetic_critic_examples(builtin_templates(), 64, images, seed=7)
+    examples = synthetic_critic_examples(builtin_templates(), 64, images, seed=7, restate=True)
     sft_dataset(warm_start_examples(examples)).save_to_disk(str(out / "data"))
     config = SFTRunConfig(
         role="critic",
@@ -207,7 +221,7 @@ def warm_start(critic: Path, out: Path, images: Path) -> Path:
 
 
 def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, tmp_path: Path) -> None:
-    """The verdict is written in each prompt ([ok]/[bad]); GRPO with format + accuracy rewards must learn to
+    """The verdict is written in each prompt ([ok]/[bad], restated as its last line); GRPO with format + accuracy rewards must learn to
     read it: the mean accuracy reward on 16 held-out prompts (subjects no train row has, 4 samples each)
     must rise by at least 0.3 over the starting checkpoint, and so must the accuracy of the well-formed
     answers (so the gain is not only repaired formatting)."""
@@ -217,7 +231,7 @@ def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, 
             "role": "critic",
             "output_dir": str(tmp_path / "grpo"),
             "model": {"name_or_path": str(start), "image_max_pixels": 16384},
-            "data": {"synthetic": 32, "eval_synthetic": 16},
+            "data": {"synthetic": 32, "eval_synthetic": 16, "synthetic_restate": True},
             "reward": {"stepwise": False},
             "training": {
                 "learning_rate": 3e-3,
@@ -252,3 +266,50 @@ def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, 
     )
     assert after >= before + 0.3, (before, after)
     assert after_formed >= before_formed + 0.2, (before_formed, after_formed)
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_shipped_release_config_has_the_release_settings() -> None:
+    config = GRPORunConfig.load(CONFIGS / "grpo_critic.yaml")
+    t = config.training
+    assert (t.num_generations, t.temperature, t.learning_rate, t.beta, t.max_completion_length) == (
+        8,
+        1.0,
+        2e-6,
+        0.01,
+        4096,
+    )
+    assert config.reward.stepwise and config.reward.deadline == 70.0
+
+
+def test_shipped_tiny_critic_config_trains_and_evaluates_from_the_cli(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--role",
+            "critic",
+            "--config",
+            str(CONFIGS / "grpo_critic_tiny.yaml"),
+            "--output-dir",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "trained 4 steps" in result.output and "held-out mean reward" in result.output
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    assert [e["step"] for e in history if "eval_rewards/critic_accuracy/mean" in e] == [2, 4]
+    # The format-trained tiny critic's rollouts differ, so GRPO has something to learn from.
+    assert any(e.get("reward_std", 0) > 0 for e in history)
+    assert (out / "final" / "model.safetensors").is_file()

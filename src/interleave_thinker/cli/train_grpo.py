@@ -31,6 +31,9 @@ def grpo(
     typer.echo(
         f"trained {result.global_step} steps; mean reward {rewards[0] if rewards else None} -> {rewards[-1] if rewards else None}"
     )
+    held_out = [e["eval_reward"] for e in result.log_history if "eval_reward" in e]
+    if held_out:
+        typer.echo(f"held-out mean reward {held_out[0]} -> {held_out[-1]} ({len(held_out)} evaluations)")
     typer.echo(
         f"model saved in {result.final_model}; use it with: --{run_config.role or 'critic'} transformers:{result.final_model}"
     )

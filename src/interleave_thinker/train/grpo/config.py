@@ -25,8 +25,13 @@ class GRPODataSection(_Section):
     synthetic: int | None = Field(
         default=None, ge=1, description="Generate this many synthetic prompts instead (tiny runs and tests)."
     )
+    synthetic_restate: bool = Field(
+        default=False,
+        description="Synthetic critic prompts also end with the instruction (easier for tiny models; needs a warm start).",
+    )
     eval: list[Path] = Field(
-        default_factory=list, description="Held-out prompt files (same formats as train), scored every eval_steps."
+        default_factory=list,
+        description="Held-out prompt files (same formats as train), scored every eval_steps.",
     )
     eval_synthetic: int | None = Field(
         default=None,
@@ -73,13 +78,17 @@ class GRPOTrainingSection(_Section):
     gradient_checkpointing: bool = Field(default=False)
     save_steps: int = Field(default=50, ge=1)
     eval_steps: int | None = Field(
-        default=None, ge=1, description="Score the eval prompts every N steps (needs data.eval or data.eval_synthetic)."
+        default=None,
+        ge=1,
+        description="Score the eval prompts every N steps (needs data.eval or data.eval_synthetic).",
     )
     num_generations_eval: int | None = Field(
         default=None, ge=1, description="Rollouts per eval prompt (default: num_generations)."
     )
     per_device_eval_batch_size: int | None = Field(
-        default=None, ge=1, description="Completions per device per eval batch (default: the train batch size)."
+        default=None,
+        ge=1,
+        description="Completions per device per eval batch (default: the train batch size).",
     )
     logging_steps: int = Field(default=1, ge=1)
     seed: int = Field(default=42)
@@ -111,7 +120,9 @@ class GRPORunConfig(_Section):
             raise ValueError("data: give eval files or an eval_synthetic count, not both")
         has_eval = bool(self.data.eval) or self.data.eval_synthetic is not None
         if self.training.eval_steps is not None and not has_eval:
-            raise ValueError("training.eval_steps needs held-out prompts: set data.eval or data.eval_synthetic")
+            raise ValueError(
+                "training.eval_steps needs held-out prompts: set data.eval or data.eval_synthetic"
+            )
         total = self.training.per_device_train_batch_size * self.training.gradient_accumulation_steps
         if total % self.training.num_generations:
             raise ValueError(

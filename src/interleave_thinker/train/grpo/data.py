@@ -1,10 +1,11 @@
 """GRPO prompt sets: the release's critic RL files, planner requests, and synthetic sets for tiny runs.
 
 The synthetic critic set makes the correct verdict recoverable from the prompt: the step's instruction
-ends in ``[ok]`` or ``[bad]`` and is restated as the prompt's last line (next to where the reply starts,
-so a three-layer tiny model can learn to read it), and the "after" image is reddish for ``[ok]`` and
-bluish for ``[bad]`` at the same brightness (the format-trained tiny critic's only habit is brightness,
-so it starts at chance). A learning test can then check that GRPO moves the critic towards the truth.
+ends in ``[ok]`` or ``[bad]``, and the "after" image is reddish for ``[ok]`` and bluish for ``[bad]`` at
+one brightness, so the format-trained tiny critic (which answers the same whatever it sees) starts at
+chance. With ``restate=True`` the instruction is also the prompt's last line, next to where the reply
+starts, which a three-layer tiny model can learn to read within minutes; that layout is new to the
+format-trained critic, so it needs a short SFT warm start (:func:`warm_start_examples`) first.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def synthetic_critic_examples(
     *,
     seed: int = 0,
     subjects: tuple[str, ...] = SUBJECTS,
+    restate: bool = False,
 ) -> list[CriticRLExample]:
     """``n`` critic prompts, half correct; ``subjects=HELD_OUT_SUBJECTS`` gives prompts no train row has."""
     rng = random.Random(seed)
@@ -66,7 +68,7 @@ def synthetic_critic_examples(
         text = fill(templates.get("critic"), original_instruction=instruction, rewritten_prompt=instruction)
         examples.append(
             CriticRLExample(
-                problem="<image><image>" + text + f"\n{instruction}",
+                problem="<image><image>" + text + (f"\n{instruction}" if restate else ""),
                 images=(before, after),
                 origin_prompt=instruction,
                 origin_image_path=before,

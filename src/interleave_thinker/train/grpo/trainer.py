@@ -170,7 +170,14 @@ def _prompt_set(
             image_dir = config.output_dir / ("synthetic_eval_images" if held_out else "synthetic_images")
             subjects = HELD_OUT_SUBJECTS if held_out else SUBJECTS
             return rl_dataset(
-                synthetic_critic_examples(templates, synthetic, image_dir, seed=seed, subjects=subjects)
+                synthetic_critic_examples(
+                    templates,
+                    synthetic,
+                    image_dir,
+                    seed=seed,
+                    subjects=subjects,
+                    restate=config.data.synthetic_restate,
+                )
             )
         return critic_dataset(files, config.data.image_dir)
     if synthetic is not None:

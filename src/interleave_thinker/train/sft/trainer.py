@@ -81,15 +81,23 @@ def report_targets(report_to: list[str] | str) -> list[str]:
 
 
 def base_checkpoint(name: str) -> str:
-    """A local folder, a Hugging Face id, or ``tiny:planner`` / ``tiny:critic`` (the random tiny models)."""
+    """A local folder, a Hugging Face id, ``tiny:planner`` / ``tiny:critic`` (the random tiny models) or
+    ``tiny:planner-sft`` / ``tiny:critic-sft`` (the format-trained ones, a sensible start for tiny GRPO)."""
     from interleave_thinker.backends._loading import resolve_checkpoint
 
     if name.startswith("tiny:"):
+        which = name.removeprefix("tiny:") or "planner"
+        if which in ("planner-sft", "critic-sft"):
+            from interleave_thinker.train.tiny_format import ensure_format_trained_tiny
+
+            trained = ensure_format_trained_tiny()
+            return str(trained.planner if which == "planner-sft" else trained.critic)
+        if which not in ("planner", "critic"):
+            raise ConfigError(
+                f"model.name_or_path {name!r}: use tiny:planner, tiny:critic, tiny:planner-sft or tiny:critic-sft."
+            )
         from interleave_thinker.core.tiny import ensure_tiny_models
 
-        which = name.removeprefix("tiny:") or "planner"
-        if which not in ("planner", "critic"):
-            raise ConfigError(f"model.name_or_path {name!r}: use tiny:planner or tiny:critic.")
         return str(getattr(ensure_tiny_models(), which))
     return resolve_checkpoint(name)
 
