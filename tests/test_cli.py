@@ -157,3 +157,24 @@ def test_demo_shows_a_real_plan_and_verdicts(tmp_path: Path) -> None:
     verdicts = [a["verdict"] for s in trace["steps"] for a in s["attempts"] if a["verdict"] is not None]
     assert len(verdicts) >= 1
     assert (tmp_path / "demo" / "index.html").read_text().count('class="step"') == len(plan["steps"])
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["run"], ["[default: official]", "[default:", "--critic-on-last-attempt"]),
+        (["batch"], ["[default: official]", "--critic-on-last-attempt", "--per-backend-limit"]),
+        (["train", "grpo"], ["[default: the config's role]"]),
+        (["data", "validate"], ["[default: the file's folder]"]),
+    ],
+)
+def test_help_shows_defaults_and_shared_options(command: list[str], expected: list[str]) -> None:
+    """Rich markup would swallow an unescaped ``[default: ...]``; run and batch share their pipeline options."""
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "400", "TERM": "dumb"})
+    assert result.exit_code == 0, result.output
+    for text in expected:
+        assert text in result.output, text

@@ -18,7 +18,21 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from interleave_thinker.cli.options import Fallback, Preset, TextSteps, build_config, quiet_diffusers
+from interleave_thinker.cli.options import (
+    ConfigOption,
+    CriticOnLastAttemptOption,
+    CriticOption,
+    DeviceOption,
+    FallbackOption,
+    GeneratorOption,
+    MaxAttemptsOption,
+    PlannerOption,
+    PresetOption,
+    SeedOption,
+    TextStepsOption,
+    build_config,
+    quiet_diffusers,
+)
 from interleave_thinker.core.errors import InputError
 
 console = Console(stderr=True)
@@ -58,25 +72,17 @@ def batch(
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue a batch in --out: skip finished requests.")] = True,
     quiet: Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")] = False,
-    preset: Annotated[
-        Preset | None, typer.Option(help="Backends and settings to start from [default: official].")
-    ] = None,
-    config: Annotated[Path | None, typer.Option(help="YAML config file.")] = None,
-    planner: Annotated[str | None, typer.Option(help="Planner backend spec.")] = None,
-    critic: Annotated[str | None, typer.Option(help="Critic backend spec.")] = None,
-    generator: Annotated[str | None, typer.Option(help="Generator backend spec.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Generator calls per step.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed base: seed = base + step*100 + attempt.")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
-    planner_fallback: Annotated[
-        Fallback | None, typer.Option(help="When no valid plan: error or single-step.")
-    ] = None,
-    text_steps: Annotated[
-        TextSteps | None, typer.Option(help="Task-A steps: text answer, or generate.")
-    ] = None,
-    critic_on_last_attempt: Annotated[
-        bool | None, typer.Option(help="Ask the critic about the last attempt too.")
-    ] = None,
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    planner: PlannerOption = None,
+    critic: CriticOption = None,
+    generator: GeneratorOption = None,
+    max_attempts: MaxAttemptsOption = None,
+    seed: SeedOption = None,
+    device: DeviceOption = None,
+    planner_fallback: FallbackOption = None,
+    text_steps: TextStepsOption = None,
+    critic_on_last_attempt: CriticOnLastAttemptOption = None,
 ) -> None:
     """Run many requests concurrently; a restarted batch skips finished requests and resumes the rest."""
     from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select

@@ -67,7 +67,7 @@ def validate(
     file: Annotated[Path, typer.Argument(help="The data file to check.")],
     kind: Annotated[DataKind, typer.Option(help="Which format the file is in.")],
     image_dir: Annotated[
-        Path | None, typer.Option(help="Base folder of relative image paths [default: the file's folder].")
+        Path | None, typer.Option(help="Base folder of relative image paths \\[default: the file's folder].")
     ] = None,
 ) -> None:
     """Check a training-data file: print the record count and a summary, or the first errors (exit 1)."""
@@ -125,7 +125,7 @@ FromOpt = Annotated[
     Path, typer.Option("--from", help="A run folder, a folder of runs, or a folder of execution records.")
 ]
 ImageDirOpt = Annotated[
-    Path | None, typer.Option(help="Base folder of record image paths [default: each record's folder].")
+    Path | None, typer.Option(help="Base folder of record image paths \\[default: each record's folder].")
 ]
 RulesOpt = Annotated[
     Path | None, typer.Option(help="YAML with filter thresholds and sampling (see docs/training.md).")

@@ -14,7 +14,21 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli import batch, data, scoring, serve_generator, serve_vlm, train, train_grpo
-from interleave_thinker.cli.options import Fallback, Preset, TextSteps, build_config, quiet_diffusers
+from interleave_thinker.cli.options import (
+    ConfigOption,
+    CriticOnLastAttemptOption,
+    CriticOption,
+    DeviceOption,
+    FallbackOption,
+    GeneratorOption,
+    MaxAttemptsOption,
+    PlannerOption,
+    PresetOption,
+    SeedOption,
+    TextStepsOption,
+    build_config,
+    quiet_diffusers,
+)
 from interleave_thinker.core.errors import (
     ConfigError,
     InputError,
@@ -59,30 +73,20 @@ def default_out_dir(prompt: str) -> Path:
 def run(
     prompt: Annotated[str, typer.Argument(help="The request. Mark input image positions with <image>.")],
     image: Annotated[list[Path] | None, typer.Option("--image", help="Input image, repeat in order.")] = None,
-    preset: Annotated[
-        Preset | None, typer.Option(help="Backends and settings to start from [default: official].")
-    ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML config file (keys as in docs/configuration.md).")
-    ] = None,
-    planner: Annotated[str | None, typer.Option(help="Planner backend spec, e.g. transformers:ID.")] = None,
-    critic: Annotated[str | None, typer.Option(help="Critic backend spec.")] = None,
-    generator: Annotated[str | None, typer.Option(help="Generator backend spec, e.g. diffusers:ID.")] = None,
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    planner: PlannerOption = None,
+    critic: CriticOption = None,
+    generator: GeneratorOption = None,
     out: Annotated[
-        Path | None, typer.Option(help="Output folder [default: runs/<timestamp>-<slug>].")
+        Path | None, typer.Option(help="Output folder \\[default: runs/<timestamp>-<slug>].")
     ] = None,
-    max_attempts: Annotated[int | None, typer.Option(min=1, help="Generator calls per step.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed base: seed = base + step*100 + attempt.")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
-    planner_fallback: Annotated[
-        Fallback | None, typer.Option(help="When no valid plan: error or single-step.")
-    ] = None,
-    text_steps: Annotated[
-        TextSteps | None, typer.Option(help="Task-A steps: text answer, or generate an image.")
-    ] = None,
-    critic_on_last_attempt: Annotated[
-        bool | None, typer.Option(help="Ask the critic about the last attempt too.")
-    ] = None,
+    max_attempts: MaxAttemptsOption = None,
+    seed: SeedOption = None,
+    device: DeviceOption = None,
+    planner_fallback: FallbackOption = None,
+    text_steps: TextStepsOption = None,
+    critic_on_last_attempt: CriticOnLastAttemptOption = None,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
     from interleave_thinker.cli.progress import RichObserver

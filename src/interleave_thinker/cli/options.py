@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from interleave_thinker.core.config import PipelineConfig
 
@@ -22,6 +25,28 @@ class Fallback(StrEnum):
 class TextSteps(StrEnum):
     text = "text"
     generate = "generate"
+
+
+PresetOption = Annotated[
+    Preset | None, typer.Option(help="Backends and settings to start from \\[default: official].")
+]
+ConfigOption = Annotated[
+    Path | None, typer.Option(help="YAML config file (keys as in docs/configuration.md).")
+]
+PlannerOption = Annotated[str | None, typer.Option(help="Planner backend spec, e.g. transformers:ID.")]
+CriticOption = Annotated[str | None, typer.Option(help="Critic backend spec.")]
+GeneratorOption = Annotated[str | None, typer.Option(help="Generator backend spec, e.g. diffusers:ID.")]
+MaxAttemptsOption = Annotated[int | None, typer.Option(min=1, help="Generator calls per step.")]
+SeedOption = Annotated[int | None, typer.Option(help="Seed base: seed = base + step*100 + attempt.")]
+DeviceOption = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")]
+FallbackOption = Annotated[Fallback | None, typer.Option(help="When no valid plan: error or single-step.")]
+TextStepsOption = Annotated[
+    TextSteps | None, typer.Option(help="Task-A steps: text answer, or generate an image.")
+]
+CriticOnLastAttemptOption = Annotated[
+    bool | None, typer.Option(help="Ask the critic about the last attempt too.")
+]
+"""The declarations of the pipeline options, shared so `run` and `batch` spell them the same."""
 
 
 def build_config(

@@ -27,7 +27,7 @@ def sft(
         Path, typer.Option(help="SFT config YAML (see configs/sft_*.yaml and docs/training.md).")
     ],
     role: Annotated[
-        TrainRole | None, typer.Option(help="planner or critic [default: the config's role].")
+        TrainRole | None, typer.Option(help="planner or critic \\[default: the config's role].")
     ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")

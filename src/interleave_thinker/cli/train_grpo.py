@@ -15,7 +15,7 @@ def grpo(
         Path, typer.Option(help="GRPO config YAML (see configs/grpo_*.yaml and docs/training.md).")
     ],
     role: Annotated[
-        TrainRole | None, typer.Option(help="planner or critic [default: the config's role].")
+        TrainRole | None, typer.Option(help="planner or critic \\[default: the config's role].")
     ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")

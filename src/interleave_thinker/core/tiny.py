@@ -80,7 +80,7 @@ def default_tiny_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
+def seeded(seed: int) -> Iterator[None]:
     """Seed torch for one module's construction without disturbing the caller's RNG state."""
     import torch
 
@@ -166,7 +166,7 @@ def build_tiny_vlm(dest: Path, *, seed: int) -> Path:
         vision_end_token_id=tok_id(VISION_END),
         tie_word_embeddings=False,
     )
-    with _seeded(seed):
+    with seeded(seed):
         model = Qwen3VLForConditionalGeneration(config).eval()
     model.generation_config = GenerationConfig(
         do_sample=False,
@@ -210,9 +210,9 @@ def build_tiny_flux2_klein(dest: Path, *, seed: int) -> Path:
         pad_token_id=tokenizer.pad_token_id,
     )
     # Distinct derived seeds per module: each build is reproducible and modules are not identical.
-    with _seeded(seed * 1000 + 1):
+    with seeded(seed * 1000 + 1):
         text_encoder = Qwen3ForCausalLM(text_config).eval()
-    with _seeded(seed * 1000 + 2):
+    with seeded(seed * 1000 + 2):
         vae = AutoencoderKLFlux2(
             block_out_channels=FLUX_VAE_CHANNELS,
             layers_per_block=1,
@@ -221,7 +221,7 @@ def build_tiny_flux2_klein(dest: Path, *, seed: int) -> Path:
             sample_size=64,
             mid_block_add_attention=False,  # keeps a 1024x1024 reference image cheap to encode
         )
-    with _seeded(seed * 1000 + 3):
+    with seeded(seed * 1000 + 3):
         transformer = Flux2Transformer2DModel(
             patch_size=1,
             in_channels=FLUX_LATENT_CHANNELS * 4,  # latents are 2x2-patchified before packing
@@ -285,7 +285,7 @@ def _ensure_one(root: Path, name: str, build: Callable[..., Path], seed: int) ->
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """Exclusive advisory lock so concurrent processes never build the same cache at once."""
     import fcntl
 
@@ -311,7 +311,7 @@ def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
         ("generator", build_tiny_flux2_klein, GENERATOR_SEED),
     ]
     paths: dict[str, Path] = {}
-    with _file_lock(root / ".lock"):
+    with file_lock(root / ".lock"):
         for name, build, seed in jobs:
             paths[name] = _ensure_one(root, name, build, seed)
     return TinyModelPaths(planner=paths["planner"], critic=paths["critic"], generator=paths["generator"])

@@ -18,10 +18,10 @@ from interleave_thinker.core.tiny import (
     COMPLETE_MARKER,
     CRITIC_SEED,
     PLANNER_SEED,
-    _file_lock,
-    _seeded,
     default_tiny_dir,
     ensure_tiny_models,
+    file_lock,
+    seeded,
 )
 from interleave_thinker.train.sft.config import (
     DataSection,
@@ -64,7 +64,7 @@ def build_base(dest: Path, source: Path, *, seed: int) -> Path:
     text.num_attention_heads, text.num_key_value_heads = TEXT_HEADS, TEXT_KV_HEADS
     text.intermediate_size = TEXT_INTERMEDIATE
     config.vision_config.out_hidden_size = TEXT_HIDDEN
-    with _seeded(seed):
+    with seeded(seed):
         model = Qwen3VLForConditionalGeneration(config).eval()
     model.generation_config = GenerationConfig.from_pretrained(source)
     dest.mkdir(parents=True, exist_ok=True)
@@ -151,7 +151,7 @@ def ensure_format_trained_tiny(
     folder = root / f"format-v{FORMAT_VERSION}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    with _file_lock(folder / ".lock"):
+    with file_lock(folder / ".lock"):
         for role in ("planner", "critic"):
             final = folder / role
             if not (final / COMPLETE_MARKER).is_file():
