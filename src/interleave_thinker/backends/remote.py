@@ -130,9 +130,11 @@ class RemoteCaller:
 
     def call(self, request: Callable[[httpx.Client, str, float], Any]) -> Any:
         """``request(client, base_url, timeout)`` returns a value, raises :class:`RetryableError` or
-        :class:`BackendError`; transport errors and retryable statuses are retried on the next endpoint."""
+        :class:`BackendError`; transport errors and retryable statuses are retried on the next endpoint.
+        When every try fails, the :class:`BackendError` is chained to the last underlying error."""
         start = time.monotonic()
         problems: list[str] = []
+        last: BaseException | None = None
         for attempt in range(self.retry.max_retries + 1):
             timeout = self.retry.timeout
             if self.retry.deadline is not None:
@@ -150,10 +152,13 @@ class RemoteCaller:
             except RetryableError as exc:
                 problems.append(f"{url}: {exc}")
                 retry_after = exc.retry_after
-            except httpx.TimeoutException:
+                last = exc.__cause__ or exc
+            except httpx.TimeoutException as exc:
                 problems.append(f"{url}: timed out after {timeout:.3g}s")
+                last = exc
             except httpx.TransportError as exc:
                 problems.append(f"{url}: {type(exc).__name__}: {exc}")
+                last = exc
             self.pool.mark_failed(url)
             if attempt < self.retry.max_retries:
                 delay = self.retry.delay(attempt, retry_after)
@@ -163,7 +168,9 @@ class RemoteCaller:
                 self._sleep(delay)
         over = self.retry.deadline is not None and time.monotonic() - start >= self.retry.deadline
         reason = f"deadline of {self.retry.deadline:.3g}s passed" if over else f"{len(problems)} tries failed"
-        raise BackendError(f"{self.name}: {reason}; last error: {problems[-1] if problems else 'none'}")
+        raise BackendError(
+            f"{self.name}: {reason}; last error: {problems[-1] if problems else 'none'}"
+        ) from last
 
     def check_status(self, response: httpx.Response) -> None:
         """Retryable statuses raise :class:`RetryableError`; other errors raise :class:`BackendError`."""

@@ -20,8 +20,9 @@ SDK surface used (``googleapis/python-genai``: ``client.py``, ``models.py``, ``t
 
 Behaviour:
 
-- **Retries** on errors whose ``code`` is 408, 429 or 5xx and on transport timeouts/connection errors, with
-  the :class:`~interleave_thinker.backends.remote.RetrySettings` backoff and deadline; none on other 4xx.
+- **Retries** on errors whose ``code`` is 408, 429 or 5xx and on transport timeouts/connection errors,
+  through :class:`~interleave_thinker.backends.remote.RemoteCaller` (as the Gemini chat backend does):
+  its backoff, deadline and concurrency limit; none on other 4xx.
 - **No image** in the reply (safety block, text-only answer) is a :class:`BackendError` that quotes the
   text the model returned and the finish/block reason.
 - **Seed** is sent as ``config.seed`` (a documented ``GenerateContentConfig`` field); the service does not
@@ -40,7 +41,6 @@ import io
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ import httpx
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from interleave_thinker.backends.protocols import ImageBatchMixin
-from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.remote import EndpointPool, RemoteCaller, RetryableError, RetrySettings
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -139,15 +139,14 @@ class GeminiImageBackend(ImageBatchMixin):
         remote = remote or RemoteOptions()
         self.model = resolve_model(model)
         self.name = f"gemini-image:{self.model}"
-        self.retry = RetrySettings(
-            max_retries=remote.max_retries,
-            backoff_base=remote.backoff_base,
-            backoff_max=remote.backoff_max,
-            timeout=remote.timeout,
-            deadline=remote.deadline,
+        self.retry = RetrySettings.from_options(remote)
+        self.caller = RemoteCaller(
+            self.name,
+            EndpointPool([self.name]),
+            retry=self.retry,
+            concurrency=remote.concurrency,
+            sleep=sleep,
         )
-        self._slots = threading.BoundedSemaphore(remote.concurrency)
-        self._sleep = sleep
         self._owns_client = client is None
         self.client = client if client is not None else self._make_client(remote)
 
@@ -197,38 +196,17 @@ class GeminiImageBackend(ImageBatchMixin):
             "image_config": image_config(self.model, width, height),
         }
         # 2. Call with retries, then 3. read the image and fit it to the requested size.
-        response = self._call_with_retries(
-            lambda: self.client.models.generate_content(model=self.model, contents=contents, config=config)
-        )
+        response = self.caller.call(lambda _client, _url, _timeout: self._generate_once(contents, config))
         return _fit(self._image_from(response), width, height)
 
-    def _call_with_retries(self, call: Callable[[], Any]) -> Any:
-        """Retry 408/429/5xx and transport failures with backoff; translate every SDK error."""
-        start = time.monotonic()
-        problems: list[str] = []
-        last: BaseException | None = None
-        for attempt in range(self.retry.max_retries + 1):
-            try:
-                with self._slots:
-                    return call()
-            except Exception as exc:
-                if not is_retryable(exc):
-                    raise BackendError(self._describe(exc)) from exc
-                problems.append(f"{type(exc).__name__}: {exc}")
-                last = exc
-            elapsed = time.monotonic() - start
-            if attempt == self.retry.max_retries or (
-                self.retry.deadline is not None and elapsed >= self.retry.deadline
-            ):
-                break
-            delay = self.retry.delay(attempt)
-            if self.retry.deadline is not None:
-                delay = min(delay, self.retry.deadline - elapsed)
-            logger.info("%s: retrying in %.2fs after: %s", self.name, delay, problems[-1])
-            self._sleep(delay)
-        raise BackendError(
-            f"{self.name}: {len(problems)} tries failed; last error: {problems[-1][:500]}"
-        ) from last
+    def _generate_once(self, contents: list[Any], config: dict[str, Any]) -> Any:
+        """One SDK call; its errors become retryable (408/429/5xx, transport) or a final :class:`BackendError`."""
+        try:
+            return self.client.models.generate_content(model=self.model, contents=contents, config=config)
+        except Exception as exc:
+            if not is_retryable(exc):
+                raise BackendError(self._describe(exc)) from exc
+            raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
 
     def _describe(self, exc: BaseException) -> str:
         """A one-line message for a non-retryable SDK error, with the fix for the usual causes."""
@@ -284,6 +262,7 @@ class GeminiImageBackend(ImageBatchMixin):
 
     def close(self) -> None:
         """Close the SDK client when we created it (an injected client belongs to the caller)."""
+        self.caller.close()
         if self._owns_client and callable(getattr(self.client, "close", None)):
             self.client.close()
 
