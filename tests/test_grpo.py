@@ -63,11 +63,25 @@ def format_trained() -> Any:
     return ensure_format_trained_tiny(templates=builtin_templates())
 
 
-def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(format_trained: Any, tmp_path: Path) -> None:
-    config = critic_config(tmp_path, str(format_trained.critic), max_steps=2)
+@pytest.fixture(scope="module")
+def released_critic() -> Path:
+    """The tiny critic format-trained on the released critic template, the one the fixture's prompts use
+    (trained on our built-in template it answers the fixture with a bare "</answer>", so no reward varies)."""
+    from interleave_thinker.core.prompt_store import TemplateStore
+    from interleave_thinker.train.tiny_format import ensure_format_trained
+
+    released = TemplateStore(folder=shared_path("reference", "prompts"), download=False).load()
+    return ensure_format_trained("critic", templates=released)
+
+
+def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(released_critic: Path, tmp_path: Path) -> None:
+    import torch
+
+    config = critic_config(tmp_path, str(released_critic), max_steps=2)
     generator = load_image_backend("tiny:generator")
     judge = ScriptedVLMBackend([judge_reply], repeat_last=True)
     trainer, closers = build_grpo_trainer(config, generator=generator, judge_backend=judge)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
     calls: list[tuple[list[Any], dict[str, Any], list[float]]] = []
     original = trainer.reward_funcs[0]
 
@@ -103,33 +117,20 @@ def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(format_trained: Any, t
     logs = [entry for entry in trainer.state.log_history if "kl" in entry]
     assert logs and all("rewards/critic_format/mean" in entry for entry in logs)
     assert any("reward_seconds/critic_reward" in entry for entry in logs)
+    assert logs[-1]["kl"] > 0  # after one update the policy differs from the frozen reference
 
-    # Resume from the step-2 checkpoint and continue the step count.
-    resumed = run_grpo(critic_config(tmp_path, str(format_trained.critic), max_steps=3), resume=True)
-    assert resumed.global_step == 3 and (resumed.final_model / "config.json").is_file()
-
-
-def test_critic_grpo_moves_the_weights(format_trained: Any, tmp_path: Path) -> None:
-    """On prompts the tiny critic was format-trained on, sampled rollouts differ, so advantages are non-zero."""
-    import torch
-
-    config = critic_config(tmp_path, str(format_trained.critic), max_steps=2, synthetic=True)
-    trainer, closers = build_grpo_trainer(
-        config,
-        generator=load_image_backend("tiny:generator"),
-        judge_backend=ScriptedVLMBackend([judge_reply], repeat_last=True),
-    )
-    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
-    trainer.train()
-    for closer in closers:
-        closer.close()
-    stds = [e["reward_std"] for e in trainer.state.log_history if "reward_std" in e]
+    # The rollouts' rewards differ, so the policy moves.
+    assert any(entry["reward_std"] > 0 for entry in logs)
     changed = [
         k
         for k, v in trainer.model.named_parameters()
         if v.requires_grad and not torch.equal(before[k], v.detach())
     ]
-    assert changed, f"no weight moved (reward std per step: {stds})"
+    assert changed, "no weight moved"
+
+    # Resume from the step-2 checkpoint and continue the step count.
+    resumed = run_grpo(critic_config(tmp_path, str(released_critic), max_steps=3), resume=True)
+    assert resumed.global_step == 3 and (resumed.final_model / "config.json").is_file()
 
 
 def test_planner_grpo_runs_with_planner_rewards(format_trained: Any, tmp_path: Path) -> None:

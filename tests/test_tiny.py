@@ -209,3 +209,25 @@ def test_ensure_rebuilds_folder_without_marker(tiny_paths: TinyModelPaths, tmp_p
     assert (paths.planner / COMPLETE_MARKER).is_file()
     assert _tensors_equal(_state_dict(paths.planner), _state_dict(tiny_paths.planner))
     assert (root / "critic" / "model.safetensors").stat().st_mtime_ns == critic_mtime
+
+
+@pytest.mark.slow
+def test_diffusers_backend_is_safe_to_call_from_threads(tiny_paths: TinyModelPaths) -> None:
+    """The reward scorer and the batch runtime call one backend from several threads; the images must be
+    the ones each call would get alone (an unguarded pipeline shares its scheduler state across calls)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
+
+    backend = DiffusersImageBackend(str(tiny_paths.generator), device="cpu", dtype="float32")
+    jobs = [
+        {"prompt": f"a red cat number {i}", "width": 64, "height": 64, "seed": i, "steps": 3}
+        for i in range(6)
+    ]
+    alone = [np.asarray(backend.generate(**job)) for job in jobs]
+    with ThreadPoolExecutor(6) as pool:
+        together = [np.asarray(image) for image in pool.map(lambda job: backend.generate(**job), jobs)]
+    for i, (a, b) in enumerate(zip(alone, together, strict=True)):
+        assert np.array_equal(a, b), f"job {i} differs when run beside others"

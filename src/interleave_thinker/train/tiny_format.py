@@ -142,25 +142,36 @@ def ensure_format_trained_tiny(
     under a file lock in a temporary folder and renamed in when done, so a crash never leaves a
     half-trained model behind.
     """
+    templates = templates or TemplateStore().load()
+    return FormatTrainedPaths(
+        planner=ensure_format_trained("planner", root, templates=templates),
+        critic=ensure_format_trained("critic", root, templates=templates),
+        templates_kind=templates.kind,
+    )
+
+
+def ensure_format_trained(
+    role: str, root: Path | None = None, *, templates: TemplateSet | None = None
+) -> Path:
+    """One format-trained tiny model (``planner`` or ``critic``), built alone when only one is needed."""
     from interleave_thinker.core.prompt_store import sha256_text
 
+    if role not in ("planner", "critic"):
+        raise ValueError(f"role must be planner or critic, not {role!r}")
     templates = templates or TemplateStore().load()
     digest = sha256_text("".join(templates.get(n) for n in ("planner_narrative", "critic")))[:12]
     root = Path(root) if root is not None else default_tiny_dir()
     source = ensure_tiny_models(root).planner
     folder = root / f"format-v{FORMAT_VERSION}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path] = {}
+    final = folder / role
     with file_lock(folder / ".lock"):
-        for role in ("planner", "critic"):
-            final = folder / role
-            if not (final / COMPLETE_MARKER).is_file():
-                shutil.rmtree(final, ignore_errors=True)
-                tmp = folder / f".{role}.partial"
-                shutil.rmtree(tmp, ignore_errors=True)
-                _build_one(tmp, role, templates, source)
-                (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
-                (tmp / "model").rename(final)
-                shutil.rmtree(tmp)
-            paths[role] = final
-    return FormatTrainedPaths(planner=paths["planner"], critic=paths["critic"], templates_kind=templates.kind)
+        if not (final / COMPLETE_MARKER).is_file():
+            shutil.rmtree(final, ignore_errors=True)
+            tmp = folder / f".{role}.partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            _build_one(tmp, role, templates, source)
+            (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
+            (tmp / "model").rename(final)
+            shutil.rmtree(tmp)
+    return final

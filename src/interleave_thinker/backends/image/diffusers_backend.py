@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import Any
 
 from PIL import Image
@@ -37,6 +38,9 @@ class DiffusersImageBackend(ImageBatchMixin):
         self.checkpoint = resolve_checkpoint(checkpoint)
         self.device = pick_device(None if device == "auto" else device)
         self.pipe = self._load(dtype)
+        # A diffusers pipeline keeps per-call state (the scheduler's timesteps and step index), so two
+        # threads inside one call corrupt each other's images; calls on one device gain nothing anyway.
+        self._lock = threading.Lock()
         self.parameters = set(inspect.signature(self.pipe.__call__).parameters)
         self.defaults = model_defaults(self.checkpoint, type(self.pipe).__name__)
 
@@ -87,7 +91,7 @@ class DiffusersImageBackend(ImageBatchMixin):
                 )
             kwargs["image"] = image.convert("RGB")
         try:
-            with torch.inference_mode():
+            with self._lock, torch.inference_mode():
                 output = self.pipe(**kwargs)
         except (RuntimeError, ValueError) as exc:
             raise BackendError(f"{self.name}: generation failed: {exc}") from exc
@@ -134,7 +138,7 @@ class DiffusersImageBackend(ImageBatchMixin):
                     guidance if guidance is not None else self.defaults["guidance"]
                 )
             try:
-                with torch.inference_mode():
+                with self._lock, torch.inference_mode():
                     output = self.pipe(**kwargs)
             except (RuntimeError, ValueError) as exc:
                 raise BackendError(f"{self.name}: batched generation failed: {exc}") from exc
