@@ -231,3 +231,30 @@ def test_diffusers_backend_is_safe_to_call_from_threads(tiny_paths: TinyModelPat
         together = [np.asarray(image) for image in pool.map(lambda job: backend.generate(**job), jobs)]
     for i, (a, b) in enumerate(zip(alone, together, strict=True)):
         assert np.array_equal(a, b), f"job {i} differs when run beside others"
+
+
+@pytest.mark.slow
+def test_transformers_backend_batches_from_threads_match_alone(tiny_paths: TinyModelPaths) -> None:
+    """Padded batches sent from several threads get the replies they get alone (greedy decoding)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from interleave_thinker.backends.vlm.transformers_backend import TransformersVLMBackend
+
+    backend = TransformersVLMBackend(str(tiny_paths.critic), device="cpu", dtype="float32")
+    batches = [
+        [
+            [{"role": "user", "content": [{"type": "text", "text": "hi " * (1 + i)}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": f"a much longer question number {i} " * 3}],
+                }
+            ],
+        ]
+        for i in range(4)
+    ]
+    alone = [backend.chat_batch(b, max_new_tokens=8) for b in batches]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda b: backend.chat_batch(b, max_new_tokens=8), batches))
+    assert together == alone
+    assert backend.processor.tokenizer.padding_side == "left"

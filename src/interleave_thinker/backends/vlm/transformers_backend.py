@@ -48,6 +48,9 @@ class TransformersVLMBackend(VLMBatchMixin):
         if not device_map_auto:
             model = model.to(self.device)
         model.eval()
+        # Replies must start at the same column in a batch; set once here, because flipping it per call
+        # races when several threads share this backend.
+        processor.tokenizer.padding_side = "left"
         return processor, model
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
@@ -60,9 +63,6 @@ class TransformersVLMBackend(VLMBatchMixin):
         import torch
 
         prepared = [apply_max_pixels(m, self.pixel_factor) for m in conversations]
-        tokenizer = self.processor.tokenizer
-        side = tokenizer.padding_side
-        tokenizer.padding_side = "left"
         try:
             inputs = self.processor.apply_chat_template(
                 prepared if len(prepared) > 1 else prepared[0],
@@ -81,8 +81,6 @@ class TransformersVLMBackend(VLMBatchMixin):
                 output = self.model.generate(**inputs, **generation)
         except (RuntimeError, ValueError) as exc:
             raise BackendError(f"{self.name}: generation failed: {exc}") from exc
-        finally:
-            tokenizer.padding_side = side
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
         return [
             str(text).strip() for text in self.processor.batch_decode(new_tokens, skip_special_tokens=True)
