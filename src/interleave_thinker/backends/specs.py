@@ -73,10 +73,9 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
     if which.endswith("-sft"):
         # The one upward reference of the layers: the format-trained tiny models are made by our own SFT
         # (train/), built once and cached; imported only when asked for.
-        from interleave_thinker.train.tiny_format import ensure_format_trained_tiny
+        from interleave_thinker.train.tiny_format import ensure_format_trained
 
-        trained = ensure_format_trained_tiny()
-        path = trained.planner if which == "planner-sft" else trained.critic
+        path = ensure_format_trained(which.removesuffix("-sft"))  # builds only the model asked for
         return _transformers_vlm(BackendSpec("transformers", str(path), spec.raw), options, role)
     which = "critic" if which == "judge" else which  # the tiny judge is the tiny critic model
     paths = ensure_tiny_models()

@@ -67,6 +67,11 @@ def plan_reply(steps: list[PlanStep], reasoning: str) -> str:
     return f"<think>\n{reasoning}\n</think>\n<answer>\n{{'execution_plan': [{items}]}}\n</answer>"
 
 
+SUCCESS_REASONING = "The image matches the step."
+FAILURE_REASONING = "The image is too dark and misses the step."
+"""The two thoughts of synthetic critic replies (the format-trained tiny critic knows exactly these)."""
+
+
 def verdict_reply(success: bool, refine_prompt: str, reasoning: str) -> str:
     answer = {"previous_step_success": success, "refine_prompt": refine_prompt}
     return f"<think>\n{reasoning}\n</think>\n<answer>\n{answer!r}\n</answer>"
@@ -157,11 +162,9 @@ def critic_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: in
         )
         text = fill(templates.get("critic"), original_instruction=planned, rewritten_prompt=used)
         if success:
-            reply = verdict_reply(True, used, "The image matches the step.")
+            reply = verdict_reply(True, used, SUCCESS_REASONING)
         else:
-            reply = verdict_reply(
-                False, used + ", bright and sharp", "The image is too dark and misses the step."
-            )
+            reply = verdict_reply(False, used + ", bright and sharp", FAILURE_REASONING)
         examples.append(
             SFTExample(
                 messages=(ChatTurn("user", "<image><image>" + text), ChatTurn("assistant", reply)),

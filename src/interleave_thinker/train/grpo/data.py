@@ -86,7 +86,7 @@ def warm_start_examples(examples: list[CriticRLExample]) -> list[SFTExample]:
     A short SFT on these before GRPO gives a tiny critic a clean, short reply whose only open choice is
     the verdict, so the group's rewards differ by accuracy rather than by broken formatting.
     """
-    from interleave_thinker.train.synthetic import verdict_reply
+    from interleave_thinker.train.synthetic import FAILURE_REASONING, SUCCESS_REASONING, verdict_reply
 
     return [
         SFTExample(
@@ -97,9 +97,7 @@ def warm_start_examples(examples: list[CriticRLExample]) -> list[SFTExample]:
                     verdict_reply(
                         e.ground_truth.success,
                         "",
-                        "The image matches the step."
-                        if e.ground_truth.success
-                        else "The image is too dark and misses the step.",
+                        SUCCESS_REASONING if e.ground_truth.success else FAILURE_REASONING,
                     ),
                 ),
             ),

@@ -88,10 +88,9 @@ def base_checkpoint(name: str) -> str:
     if name.startswith("tiny:"):
         which = name.removeprefix("tiny:") or "planner"
         if which in ("planner-sft", "critic-sft"):
-            from interleave_thinker.train.tiny_format import ensure_format_trained_tiny
+            from interleave_thinker.train.tiny_format import ensure_format_trained
 
-            trained = ensure_format_trained_tiny()
-            return str(trained.planner if which == "planner-sft" else trained.critic)
+            return str(ensure_format_trained(which.removesuffix("-sft")))
         if which not in ("planner", "critic"):
             raise ConfigError(
                 f"model.name_or_path {name!r}: use tiny:planner, tiny:critic, tiny:planner-sft or tiny:critic-sft."
