@@ -68,7 +68,8 @@ def test_judge_scores_and_messages(prompts_dir: object) -> None:
     expected = "\n".join(templates.get(n) for n in ("judge_context", "judge_edit_rule", "judge_edit_sc"))
     assert text == expected.replace("<instruction>", "draw a red cat")
     assert [p["type"] for p in sc_call[0]["content"]] == ["image", "image", "text"]
-    assert ScriptedVLMBackend.images_in(pq_call) == [after]
+    # PQ judges the same resized image as SC, as the release's judge does
+    assert ScriptedVLMBackend.images_in(pq_call) == [after.resize((64, 48), Image.Resampling.BICUBIC)]
     assert ScriptedVLMBackend.text_in(pq_call) == templates.get("judge_context") + "\n" + templates.get(
         "judge_pq"
     )

@@ -274,3 +274,72 @@ def test_planner_rewards() -> None:
     assert planner_plan_reward(["Draw a cat and explain each step"], [prefixed]) == [0.75]
     conversational = [[{"role": "user", "content": [{"type": "text", "text": "Draw a cat in 2 steps"}]}]]
     assert planner_plan_reward(conversational, [[{"role": "assistant", "content": PLAN}]]) == [1.0]
+
+
+class OtherSize(ScriptedImageBackend):
+    """A generator that ignores the requested size (as real ones do: multiples of 16, fixed outputs)."""
+
+    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+        super().generate(prompt, **kwargs)
+        return Image.linear_gradient("L").convert("RGB").resize((40, 30))
+
+
+def test_pq_and_sc_judge_the_regeneration_resized_to_the_before_image(tmp_path: Path) -> None:
+    """As released: both judgements see the "after" image resized (bicubic) to the "before" size; a PQ on
+    the raw 40x30 regeneration would score 1 here, not 6."""
+    paths = befores(tmp_path)  # 64x48
+    seen: list[Image.Image] = []
+
+    def reply(messages: list[Any]) -> str:
+        images = ScriptedVLMBackend.images_in(messages)
+        seen.append(images[-1])
+        right = all(image.size == (64, 48) for image in images)
+        if len(images) == 2:
+            return SC_OK if right else '{"score": [1, 1]}'
+        return PQ_OK if right else '{"score": [1, 1]}'
+
+    judge_backend = ScriptedVLMBackend([reply], repeat_last=True)
+    reward = CriticReward(StepwiseScorer(OtherSize(), Judge(judge_backend, builtin_templates()), deadline=10))
+    [overall] = reward(
+        None,
+        [answer(False)],
+        ground_truth=[{"success": False, "semantics": 5, "quality": 8}],
+        origin_prompt=["a sitting cat"],
+        origin_image_path=[str(paths["photo"])],
+        previous_prompt=[PREVIOUS],
+    )
+    parts = reward.last_components[0]
+    assert (parts["semantic"], parts["quality"]) == (pytest.approx(0.6), pytest.approx(0.4))
+    assert overall == pytest.approx(0.82)
+    expected = Image.linear_gradient("L").convert("RGB").resize((40, 30)).resize((64, 48), Image.BICUBIC)
+    assert len(seen) == 2 and all(image.tobytes() == expected.tobytes() for image in seen)
+
+
+@pytest.mark.parametrize("instruction", ["", "   \n\t"])
+def test_an_empty_instruction_is_a_judge_error_without_a_call(instruction: str, tmp_path: Path) -> None:
+    paths = befores(tmp_path)
+    judge_backend = ScriptedVLMBackend([SC_OK, PQ_OK])
+    judge = Judge(judge_backend, builtin_templates())
+    result = judge.judge(Image.new("RGB", (64, 48)), Image.new("RGB", (32, 32)), instruction)
+    assert not result.ok and result.error is not None and "empty instruction" in result.error
+    assert judge_backend.calls == []
+    reward = CriticReward(StepwiseScorer(ScriptedImageBackend(), judge, deadline=10))
+    reward(
+        None,
+        [answer(False)],
+        ground_truth=[{"success": False, "semantics": 5, "quality": 8}],
+        origin_prompt=[instruction],
+        origin_image_path=[str(paths["photo"])],
+        previous_prompt=[PREVIOUS],
+    )
+    parts = reward.last_components[0]
+    assert (parts["semantic"], parts["quality"]) == (0.5, 0.5) and "empty instruction" in parts["error"]
+
+
+def test_the_instruction_is_stripped_before_it_is_filled_in() -> None:
+    judge_backend = ScriptedVLMBackend([SC_OK, PQ_OK])
+    Judge(judge_backend, builtin_templates()).judge(
+        Image.new("RGB", (64, 48)), Image.new("RGB", (32, 32)), "  a sitting cat \n"
+    )
+    text = ScriptedVLMBackend.text_in(judge_backend.calls[0])
+    assert "a sitting cat" in text and "  a sitting cat" not in text and "a sitting cat \n" not in text

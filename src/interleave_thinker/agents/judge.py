@@ -2,6 +2,11 @@
 
 SC = min of its score list, PQ = min of its list, overall = sqrt(SC * PQ), all 0-10. A judgement that
 cannot be parsed after the retries is an error carried in the result, never a guessed number.
+
+Inputs are prepared as the release's judge prepares them (``GeminiEditScorer.score``): both images in
+RGB, the "after" image resized to the "before" image's size with Pillow's default filter for RGB
+(bicubic) *before* either judgement, so SC and PQ both see the resized image; the instruction is
+stripped, and an empty one is an error without asking the judge.
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ class Judgement:
         }
 
 
+EMPTY_INSTRUCTION = "empty instruction: the judge is not asked (the release scores it 0 with an error)"
+
+
+def judge_inputs(before: Image.Image, after: Image.Image) -> tuple[Image.Image, Image.Image]:
+    """The two images as the release's judge sees them: RGB, "after" at the size of "before"."""
+    before, after = before.convert("RGB"), after.convert("RGB")
+    if after.size != before.size:
+        after = after.resize(before.size, Image.Resampling.BICUBIC)
+    return before, after
+
+
 class Judge:
     def __init__(
         self,
@@ -77,6 +93,10 @@ class Judge:
         return outcome.value, outcome.raw_replies, outcome.errors
 
     def semantic(self, before: Image.Image, after: Image.Image, instruction: str) -> Judgement:
+        """SC of ``after`` against ``before`` for ``instruction`` (stripped; empty is an error, no call)."""
+        instruction = instruction.strip()
+        if not instruction:
+            return Judgement(raw_replies={"sc": []}, error=EMPTY_INSTRUCTION)
         value, raws, errors = self._ask(
             judge_semantic_messages(self.templates, before=before, after=after, instruction=instruction)
         )
@@ -91,6 +111,7 @@ class Judge:
         return result
 
     def quality(self, after: Image.Image) -> Judgement:
+        """PQ of ``after`` as given: callers that judge an edit pass it through :func:`judge_inputs` first."""
         value, raws, errors = self._ask(judge_quality_messages(self.templates, after=after))
         result = Judgement(raw_replies={"pq": raws})
         if value is None:
@@ -103,8 +124,11 @@ class Judge:
         return result
 
     def judge(self, before: Image.Image, after: Image.Image, instruction: str) -> Judgement:
-        """Both judgements; the result carries an error when either could not be parsed."""
+        """Both judgements on the release's inputs; the result carries an error when either failed."""
+        before, after = judge_inputs(before, after)
         sc = self.semantic(before, after, instruction)
+        if sc.error == EMPTY_INSTRUCTION:
+            return sc
         pq = self.quality(after)
         return Judgement(
             sc=sc.sc,

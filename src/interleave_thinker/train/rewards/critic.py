@@ -28,7 +28,7 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker.agents.judge import Judge, Judgement
+from interleave_thinker.agents.judge import Judge, Judgement, judge_inputs
 from interleave_thinker.backends.protocols import ImageBackend
 from interleave_thinker.core.images import is_white_canvas, open_rgb
 from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
@@ -204,9 +204,12 @@ class StepwiseScorer:
     def _judged(
         self, key: str, instruction: str, before: Image.Image, after: Image.Image
     ) -> tuple[Future[Judgement], Future[Judgement]]:
-        """SC and PQ run concurrently, once per (generation, instruction); PQ once per generation."""
+        """SC and PQ run concurrently, once per (generation, instruction); PQ once per generation and
+        "before" size, since both judge the regeneration resized to the "before" image as released."""
+        before, after = judge_inputs(before, after)
         with self._judge_lock:
-            sc_key, pq_key = f"sc\0{key}\0{instruction}", f"pq\0{key}"
+            sc_key = f"sc\0{key}\0{instruction}"
+            pq_key = f"pq\0{key}\0{before.size[0]}x{before.size[1]}"
             if sc_key not in self._judge_cache:
                 self._judge_cache[sc_key] = self._judge_pool.submit(
                     self.judge.semantic, before, after, instruction
