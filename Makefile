@@ -5,13 +5,25 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_PROMPT ?= How to draw a cat step by step?
 
-.PHONY: demo test lint typecheck unit install clean
+# Numerics pinned so that training (the tiny models' format training, the learning tests) gives the same
+# weights on every x86 machine: MKL's reproducible AVX2 path, ATen/oneDNN kernels capped at AVX2, fixed
+# thread counts, fixed hash seed. tests/conftest.py sets the same defaults for a bare `pytest`.
+export MKL_CBWR ?= AVX2
+export ATEN_CPU_CAPABILITY ?= avx2
+export ONEDNN_MAX_CPU_ISA ?= AVX2
+export OMP_NUM_THREADS ?= 2
+export MKL_NUM_THREADS ?= 2
+export PYTHONHASHSEED ?= 0
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: demo test lint typecheck unit quick install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,demo]'
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,6 +40,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The edit loop: lint, types and every test not marked slow (no tiny model is built or trained).
+quick: lint typecheck
+	$(BIN)/python -m pytest -m "not slow" -q
 
 test: lint typecheck unit
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from interleave_thinker.core.tiny import PINNED_NUMERICS
+
+# Numerics pinned before torch is imported anywhere, so a test that trains (warm starts, GRPO) learns the
+# same on every x86 machine: the tiny models are built in child processes with these settings, and the
+# test process itself runs with them too (kernels capped at AVX2, MKL's reproducible path, fixed threads).
+os.environ.update(PINNED_NUMERICS)
+
 import pytest
 
 SHARED_ENV = "INTERLEAVE_THINKER_SHARED"

@@ -18,7 +18,6 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from interleave_thinker.core.paths import cache_home
 from interleave_thinker.core.tiny_tokenizer import (
@@ -34,8 +33,23 @@ from interleave_thinker.core.tiny_tokenizer import (
 
 TINY_DIR_ENV = "INTERLEAVE_THINKER_TINY_DIR"
 COMPLETE_MARKER = ".complete"
-TINY_PRESET_VERSION = "1"
+TINY_PRESET_VERSION = "2"
 """Written into the marker; bump it when dimensions change so stale caches get rebuilt."""
+
+PINNED_NUMERICS = {
+    "MKL_CBWR": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "OMP_NUM_THREADS": "2",
+    "MKL_NUM_THREADS": "2",
+    "PYTHONHASHSEED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+"""The environment every tiny model is built in (see :func:`run_pinned`). Why: torch picks its CPU kernels
+(scalar, AVX2, AVX-512) when it loads, and they differ in the last bits, even for random init (the
+vectorised ``normal_`` draws other numbers); training then amplifies a last-bit difference into other
+weights. MKL's reproducible AVX2 path, kernels capped at AVX2 and fixed thread counts give the same bytes
+on every x86 machine with AVX2."""
 
 PLANNER_SEED = 1
 CRITIC_SEED = 2
@@ -87,6 +101,26 @@ def seeded(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
+
+
+@contextlib.contextmanager
+def deterministic_torch(threads: int) -> Iterator[None]:
+    """Fixed intra-op thread count and torch's deterministic algorithms for a block (restored after).
+
+    Why: training the tiny models must give the same weights on every machine, and a machine with
+    more cores otherwise splits reductions differently. CPU kernel choice (AVX2 vs AVX-512) cannot be
+    changed once torch is loaded; the Makefile and the test suite pin it through the environment.
+    """
+    import torch
+
+    old_threads, old_mode = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_mode)
 
 
 def build_tiny_vlm(dest: Path, *, seed: int) -> Path:
@@ -266,7 +300,34 @@ def _is_complete(folder: Path) -> bool:
         return False
 
 
-def _ensure_one(root: Path, name: str, build: Callable[..., Path], seed: int) -> Path:
+def run_pinned(args: list[str], what: str) -> None:
+    """Run ``python <args>`` in a child process with :data:`PINNED_NUMERICS`; its output is kept for the error."""
+    import subprocess
+    import sys
+
+    from interleave_thinker.core.errors import InterleaveThinkerError
+
+    done = subprocess.run(
+        [sys.executable, *args],
+        env={**os.environ, **PINNED_NUMERICS},
+        capture_output=True,
+        text=True,
+        errors="replace",
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise InterleaveThinkerError(f"Building {what} failed (exit {done.returncode}); last output:\n{tail}")
+
+
+BUILDERS: dict[str, Callable[..., Path]] = {
+    "planner": build_tiny_vlm,
+    "critic": build_tiny_vlm,
+    "generator": build_tiny_flux2_klein,
+}
+
+
+def _ensure_one(root: Path, name: str, seed: int) -> Path:
     """Reuse ``root/name`` if complete, else build it in a sibling temp folder and rename it in."""
     final = root / name
     if _is_complete(final):
@@ -278,7 +339,7 @@ def _ensure_one(root: Path, name: str, build: Callable[..., Path], seed: int) ->
     tmp = root / f".{name}.partial"
     if tmp.exists():
         shutil.rmtree(tmp)
-    build(tmp, seed=seed)
+    run_pinned(["-m", "interleave_thinker.core.tiny", name, str(tmp), str(seed)], f"the tiny {name}")
     (tmp / COMPLETE_MARKER).write_text(TINY_PRESET_VERSION + "\n", encoding="utf-8")
     tmp.rename(final)
     return final
@@ -305,13 +366,17 @@ def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
     """
     root = Path(root) if root is not None else default_tiny_dir()
     root.mkdir(parents=True, exist_ok=True)
-    jobs: list[tuple[str, Callable[..., Any], int]] = [
-        ("planner", build_tiny_vlm, PLANNER_SEED),
-        ("critic", build_tiny_vlm, CRITIC_SEED),
-        ("generator", build_tiny_flux2_klein, GENERATOR_SEED),
-    ]
+    jobs = [("planner", PLANNER_SEED), ("critic", CRITIC_SEED), ("generator", GENERATOR_SEED)]
     paths: dict[str, Path] = {}
     with file_lock(root / ".lock"):
-        for name, build, seed in jobs:
-            paths[name] = _ensure_one(root, name, build, seed)
+        for name, seed in jobs:
+            paths[name] = _ensure_one(root, name, seed)
     return TinyModelPaths(planner=paths["planner"], critic=paths["critic"], generator=paths["generator"])
+
+
+if (
+    __name__ == "__main__"
+):  # the child process of run_pinned: python -m interleave_thinker.core.tiny NAME DEST SEED
+    import sys
+
+    BUILDERS[sys.argv[1]](Path(sys.argv[2]), seed=int(sys.argv[3]))

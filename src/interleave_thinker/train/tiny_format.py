@@ -19,8 +19,10 @@ from interleave_thinker.core.tiny import (
     CRITIC_SEED,
     PLANNER_SEED,
     default_tiny_dir,
+    deterministic_torch,
     ensure_tiny_models,
     file_lock,
+    run_pinned,
     seeded,
 )
 from interleave_thinker.train.sft.config import (
@@ -30,8 +32,9 @@ from interleave_thinker.train.sft.config import (
     TrainingSection,
 )
 
-FORMAT_VERSION = "2"
-"""Bump when data, dimensions or training change, so stale caches are rebuilt."""
+FORMAT_VERSION = "3"
+"""Bump when data, dimensions, training or the base tiny models (``core.tiny.TINY_PRESET_VERSION``) change,
+so stale caches are rebuilt."""
 TEXT_HIDDEN = 64
 TEXT_LAYERS = 3
 TEXT_HEADS = 4
@@ -41,6 +44,8 @@ PLANNER_STEPS = 200
 CRITIC_STEPS = 160
 BATCH = 4
 LEARNING_RATE = 1e-2
+TRAIN_THREADS = 2
+"""Intra-op threads while training: a reduction split over another number of threads sums in another order."""
 MAX_NEW_TOKENS = 256
 """Enough for a four-step compact plan; use it as ``agents.max_new_tokens`` with these models."""
 
@@ -101,26 +106,56 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
         shutil.rmtree(checkpoint)
 
 
-def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path) -> None:
-    """Build quietly: this runs inside `run` and `batch`, whose own output must stay readable."""
-    import contextlib
-    import io
+def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps: int | None = None) -> None:
+    """Build in a child process with pinned numerics (``core.tiny.run_pinned``), quietly."""
+    import json
     import logging
+
+    logging.getLogger(__name__).warning(
+        "Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", role
+    )
+    tmp.mkdir(parents=True, exist_ok=True)
+    job = tmp / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "tmp": str(tmp),
+                "role": role,
+                "source": str(source),
+                "steps": steps,
+                "templates": {"kind": templates.kind, "origin": templates.origin, "texts": templates.texts},
+            }
+        ),
+        encoding="utf-8",
+    )
+    run_pinned(["-m", "interleave_thinker.train.tiny_format", str(job)], f"the format-trained tiny {role}")
+
+
+def _build_from_job(job: Path) -> None:
+    """The child process's side of :func:`_build_one`."""
+    import json
     import warnings
 
-    logger = logging.getLogger(__name__)
-    logger.warning("Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", role)
-    sink = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
-        warnings.simplefilter("ignore")
-        _build_one_loud(tmp, role, templates, source)
+    spec = json.loads(job.read_text(encoding="utf-8"))
+    templates = TemplateSet(**spec["templates"])
+    warnings.simplefilter("ignore")
+    build_format_trained(Path(spec["tmp"]), spec["role"], templates, Path(spec["source"]), spec["steps"])
 
 
-def _build_one_loud(tmp: Path, role: str, templates: TemplateSet, source: Path) -> None:
+def build_format_trained(
+    tmp: Path, role: str, templates: TemplateSet, source: Path, steps: int | None = None
+) -> Path:
+    """Build one format-trained model into ``tmp/model`` (``steps`` overrides the role's default, for tests).
+
+    Deterministic given the seeds: data, initial weights and training order are seeded, the training
+    runs on a fixed thread count with torch's deterministic algorithms; the remaining source of
+    difference between machines (CPU kernels) is pinned by the environment (see docs/testing.md).
+    """
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.synthetic import critic_examples, planner_examples
 
     seed = PLANNER_SEED if role == "planner" else CRITIC_SEED
+    steps = steps or (PLANNER_STEPS if role == "planner" else CRITIC_STEPS)
     work = tmp / "work"
     base = build_base(work / "base", source, seed=seed)
     if role == "planner":
@@ -129,8 +164,10 @@ def _build_one_loud(tmp: Path, role: str, templates: TemplateSet, source: Path) 
         examples = critic_examples(templates, CRITIC_STEPS * BATCH // 2, work / "images", seed=seed)
     data = work / "data"
     sft_dataset(examples).save_to_disk(str(data))
-    _train(tmp / "model", base, data, PLANNER_STEPS if role == "planner" else CRITIC_STEPS, seed)
+    with deterministic_torch(TRAIN_THREADS):
+        _train(tmp / "model", base, data, steps, seed)
     shutil.rmtree(work)
+    return tmp / "model"
 
 
 def ensure_format_trained_tiny(
@@ -175,3 +212,9 @@ def ensure_format_trained(
             (tmp / "model").rename(final)
             shutil.rmtree(tmp)
     return final
+
+
+if __name__ == "__main__":
+    import sys
+
+    _build_from_job(Path(sys.argv[1]))
