@@ -29,17 +29,34 @@ def notices(trace: Trace, notice: str | None = None) -> list[str]:
     return found
 
 
+_MARKDOWN_ESCAPES = str.maketrans(
+    {"\\": "\\\\", "&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]"}
+)
+
+
+def markdown_text(text: str) -> str:
+    """Text from a prompt or a model reply, made inert in Markdown: it shows as written, and no HTML
+    (``<script>``, ``onerror=``) or link (``[x](javascript:...)``) in it becomes markup. Other
+    Markdown (emphasis, lists) still renders, as the models write it."""
+    return text.translate(_MARKDOWN_ESCAPES)
+
+
+def _inline(text: str) -> str:
+    """One-line text (titles, notices): newlines would end the heading or quote they sit in."""
+    return markdown_text(" ".join(text.split()))
+
+
 def render_markdown(trace: Trace, notice: str | None = None) -> str:
-    lines = [f"# {trace.request.text.strip()}", ""]
-    lines += [f"> {n}" for n in notices(trace, notice)]
+    lines = [f"# {_inline(trace.request.text)}", ""]
+    lines += [f"> {_inline(n)}" for n in notices(trace, notice)]
     lines += [""] if lines[-1] != "" else []
     for name in trace.input_images:
         lines += [f"![input]({IMAGES_DIR}/{name})", ""]
     for index, step in enumerate(trace.steps, start=1):
-        title = step.step.step_name or f"Step {index}"
+        title = _inline(step.step.step_name or f"Step {index}")
         lines += [f"## {index}. {title}", ""]
         if step.text:
-            lines += [step.text, ""]
+            lines += [markdown_text(step.text), ""]
         if step.accepted_image:
             lines += [f"![step {index}]({IMAGES_DIR}/{step.accepted_image})", ""]
     return "\n".join(lines).rstrip() + "\n"
