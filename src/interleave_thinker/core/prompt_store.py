@@ -108,6 +108,21 @@ class TemplateSet:
         )
 
 
+def fetch_text(url: str, timeout: float = 20.0) -> str:
+    """GET one source file (UTF-8); any transport or HTTP failure is a :class:`TemplateError`."""
+    import httpx
+
+    try:
+        response = httpx.get(url, timeout=timeout, follow_redirects=True)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise TemplateError(f"Could not download {url}: {exc}") from exc
+    try:
+        return response.content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TemplateError(f"{url} is not UTF-8 text ({exc}); is the URL a source file?") from exc
+
+
 def extract_literals(source: str, names: set[str], *, origin: str) -> dict[str, str]:
     """Read top-level string assignments from Python source without executing it."""
     try:
@@ -237,18 +252,12 @@ class TemplateStore:
 
     def download(self) -> TemplateSet:
         """Fetch the authors' source files at the pinned commit, verify, and cache the templates."""
-        import httpx
-
         texts: dict[str, str] = {}
         for source in sorted({ref.source for ref in RELEASED.values()}):
             url = f"{self.base_url}/{PINNED_COMMIT}/{source}"
-            try:
-                response = httpx.get(url, timeout=self.timeout, follow_redirects=True)
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise TemplateError(f"Could not download {url}: {exc}") from exc
+            source_text = fetch_text(url, self.timeout)
             wanted = {name: ref for name, ref in RELEASED.items() if ref.source == source}
-            literals = extract_literals(response.text, {ref.literal for ref in wanted.values()}, origin=url)
+            literals = extract_literals(source_text, {ref.literal for ref in wanted.values()}, origin=url)
             for name, ref in wanted.items():
                 text = literals[ref.literal]
                 if sha256_text(text) != ref.sha256:

@@ -1,0 +1,102 @@
+"""`interleave-thinker eval score`: score outputs in a benchmark's official layout with its official protocol."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+class Protocol(StrEnum):
+    ueval = "ueval"
+    wise = "wise"
+    wise_legacy = "wise-legacy"
+    rise = "rise"
+
+
+class ScorerVersion(StrEnum):
+    current = "current"
+    pre_fix = "pre-2026-04-13"
+
+
+class UEvalMode(StrEnum):
+    cached = "cached"
+    direct = "direct"
+
+
+def score(
+    protocol: Annotated[Protocol, typer.Argument(help="ueval, wise (WISE_Verified), wise-legacy or rise.")],
+    outputs: Annotated[
+        Path,
+        typer.Option(
+            help="Outputs in the official layout: WISE a folder of {prompt_id}.png; RISEBench the folder "
+            "holding images/{category}/{index}.png; UEval the submission JSON (or a folder with results.json)."
+        ),
+    ],
+    data: Annotated[str, typer.Option(help="The benchmark's official local files, or hf:ID[:split].")],
+    judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
+    out: Annotated[Path, typer.Option(help="Scoring folder: scores.jsonl, summary.json, replies, cache.")],
+    scorer_version: Annotated[
+        ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
+    ] = ScorerVersion.current,
+    judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
+    judge_attempts: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Attempts per question on unparsable replies (default: official; UEval 500)."
+        ),
+    ] = None,
+    ueval_mode: Annotated[
+        UEvalMode,
+        typer.Option(help="ueval only: cached (official default, with system instruction) or direct."),
+    ] = UEvalMode.cached,
+    judge_cache: Annotated[
+        Path | None,
+        typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),
+    ] = None,
+) -> None:
+    """Score with the official protocol; prints the summary, writes scores.jsonl and summary.json."""
+    from interleave_thinker.eval.score_run import ScoreOptions, run_score
+
+    options = ScoreOptions(
+        protocol=protocol.value,
+        outputs=outputs,
+        data=data,
+        judge=judge,
+        out=out,
+        scorer_version=scorer_version.value,
+        judge_concurrency=judge_concurrency,
+        judge_attempts=judge_attempts,
+        ueval_mode=ueval_mode.value,
+        judge_cache=judge_cache,
+    )
+    with console.status(f"scoring {protocol.value} with {judge}"):
+        summary = run_score(options)
+    note = summary["judge"].get("note")
+    if note:
+        console.print(f"[yellow]{note}[/yellow]")
+    counts = summary["counts"]
+    console.print(
+        f"{counts['scored']} scored, {counts['failed']} failed, {counts['missing_outputs']} missing outputs; "
+        f"{summary['judge_calls']['this_run']} judge calls, {summary['judge_calls']['cache_hits']} cache hits"
+    )
+    typer.echo(json.dumps(_headline(summary), indent=2))
+
+
+def _headline(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "protocol",
+        "scorer_version",
+        "overall",
+        "categories",
+        "text_avg_rate",
+        "image_avg_rate",
+        "counts",
+    )
+    return {k: summary[k] for k in keys if k in summary}

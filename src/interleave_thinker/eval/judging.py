@@ -1,0 +1,316 @@
+"""Judge calls for the benchmark scorers: exact requests, bounded concurrency, a disk cache, saved replies.
+
+The official scorers send byte-exact bodies (WISE: raw PNG bytes, ``chat_template_kwargs``; RISEBench:
+a JPEG thumbnail with ``detail: high``, ``n: 1``), so a request here is a typed value rendered
+verbatim: for an ``openai:`` judge the chat-completions body is built field by field and posted through
+the backend's own transport (pool, retries, key handling); any other VLM backend gets the same
+conversation through ``chat`` (images decoded, so the backend re-encodes them).
+
+Every attempt's reply goes to ``replies.jsonl``; a reply is cached on disk (``replies-cache.jsonl`` in
+the cache folder, one line per reply) under the hash of the judge, the request and the attempt number, so a killed run asks nothing twice, a retry after an unparsable
+reply is still a fresh question, and a transport failure (not cached) is asked again on resume.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from interleave_thinker.core.errors import BackendError, ConfigError
+
+MAX_REPLY_CHARS = 100_000
+"""Replies are cut to this length at the boundary (a judge that rambles cannot fill the disk)."""
+
+
+@dataclass(frozen=True)
+class JudgeImage:
+    """An image exactly as the protocol sends it: encoded bytes, their MIME type, OpenAI's ``detail``."""
+
+    data: bytes
+    mime: str
+    detail: str | None = None
+
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64," + base64.b64encode(self.data).decode("ascii")
+
+
+Part = str | JudgeImage
+
+
+@dataclass(frozen=True)
+class JudgeMessage:
+    role: str
+    parts: tuple[Part, ...]
+
+
+@dataclass
+class JudgeRequest:
+    """One judge question: messages plus the body settings after ``messages``, in the official order."""
+
+    messages: tuple[JudgeMessage, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def openai_messages(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for message in self.messages:
+            content: list[dict[str, Any]] = []
+            for part in message.parts:
+                if isinstance(part, str):
+                    content.append({"type": "text", "text": part})
+                else:
+                    url: dict[str, Any] = {"url": part.data_url()}
+                    if part.detail is not None:
+                        url["detail"] = part.detail
+                    content.append({"type": "image_url", "image_url": url})
+            out.append({"role": message.role, "content": content})
+        return out
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything sent (images by digest)."""
+        shape = [
+            [m.role, [p if isinstance(p, str) else [p.mime, p.detail, _sha(p.data)] for p in m.parts]]
+            for m in self.messages
+        ]
+        return _sha(json.dumps([shape, self.settings], sort_keys=True, ensure_ascii=False).encode("utf-8"))
+
+    def text(self) -> str:
+        return "\n".join(p for m in self.messages for p in m.parts if isinstance(p, str))
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class JudgeTransport(Protocol):
+    spec: str
+
+    def model_id(self) -> str: ...
+
+    def send(self, request: JudgeRequest) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class OpenAITransport:
+    """The official body, field by field, through the ``openai:`` backend's pool and retries."""
+
+    bounded = True
+    """The backend's own caller holds at most ``remote.concurrency`` requests on the wire; the body is
+    built outside that bound, so a slot is never held while we encode."""
+
+    def __init__(self, backend: Any, spec: str) -> None:
+        self.backend = backend
+        self.spec = spec
+
+    def model_id(self) -> str:
+        return str(self.backend._resolve_model())
+
+    def send(self, request: JudgeRequest) -> str:
+        body = {"model": self.model_id(), "messages": request.openai_messages(), **request.settings}
+        backend = self.backend
+        return str(backend._call(lambda client, url, timeout: backend._complete(client, url, timeout, body)))
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class ChatTransport:
+    """Any other VLM backend: the same conversation through ``chat`` (images decoded to PIL)."""
+
+    def __init__(self, backend: Any, spec: str) -> None:
+        self.backend = backend
+        self.spec = spec
+
+    def model_id(self) -> str:
+        return str(getattr(self.backend, "model", None) or self.backend.name)
+
+    def send(self, request: JudgeRequest) -> str:
+        from PIL import Image
+
+        messages = []
+        for message in request.messages:
+            content: list[dict[str, Any]] = []
+            for part in message.parts:
+                if isinstance(part, str):
+                    content.append({"type": "text", "text": part})
+                else:
+                    content.append({"type": "image", "image": Image.open(io.BytesIO(part.data))})
+            messages.append({"role": message.role, "content": content})
+        max_tokens = int(request.settings.get("max_tokens", 4096))
+        temperature = float(request.settings.get("temperature", 0.0))
+        return str(self.backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature))
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if callable(close):
+            close()
+
+
+def load_transport(spec: str, concurrency: int) -> JudgeTransport:
+    """A judge from a VLM backend spec, its transport allowed ``concurrency`` calls in flight."""
+    from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
+    from interleave_thinker.core.config import RemoteOptions
+
+    if concurrency < 1:
+        raise ConfigError(f"--judge-concurrency {concurrency} must be at least 1.")
+    backend = load_vlm_backend(
+        spec, BackendOptions(remote=RemoteOptions(concurrency=concurrency)), role="judge"
+    )
+    if spec.startswith("openai:"):
+        return OpenAITransport(backend, spec)
+    return ChatTransport(backend, spec)
+
+
+@dataclass
+class Judgement:
+    """The outcome of one question: the parsed value (None = failure), every reply, every error."""
+
+    value: Any = None
+    replies: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+@dataclass(frozen=True)
+class Question:
+    """A request, how to read its reply (``parse`` raises ValueError when it cannot) and its attempts."""
+
+    request: JudgeRequest
+    parse: Callable[[str], Any]
+    attempts: int
+    role: str
+
+
+class JudgeClient:
+    """Asks questions with at most ``capacity`` calls in flight; caches and logs every reply."""
+
+    def __init__(self, transport: JudgeTransport, *, cache_dir: Path, log_path: Path, capacity: int) -> None:
+        self.transport = transport
+        self.cache_dir = cache_dir
+        self.log_path = log_path
+        self.calls = 0
+        self.cache_hits = 0
+        self._lock = threading.Lock()
+        # Twice as many threads as slots: the next request is built, and the last reply cached and
+        # logged, while ``capacity`` calls stay in flight; the semaphore alone bounds the judge's load.
+        self._slots = threading.BoundedSemaphore(capacity)
+        self._pool = ThreadPoolExecutor(max_workers=2 * capacity, thread_name_prefix="judge")
+        self._model = transport.model_id()
+        self._log_handle: TextIO | None = None
+        self._cache_handle: TextIO | None = None
+        self.cache_path = cache_dir / "replies-cache.jsonl"
+        self._memo = self._load_cache()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def ask_all(self, item: str, questions: Sequence[Question]) -> list[Judgement]:
+        """All questions of one item at once (they are independent); results in order."""
+        if len(questions) == 1:  # no hop to another thread: the slots, not the threads, bound the judge
+            return [self.ask(item, questions[0])]
+        futures = [self._pool.submit(self.ask, item, q) for q in questions]
+        return [f.result() for f in futures]
+
+    def ask(self, item: str, question: Question) -> Judgement:
+        judgement = Judgement()
+        base = question.request.fingerprint()
+        for attempt in range(question.attempts):
+            key = _sha(json.dumps([self.transport.spec, self._model, base, attempt]).encode("utf-8"))
+            reply = self._cached(key)
+            cached = reply is not None
+            if reply is None:
+                try:
+                    reply = self._send(question.request)
+                except BackendError as exc:
+                    judgement.errors.append(f"attempt {attempt + 1}: {exc}")
+                    self._log(item, question.role, attempt, key, None, str(exc), False)
+                    continue
+                self._store(key, reply)
+            judgement.replies.append(reply)
+            self._log(item, question.role, attempt, key, reply, None, cached)
+            try:
+                judgement.value = question.parse(reply)
+                return judgement
+            except ValueError as exc:
+                judgement.errors.append(f"attempt {attempt + 1}: unparsable reply ({exc})")
+        return judgement
+
+    def _send(self, request: JudgeRequest) -> str:
+        with self._lock:
+            self.calls += 1
+        if getattr(self.transport, "bounded", False):
+            return self.transport.send(request)[:MAX_REPLY_CHARS]
+        with self._slots:
+            return self.transport.send(request)[:MAX_REPLY_CHARS]
+
+    def _load_cache(self) -> dict[str, str]:
+        """Every reply of earlier runs; a line torn by a kill is ignored (its question is asked again)."""
+        memo: dict[str, str] = {}
+        if self.cache_path.is_file():
+            for line in self.cache_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                    key, reply = entry["key"], entry["reply"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(key, str) and isinstance(reply, str):
+                    memo[key] = reply
+        return memo
+
+    def _cached(self, key: str) -> str | None:
+        with self._lock:
+            reply = self._memo.get(key)
+            if reply is not None:
+                self.cache_hits += 1
+            return reply
+
+    def _store(self, key: str, reply: str) -> None:
+        """One appended line per reply (a file per reply costs milliseconds on many file systems)."""
+        line = json.dumps({"key": key, "reply": reply}, ensure_ascii=False) + "\n"
+        with self._lock:
+            self._memo[key] = reply
+            if self._cache_handle is None:
+                self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+                self._repair_cache_tail()
+                self._cache_handle = self.cache_path.open("a", encoding="utf-8")
+            self._cache_handle.write(line)
+            self._cache_handle.flush()
+
+    def _repair_cache_tail(self) -> None:
+        if self.cache_path.is_file():
+            data = self.cache_path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with self.cache_path.open("ab") as handle:
+                    handle.write(b"\n")
+
+    def _log(
+        self, item: str, role: str, attempt: int, key: str, reply: str | None, error: str | None, cached: bool
+    ) -> None:
+        line = {"id": item, "role": role, "attempt": attempt + 1, "key": key, "cached": cached}
+        line.update({"reply": reply} if error is None else {"error": error})
+        text = json.dumps(line, ensure_ascii=False) + "\n"
+        with self._lock:
+            if self._log_handle is None:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                self._log_handle = self.log_path.open("a", encoding="utf-8")
+            self._log_handle.write(text)
+            self._log_handle.flush()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.transport.close()
+        for handle in (self._log_handle, self._cache_handle):
+            if handle is not None:
+                handle.close()

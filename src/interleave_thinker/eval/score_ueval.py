@@ -1,0 +1,278 @@
+"""UEval scoring (gemini-2.5-pro judge): one judge question per rubric, text and image rates per item.
+
+The official script asks in one of two ways. *cached* (its default): the item's context is put in a
+Gemini context cache with the system instruction, so a question is: system instruction, (the images,)
+the context, the rubric prompt. It makes a text cache only when an item has more than one text rubric,
+and an image cache only when at least one image was found; otherwise it falls back to *direct*: one
+user turn ``context + "\\n\\n" + rubric`` followed by the images, and no system instruction. We send
+the same conversations (over any backend; no context cache is needed to send them). A missing output
+is still judged, with an empty answer and no images, exactly as the official code does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import InputError
+from interleave_thinker.eval.datasets import EvalItem
+from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeMessage, JudgeRequest, Question
+from interleave_thinker.eval.prompts import PromptSet, fill_ueval
+from interleave_thinker.eval.scoring import ItemResult, mean
+
+ATTEMPTS = 500
+MODES = ("cached", "direct")
+OPEN_TASKS = frozenset({"art", "life", "tech", "exercise"})
+CLOSED_TASKS = frozenset({"space", "textbook", "diagram", "paper"})
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
+MAX_SUBMISSION_BYTES = 512 * 1024 * 1024
+_TRUE = {"true", "yes", "y", "1"}
+_FALSE = {"false", "no", "n", "0"}
+
+
+def question_type(task: Any) -> str:
+    """``task`` -> open/closed; unknown, empty or missing -> open (only ``task``, as the official code)."""
+    name = str(task or "").lower().strip()
+    return "closed" if name in CLOSED_TASKS else "open"
+
+
+# -- reply parsing -------------------------------------------------------------------------------------
+
+
+def parse_response(text: str) -> dict[str, Any]:
+    """A ```json block, else an object starting with criteria_met/explanation, else first { to last }."""
+    block = re.search(r"```json\s*(\{.*?\})\s*```", text, re.DOTALL)
+    if block:
+        try:
+            return _object(json.loads(block.group(1)))
+        except json.JSONDecodeError:
+            pass
+    keyed = re.search(r'\{\s*"(?:criteria_met|explanation)"[^}]*\}', text, re.DOTALL)
+    if keyed:
+        try:
+            return _object(json.loads(keyed.group(0)))
+        except json.JSONDecodeError:
+            pass
+    start, end = text.find("{"), text.rfind("}") + 1
+    if start == -1 or end <= start:
+        raise ValueError("no JSON object in the reply")
+    candidate = text[start:end]
+    try:
+        return _object(json.loads(candidate))
+    except json.JSONDecodeError:
+        fixed = re.sub(r'(?<!\\)\\(?!["\\/bfnrtu])', r"\\\\", candidate)
+        try:
+            return _object(json.loads(fixed))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON even after escape fixing ({exc.msg})") from None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("the JSON is not an object")
+    return value
+
+
+def normalize_criteria(value: Any) -> Any:
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        return True if lowered in _TRUE else False if lowered in _FALSE else value.strip()
+    return value
+
+
+def is_met(value: Any) -> bool:
+    """True, or a yes-like string; "not sure", numbers (even 1), None and anything else are not met."""
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, str) and value.strip().lower() in _TRUE
+
+
+def parse_rubric(reply: str) -> dict[str, Any]:
+    parsed = parse_response(reply)
+    value = normalize_criteria(parsed.get("criteria_met"))
+    return {"criteria_met": value, "explanation": parsed.get("explanation", ""), "met": is_met(value)}
+
+
+# -- the submission ------------------------------------------------------------------------------------
+
+
+def load_submission(path: Path) -> tuple[dict[str, tuple[str, list[str]]], Path]:
+    """``{str(id): (text_answer, image paths)}``; a folder means its ``results.json``."""
+    file = path / "results.json" if path.is_dir() else path
+    if not file.is_file():
+        raise InputError(
+            f"--outputs {path}: no UEval submission JSON there (a file, or a folder with results.json)."
+        )
+    if file.stat().st_size > MAX_SUBMISSION_BYTES:
+        raise InputError(f"{file}: larger than {MAX_SUBMISSION_BYTES // 2**20} MiB.")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+    if not isinstance(data, list):
+        raise InputError(f"{file}: must hold a JSON list of {{id, text_answer, image_answer}}.")
+    lookup: dict[str, tuple[str, list[str]]] = {}
+    for entry in data:
+        if not isinstance(entry, dict) or entry.get("id") is None:
+            continue
+        images = entry.get("image_answer")
+        paths = [v for v in images if v] if isinstance(images, list) else ([images] if images else [])
+        text = entry.get("text_answer", "")
+        lookup[str(entry["id"])] = ("" if text is None else str(text), [str(p) for p in paths])
+    return lookup, file.parent
+
+
+def load_images(paths: list[str], submission_dir: Path) -> tuple[list[JudgeImage], list[str]]:
+    """Paths relative to the working directory (official), else to the submission's folder (ours)."""
+    images: list[JudgeImage] = []
+    problems: list[str] = []
+    for value in paths:
+        path = Path(value)
+        candidates = [path] if path.is_absolute() else [Path.cwd() / path, submission_dir / path]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            problems.append(f"image {value} not found (skipped, as the official script does)")
+            continue
+        if found.stat().st_size > MAX_IMAGE_BYTES:
+            problems.append(f"image {found} larger than {MAX_IMAGE_BYTES // 2**20} MiB (skipped)")
+            continue
+        images.append(encode_image(found.read_bytes()))
+    return images, problems
+
+
+def encode_image(data: bytes) -> JudgeImage:
+    """PNG and JPEG files as they are; anything else re-encoded as PNG."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return JudgeImage(data, "image/png")
+    if data.startswith(b"\xff\xd8\xff"):
+        return JudgeImage(data, "image/jpeg")
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    with Image.open(io.BytesIO(data)) as image:
+        image.save(buffer, format="PNG")
+    return JudgeImage(buffer.getvalue(), "image/png")
+
+
+# -- requests and scoring ------------------------------------------------------------------------------
+
+
+def _criterion(rubric: Any) -> str:
+    return (
+        rubric
+        if isinstance(rubric, str)
+        else str(rubric.get("criterion", ""))
+        if isinstance(rubric, dict)
+        else ""
+    )
+
+
+def _request(system: str, context: str, rubric: str, images: list[JudgeImage], cached: bool) -> JudgeRequest:
+    if not cached:
+        return JudgeRequest((JudgeMessage("user", (context + "\n\n" + rubric, *images)),))
+    turns = [JudgeMessage("system", (system,))]
+    if images:
+        turns.append(JudgeMessage("user", tuple(images)))
+    turns += [JudgeMessage("user", (context,)), JudgeMessage("user", (rubric,))]
+    return JudgeRequest(tuple(turns))
+
+
+def build_questions(
+    prompts: PromptSet, item: EvalItem, text: str, images: list[JudgeImage], mode: str, attempts: int
+) -> list[Question]:
+    t, raw = prompts.texts, item.raw
+    question = str(raw.get("prompt", ""))
+    system = t["ueval_system_instruction"]
+    out: list[Question] = []
+    text_rubrics = list(raw.get("text_rubrics") or [])
+    if text_rubrics:
+        context = fill_ueval(t["ueval_text_template"], question, text)
+        cached = mode == "cached" and len(text_rubrics) > 1
+        for rubric in text_rubrics:
+            prompt = fill_ueval(t["ueval_text_rubric_template"], question, rubric=_criterion(rubric))
+            out.append(
+                Question(_request(system, context, prompt, [], cached), parse_rubric, attempts, "text")
+            )
+    image_rubrics = list(raw.get("image_rubrics") or [])
+    if image_rubrics:
+        open_task = question_type(raw.get("task")) == "open"
+        template = t["ueval_image_template_open"] if open_task else t["ueval_image_template_closed"]
+        context = fill_ueval(template, question, text)
+        cached = mode == "cached" and bool(images)
+        for rubric in image_rubrics:
+            prompt = fill_ueval(t["ueval_image_rubric_template"], question, rubric=_criterion(rubric))
+            out.append(
+                Question(_request(system, context, prompt, images, cached), parse_rubric, attempts, "image")
+            )
+    return out
+
+
+def _rate(results: list[dict[str, Any] | None]) -> dict[str, Any]:
+    if not results:
+        return {"met": 0, "total": 0, "rate": None}
+    if any(r is None for r in results):
+        return {"met": None, "total": len(results), "rate": None}
+    met = sum(1 for r in results if r is not None and r["met"])
+    return {"met": met, "total": len(results), "rate": met / len(results)}
+
+
+def score_item(
+    prompts: PromptSet,
+    client: JudgeClient,
+    submission: dict[str, tuple[str, list[str]]],
+    submission_dir: Path,
+    mode: str,
+    attempts: int,
+    item: EvalItem,
+) -> ItemResult:
+    missing = item.id not in submission
+    text, paths = submission.get(item.id, ("", []))
+    images, problems = load_images(paths, submission_dir)
+    questions = build_questions(prompts, item, text, images, mode, attempts)
+    judgements = client.ask_all(item.id, questions)
+    results = {"text": [], "image": []}  # type: dict[str, list[dict[str, Any] | None]]
+    replies: dict[str, list[str]] = {"text": [], "image": []}
+    errors = list(problems)
+    for number, (q, j) in enumerate(zip(questions, judgements, strict=True), start=1):
+        results[q.role].append(j.value)
+        replies[q.role].append(j.replies[-1] if j.replies else "")
+        errors += [f"{q.role} rubric {number}: {e}" for e in j.errors]
+    text_score, image_score = _rate(results["text"]), _rate(results["image"])
+    failed = any(j.value is None for j in judgements)
+    status = "failed" if failed else "missing" if missing else "ok"
+    rates = [r for r in (text_score["rate"], image_score["rate"]) if r is not None]
+    extra = {
+        "question_type": question_type(item.raw.get("task")),
+        "criteria": {k: [None if r is None else r["criteria_met"] for r in v] for k, v in results.items()},
+        "images_judged": len(images),
+    }
+    dims = {"text_score": text_score, "image_score": image_score}
+    return ItemResult(item.id, item.category, mean(rates), status, dims, replies, errors, extra)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The official averages of item rates (missing outputs included, as judged), plus per task (ours)."""
+
+    def rates(subset: list[dict[str, Any]], kind: str) -> list[float]:
+        return [r[kind]["rate"] for r in subset if r[kind]["rate"] is not None]
+
+    tasks: dict[str, Any] = {}
+    for task in sorted({str(r["category"]) for r in rows}):
+        subset = [r for r in rows if str(r["category"]) == task]
+        tasks[task] = {
+            "text_avg_rate": mean(rates(subset, "text_score")),
+            "image_avg_rate": mean(rates(subset, "image_score")),
+            "n": len(subset),
+        }
+    return {
+        "text_avg_rate": mean(rates(rows, "text_score")),
+        "image_avg_rate": mean(rates(rows, "image_score")),
+        "num_items": len(rows),
+        "num_items_with_text": len(rates(rows, "text_score")),
+        "num_items_with_image": len(rates(rows, "image_score")),
+        "tasks": tasks,
+        "combined_note": "the official code computes no combined score; the item 'score' is our mean of its two rates",
+    }

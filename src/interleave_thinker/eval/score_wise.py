@@ -1,0 +1,230 @@
+"""WISE scoring: WISE_Verified (``wise``, binary, Qwen3.5-35B-A3B) and the original WiScore (``wise-legacy``).
+
+Both send the raw bytes of ``{prompt_id}.png`` labelled PNG after the filled user text, with the
+official system text, and retry up to 3 times on an unparsable reply. They differ in the judge, the
+request settings, the reply regex, the per-image score, the category id ranges and the weights; the
+same prompt id means another category under each, so data of one protocol is refused by the other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import InputError
+from interleave_thinker.eval.datasets import EvalItem
+from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeMessage, JudgeRequest, Question
+from interleave_thinker.eval.prompts import PromptSet, fill_wise
+from interleave_thinker.eval.scoring import ItemResult, mean
+
+ATTEMPTS = 3
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
+CATEGORY_OF_LABEL = {
+    "cultural knowledge": "CULTURE",
+    "time": "TIME",
+    "space": "SPACE",
+    "biology": "BIOLOGY",
+    "physical knowledge": "PHYSICS",
+    "chemistry": "CHEMISTRY",
+}
+
+
+@dataclass(frozen=True)
+class WiseProtocol:
+    name: str
+    data_kind: str
+    system: str
+    user: str
+    ranges: tuple[tuple[str, int, int], ...]
+    weights: dict[str, float]
+    settings: dict[str, Any]
+
+
+VERIFIED = WiseProtocol(
+    "wise",
+    "verified",
+    "wise_verified_system",
+    "wise_verified_user",
+    (
+        ("CULTURE", 1, 400),
+        ("TIME", 401, 520),
+        ("SPACE", 521, 640),
+        ("BIOLOGY", 641, 760),
+        ("PHYSICS", 761, 880),
+        ("CHEMISTRY", 881, 1000),
+    ),
+    {"CULTURE": 0.4, "TIME": 0.12, "SPACE": 0.12, "BIOLOGY": 0.12, "PHYSICS": 0.12, "CHEMISTRY": 0.12},
+    {"temperature": 0.0, "max_tokens": 500, "chat_template_kwargs": {"enable_thinking": False}},
+)
+LEGACY = WiseProtocol(
+    "wise-legacy",
+    "legacy",
+    "wise_legacy_system",
+    "wise_legacy_user",
+    (
+        ("CULTURE", 1, 400),
+        ("TIME", 401, 567),
+        ("SPACE", 568, 700),
+        ("BIOLOGY", 701, 800),
+        ("PHYSICS", 801, 900),
+        ("CHEMISTRY", 901, 1000),
+    ),
+    {"CULTURE": 0.4, "TIME": 0.167, "SPACE": 0.133, "BIOLOGY": 0.1, "PHYSICS": 0.1, "CHEMISTRY": 0.1},
+    {"temperature": 0.0, "max_tokens": 2000},
+)
+PROTOCOLS = {"wise": VERIFIED, "wise-legacy": LEGACY}
+
+
+def category_of(protocol: WiseProtocol, prompt_id: int) -> str | None:
+    for name, low, high in protocol.ranges:
+        if low <= prompt_id <= high:
+            return name
+    return None
+
+
+# -- reply parsing (the official regexes) ------------------------------------------------------------
+
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_THINK_END = re.compile(r"</think>\s*")
+_VERIFIED_SCORE = re.compile(r"\*{0,2}Score\*{0,2}\s*[::]?\s*([01])\b", re.IGNORECASE)
+_VERIFIED_LINE = re.compile(r"(?m)^\s*([01])\s*$")
+_LEGACY_SCORE = re.compile(
+    r"\*{0,2}(Consistency|Realism|Aesthetic Quality)\*{0,2}\s*[::]?\s*(\d)", re.IGNORECASE
+)
+_LEGACY_LINE = re.compile(r"(?m)^\s*([0-2])\s*$")
+LEGACY_KEYS = ("consistency", "realism", "aesthetic_quality")
+
+
+def clean_verified(content: str) -> str:
+    """WISE_Verified's cleanup of a reply: drop think blocks, then stray closing tags, then strip."""
+    return _THINK_END.sub("", _THINK.sub("", content)).strip()
+
+
+def parse_verified(reply: str) -> float:
+    """``Score: 0|1`` (first match), else exactly one bare ``0``/``1`` line; ValueError otherwise."""
+    text = clean_verified(reply)
+    match = _VERIFIED_SCORE.search(text)
+    if match:
+        return float(match.group(1))
+    lines = _VERIFIED_LINE.findall(text)
+    if len(lines) == 1:
+        return float(lines[0])
+    raise ValueError("no 'Score: 0|1' and not exactly one bare 0/1 line")
+
+
+def parse_legacy(reply: str) -> dict[str, float]:
+    """The three named scores (later ones win), else the first three bare 0-2 lines; all three needed."""
+    found = {name.lower().replace(" ", "_"): float(v) for name, v in _LEGACY_SCORE.findall(reply)}
+    if not found:
+        lines = _LEGACY_LINE.findall(reply)
+        if len(lines) >= 3:
+            found = dict(zip(LEGACY_KEYS, map(float, lines[:3]), strict=False))
+    missing = [k for k in LEGACY_KEYS if k not in found]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    return found
+
+
+def wiscore(scores: dict[str, float]) -> float:
+    return (0.7 * scores["consistency"] + 0.2 * scores["realism"] + 0.1 * scores["aesthetic_quality"]) / 2
+
+
+# -- protocol checks, requests, scoring ---------------------------------------------------------------
+
+
+def check_data(protocol: WiseProtocol, items: list[EvalItem]) -> None:
+    """Refuse data of the other protocol: the loader's verdict, then every id's category vs its label."""
+    other = LEGACY if protocol is VERIFIED else VERIFIED
+    kinds = {item.protocol for item in items if item.protocol}
+    if kinds and kinds != {protocol.data_kind}:
+        raise InputError(
+            f"The data is WISE {'/'.join(sorted(k for k in kinds if k))} prompts but `eval score {protocol.name}` "
+            f"scores {protocol.data_kind} data; use `eval score {other.name}` or the other prompt files."
+        )
+    for item in items:
+        label = CATEGORY_OF_LABEL.get(str(item.raw.get("Category", "")).strip().lower())
+        expected = category_of(protocol, int(item.id))
+        if expected is None:
+            raise InputError(f"{item.where}: prompt_id {item.id} is outside 1-1000.")
+        if label is not None and label != expected:
+            raise InputError(
+                f"{item.where}: prompt_id {item.id} is {label} in the data but {expected} under the "
+                f"{protocol.name} id ranges: this is {other.data_kind} data; use `eval score {other.name}`."
+            )
+
+
+def build_request(
+    protocol: WiseProtocol, prompts: PromptSet, raw: dict[str, Any], image: bytes
+) -> JudgeRequest:
+    user = fill_wise(prompts.texts[protocol.user], raw.get("Prompt"), raw.get("Explanation"))
+    return JudgeRequest(
+        messages=(
+            JudgeMessage("system", (prompts.texts[protocol.system],)),
+            JudgeMessage("user", (user, JudgeImage(image, "image/png"))),
+        ),
+        settings=dict(protocol.settings),
+    )
+
+
+def read_image(outputs: Path, prompt_id: str) -> bytes | None:
+    path = outputs / f"{prompt_id}.png"
+    if not path.is_file():
+        return None
+    if path.stat().st_size > MAX_IMAGE_BYTES:
+        raise InputError(f"{path}: larger than {MAX_IMAGE_BYTES // 2**20} MiB; is it an image?")
+    return path.read_bytes()
+
+
+def score_item(
+    protocol: WiseProtocol,
+    prompts: PromptSet,
+    client: JudgeClient,
+    outputs: Path,
+    item: EvalItem,
+    attempts: int,
+) -> ItemResult:
+    category = category_of(protocol, int(item.id)) or ""
+    extra = {"subcategory": item.raw.get("Subcategory")}
+    image = read_image(outputs, item.id)
+    if image is None:
+        return ItemResult(item.id, category, None, "missing", extra=extra, errors=[f"no {item.id}.png"])
+    parse = parse_verified if protocol is VERIFIED else parse_legacy
+    question = Question(build_request(protocol, prompts, item.raw, image), parse, attempts, "judge")
+    judgement = client.ask_all(item.id, [question])[0]
+    replies = {"judge": judgement.replies}
+    if not judgement.ok:
+        return ItemResult(
+            item.id, category, None, "failed", replies=replies, errors=judgement.errors, extra=extra
+        )
+    if protocol is VERIFIED:
+        return ItemResult(item.id, category, judgement.value, "ok", replies=replies, extra=extra)
+    dims = dict(judgement.value)
+    return ItemResult(item.id, category, wiscore(dims), "ok", dims, replies, judgement.errors, extra)
+
+
+def summarize(protocol: WiseProtocol, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Category means and the weighted overall; ``complete`` only when every id 1-1000 has a score."""
+    categories: dict[str, Any] = {}
+    for name, _, _ in protocol.ranges:
+        scores = [r["score"] for r in rows if r["category"] == name and r.get("status") == "ok"]
+        categories[name] = {"score": mean(scores), "n": len(scores)}
+    scored_ids = {int(r["id"]) for r in rows if r.get("status") == "ok"}
+    missing = 1000 - len(scored_ids & set(range(1, 1001)))
+    values = {name: c["score"] for name, c in categories.items()}
+    overall = None
+    if all(v is not None for v in values.values()):
+        overall = sum(protocol.weights[n] * float(v) for n, v in values.items() if v is not None)
+    result: dict[str, Any] = {
+        "overall": overall,
+        "categories": categories,
+        "weights": protocol.weights,
+        "complete": missing == 0,
+    }
+    if missing:
+        result["completeness_note"] = (
+            f"{missing} of the ids 1-1000 have no score; the official calculator prints no overall score "
+            "unless all 1000 are scored."
+        )
+    return result

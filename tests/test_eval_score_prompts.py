@@ -1,0 +1,172 @@
+"""The judge prompts are obtained at run time: folder, cache, or a download at the pinned commit read with
+``ast`` and checked by SHA-256; and none of their text is in the repository."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from interleave_thinker.core.errors import TemplateError
+from interleave_thinker.eval.prompts import (
+    PROMPTS,
+    PROTOCOL_PROMPTS,
+    WISE_EXPLANATION_FIELD,
+    WISE_PROMPT_FIELD,
+    EvalPromptStore,
+    fill_wise,
+)
+from tests.conftest import REPO, shared_path
+
+
+def _shared(name: str) -> str:
+    return shared_path("reference", "eval", f"{name}.txt").read_bytes().decode("utf-8")
+
+
+def _fstring(template: str) -> ast.JoinedStr:
+    values: list[ast.expr] = []
+    rest = template
+    for field_text, key in ((WISE_PROMPT_FIELD, "Prompt"), (WISE_EXPLANATION_FIELD, "Explanation")):
+        head, rest = rest.split(field_text, 1)
+        expr = ast.Subscript(ast.Name("prompt_data", ast.Load()), ast.Constant(key), ast.Load())
+        values += [ast.Constant(head), ast.FormattedValue(expr, -1, None)]
+    return ast.JoinedStr([*values, ast.Constant(rest)])
+
+
+def _wise_source(system: str, user: str) -> str:
+    """A scorer file shaped like WISE's: the texts inside build_evaluation_messages(), the user one an f-string."""
+    text = lambda node: ast.Dict([ast.Constant("type"), ast.Constant("text")], [ast.Constant("text"), node])  # noqa: E731
+    message = lambda role, node: ast.Dict(  # noqa: E731
+        [ast.Constant("role"), ast.Constant("content")],
+        [ast.Constant(role), ast.List([text(node)], ast.Load())],
+    )
+    body = ast.Return(
+        ast.List([message("system", ast.Constant(system)), message("user", _fstring(user))], ast.Load())
+    )
+    args = ast.arguments([], [ast.arg("prompt_data"), ast.arg("image_base64")], None, [], [], None, [])
+    func = ast.FunctionDef("build_evaluation_messages", args, [body], [], None)
+    return ast.unparse(ast.fix_missing_locations(ast.Module([func], [])))
+
+
+def _sources(tmp_path: Path) -> Path:
+    """The four scorer files, laid out as raw.githubusercontent.com serves them, built from the shared texts."""
+    root = tmp_path / "raw"
+    files: dict[tuple[str, str], str] = {}
+    for name, prompt in PROMPTS.items():
+        key = (f"{prompt.repo.name}/{prompt.repo.commit}", prompt.source)
+        files.setdefault(key, "import os\n")
+        value = _shared(name)
+        if prompt.kind == "literal":
+            files[key] += f"{prompt.locator} = {value!r}\n"
+        elif prompt.kind == "strip":  # triple-quoted with real newlines, and CRLF line endings below
+            files[key] += f'{prompt.locator} = """\n{value}\n""".strip()\n'
+    for repo_path, source in [
+        ("PKU-YuanGroup/WISE", "vllm_eval.py"),
+        ("PKU-YuanGroup/WISE", "WISE_legacy/gpt_eval.py"),
+    ]:
+        kind = "verified" if source == "vllm_eval.py" else "legacy"
+        commit = PROMPTS["wise_verified_user"].repo.commit
+        files[(f"{repo_path}/{commit}", source)] = _wise_source(
+            _shared(f"wise_{kind}_system"), _shared(f"wise_{kind}_user")
+        )
+    for (base, source), text in files.items():
+        path = root / base / source
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = text.replace("\n", "\r\n") if source.startswith(("ueval", "WISE_legacy")) else text
+        path.write_bytes(data.encode("utf-8"))
+    return root
+
+
+@pytest.fixture
+def raw_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    root = _sources(tmp_path)
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_download_extracts_verifies_and_caches(raw_server: tuple[str, Path], tmp_path: Path) -> None:
+    url, root = raw_server
+    store = EvalPromptStore(base_url=url, cache_dir=tmp_path / "cache")
+    for protocol, names in PROTOCOL_PROMPTS.items():
+        loaded = store.load(protocol)
+        assert loaded.origin.startswith("download")
+        assert loaded.texts == {n: _shared(n) for n in names}, protocol  # CRLF sources give LF texts
+    shutil.rmtree(root)  # the server has nothing now: everything comes from the cache
+    again = EvalPromptStore(base_url=url, cache_dir=tmp_path / "cache").load("rise")
+    assert again.origin.startswith("cache") and again.digests() == {n: PROMPTS[n].sha256 for n in again.texts}
+
+
+def test_tampered_download_and_cache_are_refused(raw_server: tuple[str, Path], tmp_path: Path) -> None:
+    url, root = raw_server
+    commit = PROMPTS["rise_prompt_consist"].repo.commit
+    source = root / "PhoenixZ810/RISEBench" / commit / "utils.py"
+    source.write_bytes(source.read_bytes().replace(b"image evaluator", b"image  evaluator", 1))
+    with pytest.raises(TemplateError, match="SHA-256"):
+        EvalPromptStore(base_url=url, cache_dir=tmp_path / "c1").load("rise")
+    store = EvalPromptStore(base_url=url, cache_dir=tmp_path / "c2")
+    store.load("ueval")
+    cached = tmp_path / "c2" / PROMPTS["ueval_text_template"].repo.commit / "ueval_text_template.txt"
+    cached.write_text(cached.read_text() + " ")
+    with pytest.raises(TemplateError, match="edited"):
+        EvalPromptStore(base_url=url, cache_dir=tmp_path / "c2").load("ueval")
+
+
+def test_offline_without_cache_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(TemplateError, match="INTERLEAVE_THINKER_EVAL_PROMPTS"):
+        EvalPromptStore(cache_dir=tmp_path / "empty").load("wise")
+
+
+def test_folder_is_checked(tmp_path: Path) -> None:
+    folder = tmp_path / "p"
+    shutil.copytree(shared_path("reference", "eval"), folder)
+    assert EvalPromptStore(folder=folder).load("wise-legacy").texts["wise_legacy_user"] == _shared(
+        "wise_legacy_user"
+    )
+    (folder / "wise_legacy_user.txt").chmod(0o644)
+    (folder / "wise_legacy_user.txt").write_bytes(_shared("wise_legacy_user").replace("  \n", "\n").encode())
+    with pytest.raises(TemplateError, match="SHA-256"):
+        EvalPromptStore(folder=folder).load("wise-legacy")
+
+
+def test_wise_fill_is_the_fstring_value() -> None:
+    template = _shared("wise_verified_user")
+    prompt, explanation = "a {x} and " + WISE_EXPLANATION_FIELD, "b " + WISE_PROMPT_FIELD
+    filled = fill_wise(template, prompt, explanation)
+    prompt_data = {"Prompt": prompt, "Explanation": explanation}
+    node = ast.Expression(_fstring(template))
+    assert filled == eval(
+        compile(ast.fix_missing_locations(node), "<f>", "eval"), {"prompt_data": prompt_data}
+    )
+
+
+def test_no_judge_prompt_text_is_in_the_repository() -> None:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs a git checkout")
+    for name in PROMPTS:
+        line = max(_shared(name).splitlines(), key=len).strip()
+        if len(line) < 25:  # the two-line rubric templates: too generic to be a phrase of theirs
+            continue
+        found = subprocess.run(
+            ["git", "grep", "--untracked", "-F", "-q", "-e", line[:80]],
+            cwd=REPO,
+            capture_output=True,
+            check=False,
+        )
+        assert found.returncode == 1, f"text of {name} found in the repository"
