@@ -1,0 +1,343 @@
+"""Benchmark items of UEval, WISE and RISEBench, from the official local files or a Hugging Face dataset.
+
+API (what generation and the scorers use)::
+
+    items = load_items("wise", "../shared/benchmarks/wise")      # or "ueval" / "rise"; data "hf:ID[:split]"
+    item.benchmark   # "ueval" | "wise" | "rise"
+    item.id          # str: UEval ``id``, WISE ``prompt_id``, RISEBench ``index`` (safe as a file name)
+    item.category    # UEval ``task`` (``task_type`` in older copies), WISE ``Category``, RISEBench ``category``
+    item.prompt      # UEval ``prompt``, WISE ``Prompt`` (never ``Explanation``), RISEBench ``instruction``
+    item.images      # input image paths, absolute (RISEBench: the ``image`` to edit; others: ())
+    item.raw         # the whole record as loaded, every field, for the scorers (rubrics, references, ...)
+    item.root        # folder that relative paths of ``raw`` resolve against (None when there is none)
+    item.protocol    # WISE: "verified" | "legacy" (which protocol the data belongs to); else None
+    item.path("reference_img")   # a path field of ``raw`` resolved against ``root`` (None when absent/null)
+    select_items(items, limit=N, shard=(i, n))
+
+Local layouts: WISE a folder of ``*_verified.json`` (WISE_Verified, ``data_verified/``) or of the legacy
+``cultural_common_sense.json``, ``spatio-temporal_reasoning.json``, ``natural_science.json``
+(``WISE_legacy/data/``), or one such file; RISEBench a folder holding ``data_sample.json`` /
+``data_total.json`` / ``data.json`` with image paths relative to it, or the JSON file itself (the
+64-sample files lack ``subtask``, ``reasoning_img``, ``consistency_free``, ``reasoning_wo_ins``: absent
+fields stay absent in ``raw``); UEval a JSON list, JSONL or Parquet file. ``hf:ID[:split]`` loads through
+``datasets`` (offline only from its cache; without ``:split`` the ``test`` split, else the first; WISE data
+from a hub id counts as WISE_Verified when the id contains "verified"); images stored in a dataset are written once as PNG files under
+``<cache home>/eval-data`` so every item carries paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.paths import cache_home, write_atomic
+
+RISE_FILES = ("data_total.json", "data_sample.json", "data.json")
+WISE_LEGACY_FILES = ("cultural_common_sense.json", "spatio-temporal_reasoning.json", "natural_science.json")
+MAX_PROMPT_CHARS = 20_000
+MAX_NAME_CHARS = 160
+_UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f]")
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One benchmark item; ``raw`` keeps the record as loaded so scorers can read any field."""
+
+    benchmark: str
+    id: str
+    category: str
+    prompt: str
+    images: tuple[str, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    root: str | None = None
+    protocol: str | None = None
+    where: str = ""
+
+    def path(self, name: str) -> Path | None:
+        """The path field ``name`` of ``raw`` resolved against ``root``; None when absent or null."""
+        value = self.raw.get(name)
+        if not isinstance(value, str) or not value.strip():
+            return None
+        path = Path(value)
+        return path if path.is_absolute() or self.root is None else Path(self.root) / path
+
+
+def _safe_name(value: Any, where: str, field_name: str) -> str:
+    text = str(value).strip() if value is not None else ""
+    if not text or text in (".", "..") or _UNSAFE_NAME.search(text) or len(text) > MAX_NAME_CHARS:
+        raise InputError(
+            f"{where}: {field_name}: {text[:60]!r} cannot be used as a file name "
+            f"(non-empty, no '/', '\\' or control characters, at most {MAX_NAME_CHARS} characters)."
+        )
+    return text
+
+
+def _text(row: dict[str, Any], names: Sequence[str], where: str) -> str:
+    for name in names:
+        value = row.get(name)
+        if isinstance(value, str) and value.strip():
+            if len(value) > MAX_PROMPT_CHARS:
+                raise InputError(f"{where}: {name}: longer than {MAX_PROMPT_CHARS} characters.")
+            return value
+    raise InputError(f"{where}: {names[0]}: missing or empty.")
+
+
+def _read_json_list(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+    except OSError as exc:
+        raise InputError(f"Cannot read {path}: {exc.strerror}.") from None
+    if not isinstance(data, list):
+        raise InputError(f"{path}: must hold a JSON list of records.")
+    return data
+
+
+def _read_records(path: Path) -> list[tuple[str, Any]]:
+    """Records of a .json list, .jsonl or .parquet file, each with where it came from."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return [(f"{path}: item {i}", row) for i, row in enumerate(_read_json_list(path), start=1)]
+    if suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append((f"{path}:{number}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
+        return rows
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [(f"{path}: row {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
+    raise InputError(f"{path}: unknown data format '{suffix}'; use .json, .jsonl, .parquet or hf:DATASET.")
+
+
+# --- Hugging Face -------------------------------------------------------------------------------
+
+
+def _hf_dataset(spec: str) -> tuple[str, str, Any]:
+    name, _, split = spec.removeprefix("hf:").partition(":")
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(name, split=split) if split else datasets.load_dataset(name)
+    except Exception as exc:  # the hub raises many kinds; being offline without a cache is the common one
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise InputError(
+            f"Dataset '{name}' could not be loaded ({type(exc).__name__}: {first}). Offline, a dataset must "
+            "already be in the Hugging Face cache: load it once online (unset HF_HUB_OFFLINE), or pass the "
+            "official local files with --data PATH."
+        ) from None
+    if split:
+        return name, split, loaded
+    splits = list(loaded.keys())
+    chosen = "test" if "test" in splits else splits[0]
+    return name, chosen, loaded[chosen]
+
+
+def _materialise(value: Any, folder: Path, stem: str) -> Any:
+    """A dataset image (PIL image or ``{"bytes", "path"}``) written once as a file; other values unchanged."""
+    data: bytes | None = None
+    if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
+        data = bytes(value["bytes"])
+    elif hasattr(value, "save") and hasattr(value, "size"):
+        buffer = io.BytesIO()
+        value.save(buffer, format="PNG")
+        data = buffer.getvalue()
+    if data is None:
+        return value.get("path") if isinstance(value, dict) and "path" in value else value
+    target = folder / f"{stem}-{hashlib.sha256(data).hexdigest()[:16]}.png"
+    if not target.is_file():
+        write_atomic(target, data)
+    return str(target)
+
+
+def _hf_records(spec: str) -> tuple[list[tuple[str, dict[str, Any]]], Path]:
+    name, split, dataset = _hf_dataset(spec)
+    folder = cache_home() / "eval-data" / re.sub(r"[^A-Za-z0-9._-]+", "_", name) / split
+    records = []
+    for position, row in enumerate(dataset, start=1):
+        stem = f"row{position:06d}"
+        record = {key: _materialise(value, folder, f"{stem}-{key}") for key, value in dict(row).items()}
+        records.append((f"{spec}: row {position}", record))
+    return records, folder
+
+
+def _records(data: str) -> tuple[list[tuple[str, dict[str, Any]]], Path | None]:
+    if data.startswith("hf:"):
+        return _hf_records(data)
+    path = Path(data)
+    if not path.is_file():
+        raise InputError(f"--data {data}: no such file.")
+    rows = _read_records(path)
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: each record must be a JSON object.")
+    return rows, path.parent.resolve()
+
+
+# --- per benchmark --------------------------------------------------------------------------------
+
+
+def load_ueval(data: str) -> list[EvalItem]:
+    """UEval: ``id``, ``prompt``, ``task`` (or ``task_type``), rubrics and ``question_type`` kept in ``raw``."""
+    rows, root = _records(data)
+    items = []
+    for where, row in rows:
+        task = row.get("task") if row.get("task") not in (None, "") else row.get("task_type")
+        items.append(
+            EvalItem(
+                benchmark="ueval",
+                id=_safe_name(row.get("id"), where, "id"),
+                category=str(task or ""),
+                prompt=_text(row, ("prompt",), where),
+                raw=row,
+                root=str(root) if root else None,
+                where=where,
+            )
+        )
+    return _unique(items, data)
+
+
+def _wise_files(path: Path) -> tuple[list[Path], str]:
+    if path.is_file():
+        return [path], "verified" if path.name.endswith("_verified.json") else "legacy"
+    if not path.is_dir():
+        raise InputError(f"--data {path}: no such file or folder.")
+    verified = sorted(path.glob("*_verified.json"))
+    legacy = [path / name for name in WISE_LEGACY_FILES if (path / name).is_file()]
+    if verified and legacy:
+        raise InputError(
+            f"{path} holds both WISE_Verified (*_verified.json) and legacy prompt files; "
+            "point --data at one set (their prompt ids mean different prompts)."
+        )
+    if not verified and not legacy:
+        raise InputError(
+            f"{path} holds no WISE prompt files (*_verified.json, or {', '.join(WISE_LEGACY_FILES)})."
+        )
+    return (verified, "verified") if verified else (legacy, "legacy")
+
+
+def load_wise(data: str) -> list[EvalItem]:
+    """WISE prompts (``Prompt``, ``Explanation``, ``Category``, ``Subcategory``, ``prompt_id``), by prompt id."""
+    if data.startswith("hf:"):
+        rows, root = _hf_records(data)
+        protocol = "verified" if "verified" in data.lower() else "legacy"
+    else:
+        files, protocol = _wise_files(Path(data))
+        rows = [(f"{f}: item {i}", r) for f in files for i, r in enumerate(_read_json_list(f), start=1)]
+        root = files[0].parent.resolve()
+    items = []
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: each record must be a JSON object.")
+        prompt_id = row.get("prompt_id")
+        if (
+            isinstance(prompt_id, bool)
+            or not isinstance(prompt_id, int | str)
+            or not str(prompt_id).isdigit()
+        ):
+            raise InputError(f"{where}: prompt_id: must be a positive integer, got {prompt_id!r}.")
+        items.append(
+            EvalItem(
+                benchmark="wise",
+                id=str(int(prompt_id)),
+                category=str(row.get("Category") or ""),
+                prompt=_text(row, ("Prompt",), where),
+                raw=row,
+                root=str(root),
+                protocol=protocol,
+                where=where,
+            )
+        )
+    items.sort(key=lambda item: int(item.id))
+    return _unique(items, data)
+
+
+def _rise_file(path: Path) -> Path:
+    if path.is_file():
+        return path
+    for name in RISE_FILES:
+        if (path / name).is_file():
+            return path / name
+    raise InputError(f"--data {path}: no RISEBench data file ({', '.join(RISE_FILES)}) there.")
+
+
+def load_rise(data: str) -> list[EvalItem]:
+    """RISEBench samples: ``index``, ``category``, ``instruction``, ``image``; optional fields stay in ``raw``."""
+    if data.startswith("hf:"):
+        rows, root = _hf_records(data)
+    else:
+        file = _rise_file(Path(data))
+        rows, root = (
+            [(f"{file}: item {i}", r) for i, r in enumerate(_read_json_list(file), start=1)],
+            file.parent.resolve(),
+        )
+    items = []
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: each record must be a JSON object.")
+        item = EvalItem(
+            benchmark="rise",
+            id=_safe_name(row.get("index"), where, "index"),
+            category=_safe_name(row.get("category"), where, "category"),
+            prompt=_text(row, ("instruction",), where),
+            raw=row,
+            root=str(root) if root else None,
+            where=where,
+        )
+        image = item.path("image")
+        if image is None:
+            raise InputError(f"{where}: image: missing; RISEBench samples edit an input image.")
+        items.append(replace(item, images=(str(image.resolve()),)))
+    return _unique(items, data)
+
+
+def _unique(items: list[EvalItem], data: str) -> list[EvalItem]:
+    seen: dict[str, str] = {}
+    for item in items:
+        if item.id in seen:
+            raise InputError(f"{item.where}: id '{item.id}' already used at {seen[item.id]}.")
+        seen[item.id] = item.where
+    if not items:
+        raise InputError(f"--data {data} holds no items.")
+    return items
+
+
+LOADERS = {"ueval": load_ueval, "wise": load_wise, "rise": load_rise}
+
+
+def load_items(benchmark: str, data: str) -> list[EvalItem]:
+    """Every item of ``benchmark`` in ``data`` (a local path or ``hf:ID[:split]``), validated."""
+    loader = LOADERS.get(benchmark)
+    if loader is None:
+        raise InputError(f"Unknown benchmark '{benchmark}'; choose one of: {', '.join(LOADERS)}.")
+    return loader(data)
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    index, sep, count = value.partition("/")
+    if not sep or not index.isdigit() or not count.isdigit() or int(count) < 1 or int(index) >= int(count):
+        raise InputError(f"--shard {value!r}: write I/N with 0 <= I < N, e.g. 0/4.")
+    return int(index), int(count)
+
+
+def select_items(
+    items: list[EvalItem], *, limit: int | None = None, shard: tuple[int, int] | None = None
+) -> list[EvalItem]:
+    """``limit`` keeps the first N items (in the loader's order); ``shard`` I/N keeps every N-th from I."""
+    chosen = items[:limit] if limit is not None else items
+    if shard is not None:
+        index, count = shard
+        chosen = [item for position, item in enumerate(chosen) if position % count == index]
+    return chosen

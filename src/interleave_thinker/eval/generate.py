@@ -1,0 +1,136 @@
+"""Generate a benchmark's outputs with the agents (``agentic``) or the generator alone (``base``).
+
+One run folder ``OUT`` holds everything: the batch run store (``requests/<id>/trace.json`` and images,
+``journal.jsonl``, ``batch.json``; resumable like ``interleave-thinker batch``), the benchmark's official
+layout (see :mod:`interleave_thinker.eval.layouts`) and ``eval.json`` (benchmark, mode, data, backends,
+settings, which items have an output and which are missing), which ``eval report`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.config import PipelineConfig
+from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.messages import count_image_markers
+from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.types import Trace
+from interleave_thinker.eval.base_mode import base_config, base_pipeline
+from interleave_thinker.eval.datasets import EvalItem
+from interleave_thinker.eval.layouts import write_item_image, write_layout
+from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.pipeline import Pipeline
+from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
+from interleave_thinker.runtime.store import RunStore
+
+EVAL_MANIFEST = "eval.json"
+MODES = ("agentic", "base")
+
+
+@dataclass(frozen=True)
+class GenerationRun:
+    """What to generate and where; ``config`` is the agentic config (base mode derives its own)."""
+
+    benchmark: str
+    mode: str
+    data: str
+    out: Path
+    items: list[EvalItem]
+    config: PipelineConfig
+
+    @property
+    def effective_config(self) -> PipelineConfig:
+        return base_config(self.config) if self.mode == "base" else self.config
+
+
+def request_text(item: EvalItem) -> str:
+    """The benchmark prompt (never WISE's ``Explanation``), input images marked first as guidance requests."""
+    missing = len(item.images) - count_image_markers(item.prompt)
+    return "<image>" * missing + item.prompt if missing > 0 else item.prompt
+
+
+def batch_items(items: list[EvalItem]) -> list[BatchItem]:
+    """Requests for the scheduler, one per item, with the item's id as the request folder."""
+    return [
+        BatchItem(id=i.id, prompt=request_text(i), images=i.images, task=i.category, where=i.where)
+        for i in items
+    ]
+
+
+def settings_record(run: GenerationRun) -> dict[str, Any]:
+    """What a resumed run must share with the first one (else RunStore refuses to mix them)."""
+    cfg = run.effective_config.model_dump(mode="json")
+    record = {k: cfg[k] for k in ("planner", "critic", "generator", "loop", "generation")}
+    record["eval"] = {"benchmark": run.benchmark, "mode": run.mode}
+    return record
+
+
+def open_store(run: GenerationRun, *, resume: bool) -> RunStore:
+    """Check the mode and open (or continue) the run store; nothing heavy is loaded yet."""
+    if run.mode not in MODES:
+        raise InputError(f"--mode {run.mode!r}: choose agentic or base.")
+    store = RunStore(run.out)
+    manifest = {"input": run.data, "ids": [i.id for i in run.items], "settings": settings_record(run)}
+    store.open(manifest, resume=resume)
+    for leftover in [*run.out.glob(".*.tmp"), *run.out.glob("images/*/.*.tmp")]:
+        leftover.unlink()  # a layout file whose write a kill interrupted (the rename never happened)
+    return store
+
+
+def load_pipeline(run: GenerationRun) -> Pipeline:
+    return base_pipeline(run.effective_config) if run.mode == "base" else Pipeline.from_config(run.config)
+
+
+def execute(
+    run: GenerationRun,
+    store: RunStore,
+    pipeline: Pipeline,
+    settings: BatchSettings,
+    on_done: Callable[[str, str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every item not yet finished, write the official layout, and return the ``eval.json`` record."""
+    by_id = {item.id: item for item in run.items}
+
+    def done(item_id: str, status: str) -> None:
+        # The layout grows as items finish, so a killed run already has its finished outputs in place.
+        trace_path = store.request_dir(item_id) / "trace.json"
+        if run.benchmark != "ueval" and status == "succeeded" and trace_path.is_file():
+            trace = Trace.model_validate_json(trace_path.read_text(encoding="utf-8"))
+            write_item_image(run.out, store, by_id[item_id], trace)
+        if on_done is not None:
+            on_done(item_id, status)
+
+    runner = BatchRunner(pipeline, store, settings, on_done=done)
+    try:
+        outcome = runner.run(batch_items(run.items))
+    finally:
+        runner.pipeline.close()
+    return finish(run, store, outcome)
+
+
+def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = None) -> dict[str, Any]:
+    """Write the full layout and ``eval.json`` from the traces on disk (earlier runs' included)."""
+    traces = store.traces()
+    layout = write_layout(run.out, store, run.items, traces, mode=run.mode)
+    cfg = run.effective_config
+    record: dict[str, Any] = {
+        "benchmark": run.benchmark,
+        "mode": run.mode,
+        "data": run.data,
+        "protocol": run.items[0].protocol if run.items else None,
+        "backends": {"planner": cfg.planner, "critic": cfg.critic, "generator": cfg.generator},
+        "generation": cfg.generation.model_dump(mode="json"),
+        "loop": cfg.loop.model_dump(mode="json"),
+        "preset": run.config.preset,
+        "items": len(run.items),
+        "written": len(layout["written"]),
+        "missing": layout["missing"],
+        "wall_s": round(outcome.wall_s, 3) if outcome is not None else None,
+        "skipped_already_finished": outcome.skipped if outcome is not None else None,
+    }
+    write_atomic(run.out / EVAL_MANIFEST, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return record

@@ -1,0 +1,224 @@
+"""What ``eval report`` shows, computed from scoring folders: the side-by-side table and the paired items.
+
+A run is a scoring folder of ``eval score`` (``summary.json``, ``scores.jsonl``); its ``outputs`` (recorded in
+the summary) lead to the generation folder of ``eval generate`` (``eval.json``, ``requests/<id>/trace.json``,
+the official layout), which supplies the images and the agentic traces. A generation folder holding
+exactly one scoring folder is accepted in its place.
+
+Pass/fail of one item, per protocol (used only to pick the paired gallery): WISE_Verified score 1;
+WISE legacy consistency 2; RISEBench "accurate"; UEval item score (mean of its text and image rates)
+at least 0.5. A judgement that failed or an output that is missing is a fail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import InputError
+from interleave_thinker.eval.published import PUBLISHED, Published
+
+SUMMARY = "summary.json"
+SCORES = "scores.jsonl"
+GENERATION = "eval.json"
+MAX_FILE_BYTES = 256 * 2**20
+
+
+@dataclass
+class Run:
+    """One scored run: its summary, its score lines by id, and (when found) its generation folder."""
+
+    folder: Path
+    summary: dict[str, Any]
+    rows: dict[str, dict[str, Any]]
+    outputs: Path | None
+    generation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def protocol(self) -> str:
+        return str(self.summary.get("protocol", "unknown"))
+
+    @property
+    def label(self) -> str:
+        mode = self.generation.get("mode")
+        generator = (self.generation.get("backends") or {}).get("generator")
+        detail = ", ".join(str(x) for x in (mode, generator) if x)
+        gen = self.generation_folder if self.generation else None
+        inside = gen is not None and self.folder.resolve().parent == gen.resolve()
+        name = f"{gen.name}/{self.folder.name}" if gen is not None and inside else self.folder.name
+        return f"{name} ({detail})" if detail else name
+
+    @property
+    def judge(self) -> str:
+        judge = self.summary.get("judge") or {}
+        text = str(judge.get("model") or judge.get("spec") or "unknown judge")
+        return text if judge.get("official", False) else f"{text} (not the official judge)"
+
+    @property
+    def generation_folder(self) -> Path | None:
+        if self.outputs is None:
+            return None
+        return self.outputs.parent if self.outputs.is_file() else self.outputs
+
+
+def _read_json(path: Path) -> Any:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise InputError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+
+
+def _scoring_folder(path: Path) -> Path:
+    if (path / SUMMARY).is_file():
+        return path
+    found = sorted(p.parent for p in path.glob(f"*/{SUMMARY}")) if path.is_dir() else []
+    if len(found) == 1:
+        return found[0]
+    raise InputError(
+        f"{path}: no {SUMMARY} there"
+        + (f" and {len(found)} scoring folders below it; name one" if found else "")
+        + "; run `interleave-thinker eval score ... --out DIR` first and pass DIR."
+    )
+
+
+def _rows(path: Path) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a killed scoring run
+        if isinstance(row, dict) and row.get("id") is not None:
+            rows[str(row["id"])] = row
+    return rows
+
+
+def _outputs(folder: Path, summary: dict[str, Any]) -> Path | None:
+    """The generation outputs the summary names (relative to the working directory, else to the folder)."""
+    value = summary.get("outputs")
+    if isinstance(value, str) and value:
+        for candidate in (Path(value), folder / value, folder.parent / value):
+            if candidate.exists():
+                return candidate
+    if (folder.parent / GENERATION).is_file():
+        return folder.parent
+    return None
+
+
+def load_run(path: Path) -> Run:
+    folder = _scoring_folder(path)
+    summary = _read_json(folder / SUMMARY)
+    if not isinstance(summary, dict):
+        raise InputError(f"{folder / SUMMARY}: must hold a JSON object.")
+    run = Run(folder, summary, _rows(folder / SCORES), _outputs(folder, summary))
+    generation = run.generation_folder
+    if generation is not None and (generation / GENERATION).is_file():
+        run.generation = _read_json(generation / GENERATION)
+    return run
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    """Every run, checked to share one protocol (numbers of two protocols are not comparable)."""
+    runs = [load_run(p) for p in paths]
+    protocols = {r.protocol for r in runs}
+    if len(protocols) > 1:
+        listed = ", ".join(f"{r.folder} ({r.protocol})" for r in runs)
+        raise InputError(f"The runs were scored with different protocols: {listed}; compare one protocol.")
+    return runs
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, scale: float = 1.0, digits: int = 4) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "–"
+    return f"{value * scale:.{digits}f}"
+
+
+def _cell(protocol: str, entry: Any) -> str:
+    """One number (or pair) of a category or the overall, in the protocol's published unit."""
+    if not isinstance(entry, dict):
+        return _fmt(entry)
+    if protocol == "rise":
+        return f"{_fmt(entry.get('accuracy'), 100, 1)}% acc · {_fmt(entry.get('score'), 1, 2)} (n={entry.get('n', '?')})"
+    if protocol == "ueval":
+        text, image = _fmt(entry.get("text_avg_rate"), 100, 1), _fmt(entry.get("image_avg_rate"), 100, 1)
+        return f"text {text} · image {image} (n={entry.get('n', entry.get('num_items', '?'))})"
+    return f"{_fmt(entry.get('score'))} (n={entry.get('n', '?')})"
+
+
+def _categories(protocol: str, summary: dict[str, Any]) -> dict[str, Any]:
+    key = "tasks" if protocol == "ueval" else "categories"
+    value = summary.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _overall(protocol: str, summary: dict[str, Any]) -> str:
+    if protocol == "ueval":
+        return _cell(protocol, summary)
+    overall = summary.get("overall")
+    if protocol.startswith("wise") and overall is None:
+        return "incomplete (not all 1000 ids scored)"
+    if protocol.startswith("wise") and summary.get("complete") is False:
+        return f"{_fmt(overall)} (incomplete: not all 1000 ids scored)"
+    return _cell(protocol, overall)
+
+
+def table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: one row per category (in first-seen order), then "Overall"."""
+    protocol = runs[0].protocol
+    names: list[str] = []
+    for run in runs:
+        names += [n for n in _categories(protocol, run.summary) if n not in names]
+    header = ["category", *[run.label for run in runs]]
+    body = [
+        [name, *[_cell(protocol, _categories(protocol, r.summary).get(name)) for r in runs]] for name in names
+    ]
+    body.append(["Overall", *[_overall(protocol, r.summary) for r in runs]])
+    return header, body
+
+
+def markdown_table(runs: list[Run]) -> str:
+    header, body = table(runs)
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    lines = [line(header), line(["---"] * len(header)), *(line(row) for row in body)]
+    judges = "; ".join(f"{r.label}: {r.judge}" for r in runs)
+    lines += ["", f"Protocol {runs[0].protocol}; measured with {judges}."]
+    return "\n".join(lines)
+
+
+def published(protocol: str) -> list[Published]:
+    return [p for p in PUBLISHED if protocol in p.protocols]
+
+
+# --- pass/fail and pairs -------------------------------------------------------------------------
+
+
+def passed(protocol: str, row: dict[str, Any] | None) -> bool:
+    if row is None or row.get("status") not in (None, "ok"):
+        return False
+    score = row.get("score")
+    if protocol == "wise":
+        return score == 1 or score == 1.0
+    if protocol == "wise-legacy":
+        return row.get("consistency") == 2
+    if protocol == "rise":
+        return bool(row.get("accuracy"))
+    return isinstance(score, int | float) and score >= 0.5
+
+
+def paired_ids(first: Run, other: Run) -> list[str]:
+    """Ids (in the first run's order) where exactly one of the two runs passed."""
+    protocol = first.protocol
+    ids = list(first.rows) + [i for i in other.rows if i not in first.rows]
+    return [i for i in ids if passed(protocol, first.rows.get(i)) != passed(protocol, other.rows.get(i))]
