@@ -1,0 +1,69 @@
+"""``interleave-thinker demo``: serve the streaming web demo (Gradio) over one pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from interleave_thinker.cli.options import (
+    ConfigOption,
+    CriticOption,
+    DeviceOption,
+    FallbackOption,
+    GeneratorOption,
+    PlannerOption,
+    PresetOption,
+    build_config,
+    quiet_diffusers,
+)
+from interleave_thinker.core.errors import ConfigError
+
+INSTALL_HINT = "The demo needs Gradio: pip install 'interleave-thinker[demo]' (or run `make install`)."
+
+
+def demo(
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    planner: PlannerOption = None,
+    critic: CriticOption = None,
+    generator: GeneratorOption = None,
+    device: DeviceOption = None,
+    planner_fallback: FallbackOption = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every one).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the page.")] = 7860,
+    share: Annotated[bool, typer.Option(help="Also open a public Gradio share link.")] = False,
+    concurrency: Annotated[int, typer.Option(min=1, help="Runs at once; more wait in the queue.")] = 1,
+    queue_size: Annotated[int, typer.Option(min=1, help="Runs that may wait in the queue.")] = 16,
+    out_root: Annotated[
+        Path | None, typer.Option(help="Folder of the per-session run folders \\[default: temp folder].")
+    ] = None,
+    ttl_minutes: Annotated[
+        float, typer.Option(min=1, help="Run folders and zips are deleted after this long.")
+    ] = 60.0,
+    max_upload_mb: Annotated[float, typer.Option(min=0.1, help="Size limit of each uploaded image.")] = 10.0,
+) -> None:
+    """Serve the web demo: the plan, every attempt and the critic's verdicts stream into the page."""
+    try:
+        from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
+    except ImportError as exc:
+        if exc.name and exc.name.split(".")[0] == "gradio":
+            raise ConfigError(INSTALL_HINT) from None
+        raise
+    cfg = build_config(
+        preset, config, planner, critic, generator, None, None, device, planner_fallback, None, None
+    )
+    options = DemoOptions(
+        ttl_s=ttl_minutes * 60,
+        concurrency=concurrency,
+        queue_size=queue_size,
+        max_upload_mb=max_upload_mb,
+    )
+    if out_root is not None:
+        options = dataclasses.replace(options, out_root=out_root.resolve())
+    quiet_diffusers()
+    typer.echo(f"loading models ({cfg.preset or 'custom'} preset)…", err=True)
+    app = build_demo(cfg, options=options)
+    app.launch(server_name=host, server_port=port, share=share, **launch_kwargs(options))

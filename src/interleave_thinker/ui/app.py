@@ -1,0 +1,203 @@
+"""``build_demo(...) -> gr.Blocks``: the streaming web demo, for the CLI, a Space's app.py and tests."""
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from interleave_thinker.core.config import PipelineConfig
+from interleave_thinker.core.errors import InterleaveThinkerError
+from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
+from interleave_thinker.ui.files import (
+    check_uploads,
+    example_images,
+    new_run_dir,
+    session_dir,
+    sweep,
+    zip_run,
+)
+from interleave_thinker.ui.live import RunView
+from interleave_thinker.ui.options import MAX_ATTEMPTS_LIMIT, DemoOptions, RunSettings, size_choices
+from interleave_thinker.ui.render import render_final, render_live, render_plan, render_status
+from interleave_thinker.ui.worker import one_line, start_run
+
+Outputs = tuple[str, str, str, str, str | None]
+
+INTRO = """# interleave-thinker
+A **planner** turns your request into image steps; for every step a generator makes an image and a
+**critic** checks it, refining the prompt until the step is right. Watch the plan, every attempt and the
+critic's reasoning as they happen. With input images, mark where each belongs with `<image>` (with no
+marker they are placed before the text)."""
+
+
+def _outputs(view: RunView, download: str | None = None) -> Outputs:
+    return render_status(view), render_plan(view), render_live(view), render_final(view), download
+
+
+def _without_folders(message: str, files: list[str] | None) -> str:
+    """The CLI's message with each upload named by its file name, not the server's temp folder."""
+    for path in sorted(map(str, files or []), key=len, reverse=True):
+        message = message.replace(path, Path(path).name)
+    return message
+
+
+class DemoRuns:
+    """The handlers behind the page; one instance per app, state per browser session."""
+
+    def __init__(self, pipeline: Pipeline, options: DemoOptions) -> None:
+        self.pipeline, self.options = pipeline, options
+        self._cancels: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        text: str,
+        files: list[str] | None,
+        max_attempts: float,
+        seed: float,
+        text_steps: str,
+        critic_on_last_attempt: bool,
+        size: str,
+        request: gr.Request,
+    ) -> Iterator[Outputs]:
+        """Stream one run: status, plan, live steps, final page and (at the end) the zip."""
+        view = RunView(notice=self.pipeline.config.notice)
+        opts = self.options
+        try:  # 1. The same checks, and the same one-line messages, as the CLI
+            paths = check_uploads(files, max_bytes=opts.max_upload_bytes, max_images=opts.max_images)
+            normalize_request_text(text or "", len(load_input_images(paths)))
+            settings = RunSettings(
+                int(max_attempts), int(seed), text_steps, bool(critic_on_last_attempt), size
+            )
+            config = settings.apply(self.pipeline.config)
+        except InterleaveThinkerError as exc:
+            view.phase, view.error = "error", _without_folders(one_line(str(exc)), files)
+            yield _outputs(view)
+            return
+        # 2. A fresh folder in this session's own space; old runs of every session are swept
+        sweep(opts.out_root, opts.ttl_s)
+        session = session_dir(opts.out_root, getattr(request, "session_hash", None))
+        run_dir = new_run_dir(session, text)
+        sink = start_run(self.pipeline, config, text, paths, run_dir)
+        with self._lock:
+            self._cancels[session.name] = sink.cancel
+        view.phase = "planning"
+        try:  # 3. Stream every event; the last one ends the run
+            yield _outputs(view)
+            for event in sink.drain():
+                view.apply(event)
+                if event.kind not in ("done", "cancelled", "error"):
+                    yield _outputs(view)
+            download = str(zip_run(run_dir)) if (run_dir / "trace.json").is_file() else None
+            yield _outputs(view, download)
+        finally:
+            sink.cancel.set()  # the visitor left mid-run: the worker stops before its next model call
+            with self._lock:
+                if self._cancels.get(session.name) is sink.cancel:
+                    del self._cancels[session.name]
+
+    def cancel(self, request: gr.Request) -> None:
+        """Stop this session's run before its next model call (other sessions are untouched)."""
+        key = session_dir(self.options.out_root, getattr(request, "session_hash", None)).name
+        with self._lock:
+            event = self._cancels.get(key)
+        if event is not None:
+            event.set()
+
+
+def _load(source: Pipeline | PipelineConfig | str) -> Pipeline:
+    if isinstance(source, Pipeline):
+        return source
+    if isinstance(source, PipelineConfig):
+        return Pipeline.from_config(source)
+    return Pipeline.from_preset(source)
+
+
+def _examples(root: Path) -> list[list[Any]]:
+    frames = [str(p) for p in example_images(root)]
+    return [
+        ["How to make a paper crane? Show each fold.", None],
+        [
+            "<image><image> The ball rolls towards the box. What happens next? Show the next two moments.",
+            frames,
+        ],
+        ["<image><image> Which picture shows the ball closer to the box, and why?", frames],
+    ]
+
+
+def build_demo(
+    source: Pipeline | PipelineConfig | str = "tiny", *, options: DemoOptions | None = None
+) -> gr.Blocks:
+    """The demo app over a pipeline (or a config, or a preset name), queued with a concurrency limit."""
+    opts = options or DemoOptions()
+    pipeline = _load(source)
+    runs = DemoRuns(pipeline, opts)
+    cfg = pipeline.config
+    idle = RunView(notice=cfg.notice)
+    with gr.Blocks(title="interleave-thinker", delete_cache=(int(opts.ttl_s), int(opts.ttl_s))) as demo:
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=2):
+                text = gr.Textbox(
+                    label="Request",
+                    lines=3,
+                    placeholder="How to draw a cat step by step?",
+                    elem_id="it-request",
+                )
+                files = gr.File(
+                    label="Input images (optional, in order)",
+                    file_count="multiple",
+                    file_types=["image"],
+                    elem_id="it-files",
+                )
+                with gr.Accordion("Advanced settings", open=False):
+                    attempts = gr.Slider(
+                        1,
+                        MAX_ATTEMPTS_LIMIT,
+                        value=cfg.loop.max_attempts,
+                        step=1,
+                        label="Max attempts per step",
+                    )
+                    seed = gr.Number(value=cfg.loop.seed_base, precision=0, label="Seed base")
+                    text_steps = gr.Radio(
+                        ["text", "generate"],
+                        value=cfg.loop.text_steps,
+                        label="Answer steps (Task A): text, or generate an image",
+                    )
+                    critic_last = gr.Checkbox(
+                        value=cfg.loop.critic_on_last_attempt,
+                        label="Ask the critic about the last attempt too",
+                    )
+                    size_list = size_choices(cfg.generation.width, cfg.generation.height)
+                    size = gr.Dropdown(size_list, value=size_list[0], label="Image size (WIDTHxHEIGHT)")
+                with gr.Row():
+                    run_button = gr.Button("Run", variant="primary", elem_id="it-run")
+                    stop_button = gr.Button("Stop", variant="stop", elem_id="it-stop")
+                gr.Examples(_examples(opts.out_root), inputs=[text, files], cache_examples=False)
+            with gr.Column(scale=3):
+                status = gr.HTML(render_status(idle), elem_id="it-status")
+                plan = gr.HTML(elem_id="it-plan")
+                live = gr.HTML(elem_id="it-live")
+                final = gr.HTML(elem_id="it-final")
+                download = gr.File(label="Run folder (zip)", elem_id="it-download", interactive=False)
+        run_button.click(
+            runs.run,
+            inputs=[text, files, attempts, seed, text_steps, critic_last, size],
+            outputs=[status, plan, live, final, download],
+            api_name="run",
+            concurrency_limit=opts.concurrency,
+            concurrency_id="pipeline",
+        )
+        stop_button.click(runs.cancel, inputs=None, outputs=None, api_name="cancel", queue=False)
+    demo.queue(max_size=opts.queue_size, default_concurrency_limit=opts.concurrency)
+    return demo
+
+
+def launch_kwargs(options: DemoOptions) -> dict[str, Any]:
+    """What ``launch`` needs besides host and port: served folders and Gradio's own upload bound."""
+    return {
+        "allowed_paths": [str(options.out_root)],
+        "max_file_size": options.max_upload_bytes,
+    }

@@ -1,0 +1,299 @@
+"""The web demo's handlers, driven with scripted backends: streaming order, errors, cancel, sessions, files."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
+from interleave_thinker.backends.protocols import Message
+from interleave_thinker.core.errors import ConfigError, InputError
+from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
+from interleave_thinker.ui.app import DemoRuns
+from interleave_thinker.ui.files import new_run_dir, session_dir, sweep, zip_run
+from interleave_thinker.ui.options import DemoOptions, RunSettings, parse_size
+
+NOTICE = "Scripted stand-in models: the plan and verdicts come from a script."
+EVIL = "<script>alert(1)</script>${x}"
+
+
+def plan_for(word: str) -> str:
+    """A two-step plan whose step names carry ``word``, so sessions can be told apart."""
+    steps = [
+        {
+            "step_number": 1,
+            "step_name": f"{word} sketch",
+            "instruction": f"Draw the {word}.",
+            "prompt": f"a {word}",
+            "auxiliary_text": None,
+        },
+        {
+            "step_number": 2,
+            "step_name": f"{word} colour",
+            "instruction": "Colour it.",
+            "prompt": "colour it",
+            "auxiliary_text": f"The {word} in colour.",
+        },
+    ]
+    return f"<think>planning {word}</think><answer>{json.dumps({'execution_plan': steps})}</answer>"
+
+
+def planner_reply(messages: list[Message]) -> str:
+    """Plans for the last word of the request (the first quoted text of the planner template)."""
+    text = ScriptedVLMBackend.text_in(messages)
+    request = next((q for q in re.findall(r'"([^"]+)"', text)), "request")
+    if "EVIL" in request:
+        steps = [
+            {
+                "step_number": 1,
+                "step_name": EVIL,
+                "instruction": EVIL,
+                "prompt": "evil",
+                "auxiliary_text": EVIL,
+            }
+        ]
+        return f"<answer>{json.dumps({'execution_plan': steps})}</answer>"
+    return plan_for(re.sub(r"[^A-Za-z]", "", request.split()[-1]) or "request")
+
+
+def critic_reply(messages: list[Message]) -> str:
+    """Rejects a first attempt with a refined prompt, accepts any refined one."""
+    if "refined:" in ScriptedVLMBackend.text_in(messages):
+        return "<think>the step is done</think><answer>{'previous_step_success': True, 'refine_prompt': ''}</answer>"
+    return (
+        "<think>the colour is wrong <b>here</b></think>"
+        "<answer>{'previous_step_success': False, 'refine_prompt': 'refined: try again'}</answer>"
+    )
+
+
+class GatedImage(ScriptedImageBackend):
+    """A scripted generator that waits for the test's go-ahead on every call and counts calls in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Semaphore(0)
+        self.in_flight = self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.entered.release()
+        try:
+            assert self.release.acquire(timeout=60), "the test never released the generator"
+            return super().generate(prompt, **kwargs)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def scripted_pipeline(generator: Any = None, **loop: Any) -> Pipeline:
+    config = PipelineConfig.model_validate(
+        {
+            "planner": "scripted:planner",
+            "critic": "scripted:critic",
+            "generator": "scripted:generator",
+            "loop": {"max_attempts": 3, **loop},
+            "generation": {"width": 96, "height": 80},
+            "notice": NOTICE,
+        }
+    )
+    return Pipeline(
+        planner=ScriptedVLMBackend([planner_reply], name="planner", repeat_last=True),
+        critic=ScriptedVLMBackend([critic_reply], name="critic", repeat_last=True),
+        generator=generator or ScriptedImageBackend(),
+        config=config,
+        templates=builtin_templates(),
+    )
+
+
+def session(name: str) -> Any:
+    return SimpleNamespace(session_hash=name)
+
+
+def run_args(text: str, files: list[str] | None = None, size: str = "96x80") -> tuple[Any, ...]:
+    return (text, files, 3, 0, "text", False, size)
+
+
+def first_index(frames: list[tuple[Any, ...]], needle: str, column: int) -> int:
+    return next(i for i, frame in enumerate(frames) if needle in frame[column])
+
+
+@pytest.fixture
+def options(tmp_path: Path) -> DemoOptions:
+    return DemoOptions(out_root=tmp_path / "demo", ttl_s=3600, max_upload_mb=0.05, max_images=3)
+
+
+def test_stream_shows_plan_attempts_verdicts_then_page_and_zip(options: DemoOptions) -> None:
+    runs = DemoRuns(scripted_pipeline(), options)
+    frames = list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
+    status, plan, live, final, download = frames[-1]
+    assert NOTICE in frames[0][0] and "phase-planning" in frames[0][0]
+    assert 'data-ev="plan"' in plan and "Cat sketch" in plan and "Cat colour" in plan
+
+    plan_at = first_index(frames, 'data-ev="plan"', 1)
+    image_at = first_index(frames, 'data-ev="image-1-0"', 2)
+    verdict_at = first_index(frames, 'data-ev="verdict-1-0"', 2)
+    refine_at = first_index(frames, 'data-ev="refine-1-0"', 2)
+    retry_at = first_index(frames, 'data-ev="image-1-1"', 2)
+    final_at = first_index(frames, 'data-ev="final"', 3)
+    # each appears in its own update, in the loop's order, and all before the final page
+    assert plan_at < image_at < verdict_at <= refine_at < retry_at < final_at == len(frames) - 1
+    assert "the critic is checking this image" in frames[verdict_at - 1][2]
+    assert "refined: try again" in live and "the colour is wrong &lt;b&gt;here&lt;/b&gt;" in live
+    assert "accepted by the critic" in live and 'data-ev="verdict-2-1"' in live
+    assert final.count('data-role="step"') == 2 and "phase-done" in status
+    assert all(frame[4] is None for frame in frames[:-1])
+
+    archive = zipfile.ZipFile(download)
+    names = set(archive.namelist())
+    assert {"trace.json", "document.md", "index.html"} <= names
+    assert {"images/step01_attempt0.png", "images/step01_attempt1.png", "images/step02_attempt1.png"} <= names
+    trace = json.loads(archive.read("trace.json"))
+    assert trace["status"] == "succeeded" and trace["request"]["text"] == "Please draw a Cat"
+    assert [s["accepted_image"] for s in trace["steps"]] == ["step01_attempt1.png", "step02_attempt1.png"]
+
+
+def test_model_text_is_escaped(options: DemoOptions) -> None:
+    runs = DemoRuns(scripted_pipeline(), options)
+    frames = list(runs.run(*run_args("EVIL request"), request=session("s1")))
+    page = "".join(frames[-1][:4])
+    assert "<script>" not in page and "${x}" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&#36;&#123;x&#125;" in frames[-1][1]
+
+
+def cli_message(text: str, paths: list[str]) -> str:
+    with pytest.raises(InputError) as caught:
+        normalize_request_text(text, len(load_input_images(paths)))
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("case", ["empty", "mismatch", "unreadable"])
+def test_bad_input_shows_the_cli_message(options: DemoOptions, tmp_path: Path, case: str) -> None:
+    good = tmp_path / "good.png"
+    Image.new("RGB", (8, 8), "red").save(good)
+    bad = tmp_path / "bad.png"
+    bad.write_text("not a png")
+    text, files = {
+        "empty": ("   ", []),
+        "mismatch": ("<image> next", [str(good), str(good)]),
+        "unreadable": ("<image> next", [str(bad)]),
+    }[case]
+    runs = DemoRuns(scripted_pipeline(), options)
+    frames = list(runs.run(*run_args(text, files), request=session("s1")))
+    assert len(frames) == 1
+    status = frames[0][0]
+    expected = cli_message(text, files).replace(str(tmp_path) + "/", "")  # uploads shown by file name
+    assert f"error: {expected}</p>" in html.unescape(status) and str(tmp_path) not in status
+    assert "Traceback" not in status and frames[0][1:] == ("", "", "", None)
+    assert not options.out_root.exists()  # nothing written for bad input
+
+
+def test_upload_limits_and_settings(options: DemoOptions, tmp_path: Path) -> None:
+    big = tmp_path / "big.png"
+    Image.effect_noise((256, 256), 80).convert("RGB").save(big)  # ~ 60 kB > 0.05 MB
+    runs = DemoRuns(scripted_pipeline(), options)
+    status = next(iter(runs.run(*run_args("<image> next", [str(big)]), request=session("s1"))))[0]
+    assert "error: Upload big.png is 0.1" in status and "the limit is 0.05 MB per image" in status
+    status = next(iter(runs.run(*run_args("<image>" * 4, [str(big)] * 4), request=session("s1"))))[0]
+    assert "4 images were uploaded; this demo takes at most 3." in status
+    status = next(iter(runs.run(*run_args("Draw a Cat", size="100x100"), request=session("s1"))))[0]
+    assert "error: Image size &#x27;100x100&#x27;" in status
+
+    cfg = RunSettings(2, 7, "generate", True, "512x256").apply(scripted_pipeline().config)
+    assert (cfg.loop.max_attempts, cfg.loop.seed_base, cfg.loop.text_steps) == (2, 7, "generate")
+    assert cfg.loop.critic_on_last_attempt and (cfg.generation.width, cfg.generation.height) == (512, 256)
+    with pytest.raises(ConfigError, match="text_steps"):
+        RunSettings(2, 7, "poem", True, "512x256").apply(scripted_pipeline().config)
+    assert parse_size("64x64") == (64, 64)
+
+
+def test_cancel_stops_before_the_next_model_call(options: DemoOptions) -> None:
+    generator = GatedImage()
+    runs = DemoRuns(scripted_pipeline(generator), options)
+    frames: Iterator[tuple[Any, ...]] = runs.run(*run_args("Draw a Cat"), request=session("s1"))
+    seen = []
+    for frame in frames:
+        seen.append(frame)
+        if 'data-ev="attempt-1-0"' in frame[2]:
+            break
+    assert generator.entered.acquire(timeout=30)  # the first image is being generated
+    runs.cancel(session("other"))  # another session's Stop does nothing here
+    runs.cancel(session("s1"))
+    generator.release.release()
+    seen += list(frames)
+    status, _, live, final, download = seen[-1]
+    assert "phase-cancelled" in status and final == ""
+    assert len(generator.calls) == 1 and 'data-ev="verdict-1-0"' not in live
+    trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
+    assert trace["status"] == "running" and trace["planner"]["plan"] is not None
+
+
+def test_sessions_get_their_own_folders(options: DemoOptions) -> None:
+    runs = DemoRuns(scripted_pipeline(), options)
+    results: dict[str, tuple[Any, ...]] = {}
+
+    def visit(name: str, text: str) -> None:
+        results[name] = list(runs.run(*run_args(text), request=session(name)))[-1]
+
+    threads = [
+        threading.Thread(target=visit, args=("alpha", "Paint a Fox")),
+        threading.Thread(target=visit, args=("beta", "Paint a Whale")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for name, mine, theirs in (("alpha", "Fox", "Whale"), ("beta", "Whale", "Fox")):
+        _, plan, live, final, download = results[name]
+        assert mine in plan and theirs not in plan + live + final
+        assert Path(download).parent == options.out_root / name
+        trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
+        assert trace["request"]["text"] == f"Paint a {mine}"
+
+
+def test_sweep_removes_only_expired_runs(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    old = new_run_dir(session_dir(root, "old-session!"), "x")
+    fresh = new_run_dir(session_dir(root, "new"), "y")
+    for folder in (old, fresh):
+        (folder / "images").mkdir(parents=True)
+        (folder / "trace.json").write_text("{}")
+    old_zip = zip_run(old)
+    assert zipfile.ZipFile(old_zip).namelist() == ["trace.json"]
+    past = time.time() - 7200
+    for path in (old, old_zip):
+        os.utime(path, (past, past))
+    removed = sweep(root, 3600)
+    assert set(removed) == {old, old_zip, old.parent} and old.parent.name == "oldsession"
+    assert fresh.is_dir() and not old.parent.exists()
+
+
+class BrokenImage(ScriptedImageBackend):
+    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+        raise RuntimeError("CUDA exploded\nTraceback (most recent call last): secret detail")
+
+
+def test_unexpected_failure_is_one_line_without_traceback(options: DemoOptions) -> None:
+    runs = DemoRuns(scripted_pipeline(BrokenImage()), options)
+    frames = list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
+    status = frames[-1][0]
+    assert "error: internal error (RuntimeError); the server log has the details." in status
+    assert "Traceback" not in status and "secret detail" not in status and "phase-error" in status
+    assert 'data-ev="plan"' in frames[-1][1]  # what was shown before the failure stays

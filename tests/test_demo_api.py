@@ -1,0 +1,188 @@
+"""The demo served for real on 127.0.0.1: its API through gradio_client, the queue's limit, the CLI command."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import runpy
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from gradio_client import Client
+from gradio_client.utils import Status
+
+from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
+
+from .test_demo import GatedImage, scripted_pipeline
+
+# Gradio's server and client leave sockets and an event loop to the garbage collector when closed.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serve(app: Any, options: DemoOptions) -> Iterator[str]:
+    """Launch on a free local port without blocking; close (and free the port) afterwards."""
+    port = free_port()
+    app.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        share=False,
+        **launch_kwargs(options),
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        app.close()
+        gc.collect()  # Gradio's leftovers are collected here, under this module's warning filter
+
+
+def call(client: Client, text: str, size: str = "96x80") -> tuple[Any, ...]:
+    return tuple(client.predict(text, [], 3, 0, "text", False, size, api_name="/run"))
+
+
+def test_gradio_client_runs_and_the_app_keeps_serving_after_bad_input(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        client = Client(url, verbose=False)
+        request.addfinalizer(client.close)
+        status, plan, *_ = call(client, "   ")
+        assert "error: The request text is empty; say what to generate." in status and plan == ""
+        status, plan, live, final, download = call(client, "Please paint an Owl")
+        assert "phase-done" in status and "Owl sketch" in plan and "refined: try again" in live
+        assert final.count('data-role="step"') == 2
+        trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
+        assert trace["status"] == "succeeded" and trace["request"]["text"] == "Please paint an Owl"
+
+
+def test_queue_runs_one_request_at_a_time(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    generator = GatedImage()
+    options = DemoOptions(out_root=tmp_path / "demo", concurrency=1)
+    with serve(build_demo(scripted_pipeline(generator, max_attempts=1), options=options), options) as url:
+        first, second = Client(url, verbose=False), Client(url, verbose=False)
+        request.addfinalizer(first.close)
+        request.addfinalizer(second.close)
+        jobs = [first.submit("Paint a Cat", [], 1, 0, "text", False, "96x80", api_name="/run")]
+        assert generator.entered.acquire(timeout=60)  # the first run holds the only slot
+        jobs.append(second.submit("Paint a Dog", [], 1, 0, "text", False, "96x80", api_name="/run"))
+        deadline = time.monotonic() + 60
+        while jobs[1].status().code != Status.IN_QUEUE and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the server has the second request waiting
+        assert jobs[1].status().code == Status.IN_QUEUE
+        for call_number in range(4):  # one generator call at a time: two steps for each run
+            generator.release.release()
+            if call_number < 3:
+                assert generator.entered.acquire(timeout=60)
+        results = [job.result(timeout=120) for job in jobs]
+    assert [c.prompt for c in generator.calls] == ["a Cat", "colour it", "a Dog", "colour it"]
+    assert generator.max_in_flight == 1
+    assert "Cat sketch" in results[0][1] and "Dog sketch" in results[1][1]
+
+
+def test_demo_command_refuses_bad_options(tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-m", "interleave_thinker", "demo", "--config", "missing.yaml", "--port", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "missing.yaml" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--concurrency", "--port"])
+def test_demo_command_bounds(tmp_path: Path, flag: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "interleave_thinker", "demo", flag, "0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert result.returncode == 2 and flag in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_command_serves_the_tiny_preset(tmp_path: Path) -> None:
+    """The real command on the tiny preset: it serves the page and answers the API."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "interleave_thinker",
+            "demo",
+            "--preset",
+            "tiny",
+            "--port",
+            str(port),
+            "--out-root",
+            str(tmp_path / "runs"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                page = httpx.get(url, timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        assert page.status_code == 200 and "interleave-thinker" in page.text
+        client = Client(url, verbose=False)
+        status, *_ = client.predict("", [], 1, 0, "text", False, "64x64", api_name="/run")
+        client.close()
+        assert "error: The request text is empty; say what to generate." in status
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        if process.stderr is not None:
+            process.stderr.close()
+        gc.collect()  # the client's leftovers, under this module's warning filter
+
+
+@pytest.mark.slow
+def test_space_app_builds_the_tiny_demo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import gradio as gr
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    namespace = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "space" / "app.py"))
+    assert isinstance(namespace["demo"], gr.Blocks)
+    assert namespace["options"].concurrency == 1
+    namespace.clear()
+    gc.collect()

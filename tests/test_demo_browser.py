@@ -1,0 +1,223 @@
+"""The demo in a real browser: Playwright driving Debian's Chromium against the app on 127.0.0.1.
+
+Skipped only when no Chromium binary can be found (``make install`` installs it with apt-get).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from interleave_thinker.ui import DemoOptions, build_demo
+
+from .test_demo import GatedImage, scripted_pipeline
+from .test_demo_api import serve
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOT_ENV = "INTERLEAVE_THINKER_DEMO_SCREENSHOT"  # set to a path to refresh the README's picture
+WAIT_MS = 120_000
+
+# Records the first appearance of every data-ev element and the DOM update (batch) it arrived in.
+RECORD_ORDER = """
+window.__seen = []; window.__keys = new Set(); window.__batch = 0;
+new MutationObserver(() => {
+  window.__batch += 1;
+  document.querySelectorAll('[data-ev]').forEach((el) => {
+    const key = el.getAttribute('data-ev');
+    if (!window.__keys.has(key)) { window.__keys.add(key); window.__seen.push([key, window.__batch]); }
+  });
+}).observe(document, {childList: true, subtree: true, characterData: true});
+"""
+
+
+def chromium_path() -> str:
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip("Chromium not found; install it with `apt-get install -y chromium` (make install does)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    path = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+def open_page(browser: Any, url: str) -> Any:
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1280, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.add_init_script(RECORD_ORDER)
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator("#it-run").wait_for()
+    return page
+
+
+def submit(page: Any, text: str, images: list[Path] | None = None) -> None:
+    page.locator("#it-request textarea").fill(text)
+    if images:
+        page.locator("#it-files input[type=file]").set_input_files([str(p) for p in images])
+        page.locator("#it-files").get_by_text(images[-1].stem).first.wait_for(timeout=30_000)
+    page.locator("#it-run").click()
+
+
+def seen(page: Any) -> dict[str, int]:
+    """data-ev name -> the DOM update it first appeared in."""
+    return {key: batch for key, batch in page.evaluate("window.__seen")}
+
+
+def download_trace(page: Any, folder: Path) -> dict[str, Any]:
+    with page.expect_download() as info:
+        page.locator("#it-download a").first.click()
+    target = folder / "run.zip"
+    info.value.save_as(str(target))
+    with zipfile.ZipFile(target) as archive:
+        assert {"trace.json", "document.md", "index.html"} <= set(archive.namelist())
+        return dict(json.loads(archive.read("trace.json")))
+
+
+def frames(folder: Path) -> list[Path]:
+    paths = []
+    for i, colour in enumerate(("red", "blue"), start=1):
+        path = folder / f"frame{i}.png"
+        Image.new("RGB", (64, 64), colour).save(path)
+        paths.append(path)
+    return paths
+
+
+def test_browser_sees_each_stage_before_the_next(browser: Any, tmp_path: Path) -> None:
+    """The generator waits for the test, so each check sees the page between two model calls."""
+    generator = GatedImage()
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(generator), options=options), options) as url:
+        page = open_page(browser, url)
+        submit(page, "Please draw a Heron")
+        page.locator('[data-ev="plan"]').get_by_text("Heron sketch").wait_for()
+        assert page.locator('[data-ev="final"]').count() == 0
+        assert generator.entered.acquire(timeout=60)
+        page.locator('[data-ev="attempt-1-0"]').get_by_text("generating").wait_for()
+        generator.release.release()  # image 1, then the critic rejects it with a refined prompt
+        assert generator.entered.acquire(timeout=60)  # attempt 2 of step 1 is waiting
+        page.locator('[data-ev="refine-1-0"]').get_by_text("refined: try again").wait_for()
+        page.locator('[data-ev="image-1-0"]').wait_for()
+        assert page.locator('[data-ev="reasoning-1-0"]').inner_text() == "the colour is wrong <b>here</b>"
+        assert page.locator('[data-ev="final"]').count() == 0
+        for i in range(3):  # step 1 attempt 2, step 2 attempts 1 and 2
+            generator.release.release()
+            if i < 2:
+                assert generator.entered.acquire(timeout=60)
+        page.locator('[data-ev="final"]').wait_for()
+        assert page.locator('[data-ev="final"] img[data-role="step"]').count() == 2
+        order = seen(page)
+        stages = ["plan", "image-1-0", "verdict-1-0", "image-1-1", "verdict-1-1", "verdict-2-1", "final"]
+        assert [order[s] for s in stages] == sorted(order[s] for s in stages)
+        assert len({order[s] for s in stages}) == len(stages)  # each in its own update
+        trace = download_trace(page, tmp_path)
+        assert trace["status"] == "succeeded" and len(trace["steps"]) == 2
+        page.screenshot(path=str(tmp_path / "heron.png"), full_page=True)
+
+
+def test_two_sessions_with_uploads_see_only_their_own_runs(browser: Any, tmp_path: Path) -> None:
+    options = DemoOptions(out_root=tmp_path / "demo", concurrency=2)
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        first, second = open_page(browser, url), open_page(browser, url)
+        submit(first, "<image><image> What happens next to the Kite", frames(tmp_path))
+        submit(second, "Please draw a Lantern")
+        for page in (first, second):
+            page.locator('[data-ev="final"]').wait_for()
+        assert first.locator('[data-ev="final"] img[data-role="input"]').count() == 2
+        assert second.locator('[data-ev="final"] img[data-role="input"]').count() == 0
+        for page, mine, theirs in ((first, "Kite", "Lantern"), (second, "Lantern", "Kite")):
+            text = page.locator("#it-plan").inner_text() + page.locator("#it-final").inner_text()
+            assert f"{mine} sketch" in text and theirs not in text
+            assert page.locator('[data-ev="final"] img[data-role="step"]').count() == 2
+        trace = download_trace(first, tmp_path)
+        assert trace["request"]["text"] == "<image><image> What happens next to the Kite"
+        assert trace["input_images"] == ["input_1.png", "input_2.png"]
+        first.screenshot(path=str(tmp_path / "kite.png"), full_page=True)
+
+
+def test_browser_shows_bad_input_and_keeps_serving(browser: Any, tmp_path: Path) -> None:
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        page = open_page(browser, url)
+        submit(page, "<image> one marker, two images", frames(tmp_path))
+        alert = page.locator('[data-ev="error"]')
+        alert.wait_for()
+        assert alert.inner_text() == (
+            "error: The request has 1 <image> marker(s) but 2 image(s) were given (--image); "
+            "give one image per marker, in order."
+        )
+        page.locator("#it-files button[aria-label='Clear']").first.click()
+        submit(page, "Please draw a Moth")
+        page.locator('[data-ev="final"]').wait_for()
+        assert page.locator('[data-ev="error"]').count() == 0
+
+
+@pytest.mark.slow
+def test_tiny_preset_in_the_browser(browser: Any, tmp_path: Path) -> None:
+    """The real tiny models, two sessions at once (narrative; two uploads): the plan and each verdict
+    arrive in their own updates before the final page, and each page shows only its own run."""
+    options = DemoOptions(out_root=tmp_path / "demo", concurrency=2)
+    story = "<image><image> What happens next? Show the next moment."
+    with serve(build_demo("tiny", options=options), options) as url:
+        page, other = open_page(browser, url), open_page(browser, url)
+        assert "tiny stand-in models" in page.locator('[data-ev="notice"]').inner_text()
+        submit(page, "How to draw a cat step by step?")
+        submit(other, story, frames(tmp_path))
+        for current in (page, other):
+            current.locator('[data-ev="plan"]').wait_for()
+            current.locator('[data-ev="final"]').wait_for(timeout=600_000)
+        for current, mine, theirs in (
+            (page, "How to draw a cat", "What happens next"),
+            (other, "What happens next", "How to draw a cat"),
+        ):
+            trace = download_trace(current, tmp_path)
+            order = seen(current)
+            verdicts = [k for k in order if k.startswith("verdict-")]
+            n_attempts = sum(len(s["attempts"]) for s in trace["steps"])
+            assert len(verdicts) == n_attempts > 0
+            assert all(order["plan"] < order[v] < order["final"] for v in verdicts)
+            images = current.locator('[data-ev="final"] img[data-role="step"]').count()
+            assert images == sum(1 for s in trace["steps"] if s["accepted_image"]) > 0
+            final = current.locator("#it-final").inner_text()
+            assert mine in final and theirs not in final and mine in trace["request"]["text"]
+        assert other.locator('[data-ev="final"] img[data-role="input"]').count() == 2
+        screenshot = tmp_path / "tiny.png"
+        page.screenshot(path=str(screenshot), full_page=True)
+        other.screenshot(path=str(tmp_path / "tiny-story.png"), full_page=True)
+        if os.environ.get(SCREENSHOT_ENV):
+            save_small(screenshot, Path(os.environ[SCREENSHOT_ENV]))
+
+
+def save_small(screenshot: Path, target: Path) -> None:
+    """The top of the page (inputs, plan, live steps) at half size in 128 colours: a small PNG to commit."""
+    with Image.open(screenshot) as image:
+        top = image.convert("RGB").crop((0, 0, image.width, min(image.height, 1500)))
+        small = top.resize((top.width // 2, top.height // 2), Image.Resampling.LANCZOS)
+        small.quantize(colors=128).save(target, optimize=True)
