@@ -74,7 +74,7 @@ def test_json_csv_parquet(tmp_path: Path) -> None:
         ("in.csv", "id,prompt\n1,a\n2,\n", "in.csv:3: prompt: missing"),
         ("in.json", '{"prompt": "a"}', "in.json: must hold a JSON list of records."),
         ("in.txt", "a", "unknown input format '.txt'"),
-        ("in.jsonl", '{"id": "../x", "prompt": "a"}\n', "id: '../x' cannot be used as a folder name"),
+        ("in.jsonl", '{"id": 1' + "0" * 5000 + ', "prompt": "a"}\n', "in.jsonl:1: Exceeds the limit"),
     ],
 )
 def test_input_errors_name_line_and_field(tmp_path: Path, name: str, text: str, message: str) -> None:

@@ -227,6 +227,22 @@ def test_planner_never_valid_fails_or_falls_back(env: Env, tmp_path: Path) -> No
     assert any("single-step" in w for w in result.trace.warnings)
 
 
+def test_unanswering_planner_never_falls_back(env: Env, tmp_path: Path) -> None:
+    # An empty script raises BackendError, as a refused connection does: that is no bad plan to replace.
+    pipe = build(env, [], [verdict(True)], planner_fallback="single-step")
+    with pytest.raises(
+        PlanningError, match=r"The planner did not answer \(backend error: .*only to a planner"
+    ):
+        pipe("Draw a cat", out_dir=tmp_path / "refused")
+    assert gen_calls(env) == []
+    saved = (tmp_path / "refused" / "trace.json").read_text()
+    assert '"status": "failed"' in saved and '"fallback": true' not in saved
+    # A planner that answered, badly, then failed to answer: still no fallback (its last word was no word).
+    pipe = build(env, [GARBAGE], [verdict(True)], planner_fallback="single-step")
+    with pytest.raises(PlanningError, match="did not answer"):
+        pipe("Draw a cat")
+
+
 def guidance_input(tmp_path: Path) -> Path:
     path = tmp_path / "input.png"
     Image.new("RGB", (64, 64), (10, 120, 200)).save(path)

@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from interleave_thinker.core.errors import BackendError, ParseError
+from interleave_thinker.core.sanitize import clean_text
 
 T = TypeVar("T")
+
+BACKEND_ERROR_PREFIX = "backend error: "
+"""Starts every error a turn records for a call that got no reply (so it is told from a bad reply)."""
 
 
 @dataclass
@@ -37,20 +41,28 @@ class RetryPolicy:
         return self.temperature if attempt == 0 else max(self.temperature, self.retry_temperature)
 
     def run(self, call: Callable[[float], str], parse: Callable[[str], T]) -> Outcome[T]:
-        """Call, parse, and call again on a :class:`ParseError`, up to ``max_attempts`` times."""
+        """Call, parse, and call again on a :class:`ParseError`, up to ``max_attempts`` times.
+
+        A backend error ends the turn (recorded with :data:`BACKEND_ERROR_PREFIX`); any other exception
+        of the call is not ours to judge and goes up to the request's failure boundary.
+        """
         outcome: Outcome[T] = Outcome(value=None)
         start = time.perf_counter()
         for attempt in range(self.max_attempts):
             try:
                 reply = call(self.temperature_for(attempt))
             except BackendError as exc:
-                outcome.errors.append(f"backend error: {exc}")
+                outcome.errors.append(f"{BACKEND_ERROR_PREFIX}{exc}")
                 break
+            reply = clean_text(reply)  # lone surrogates, NULs: what is stored must stay writable
             outcome.raw_replies.append(reply)
             try:
                 outcome.value = parse(reply)
                 break
             except ParseError as exc:
                 outcome.errors.append(str(exc))
+            except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+                # A reply that breaks the parser is still a bad reply: record it and ask again.
+                outcome.errors.append(f"unparsable reply ({type(exc).__name__}: {str(exc)[:200]})")
         outcome.duration_s = time.perf_counter() - start
         return outcome

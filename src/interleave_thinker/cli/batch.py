@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,14 +35,59 @@ from interleave_thinker.cli.options import (
     build_config,
     quiet_diffusers,
 )
-from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.config import PipelineConfig
+from interleave_thinker.core.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from interleave_thinker.core.types import Trace
+    from interleave_thinker.runtime.batch_inputs import BatchItem
+    from interleave_thinker.runtime.scheduler import BatchOutcome
+    from interleave_thinker.runtime.store import RunStore
 
 console = Console(stderr=True)
 logger = logging.getLogger("interleave_thinker.batch")
 ROLES = ("planner", "critic", "generator")
+SETTINGS_KEYS = ("planner", "critic", "generator", "loop", "generation")
+"""The options a resumed batch must share with the batch it continues."""
 
 
-def parse_limits(values: list[str]) -> dict[str, int]:
+def in_order(traces: dict[str, Trace], ids: list[str]) -> dict[str, Trace]:
+    """Every trace, those of the manifest in its order first (shards merged into one folder add theirs)."""
+    ordered = {i: traces[i] for i in ids if i in traces}
+    ordered.update((i, traces[i]) for i in sorted(traces) if i not in ordered)
+    return ordered
+
+
+def read_summary(path: Path) -> dict[str, Any] | None:
+    """An earlier ``summary.json`` (its run figures are added to, not replaced); None when absent or unreadable."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a device torch cannot use here, before any model loads (instead of a traceback later)."""
+    if device is None or device in ("cpu", "auto"):
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ConfigError(f"--device {device}: use cpu, cuda, cuda:N or auto (model.device).")
+    import torch
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"--device {device}: no such CUDA device on this machine "
+            f"({torch.cuda.device_count()} visible); use --device cpu or auto."
+        )
+
+
+def parse_limits(values: list[str], micro_batch: list[str] | None = None) -> dict[str, int]:
+    """``--per-backend-limit ROLE=N`` values (and the roles of ``--micro-batch``), checked."""
+    for role in micro_batch or []:
+        if role not in ROLES:
+            raise InputError(f"--micro-batch {role!r}: choose from {', '.join(ROLES)}.")
     limits: dict[str, int] = {}
     for value in values:
         role, sep, number = value.partition("=")
@@ -71,6 +118,12 @@ def batch(
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue a batch in --out: skip finished requests.")] = True,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            help="When resuming, run the requests that failed again (--no-retry-failed keeps them)."
+        ),
+    ] = True,
     quiet: Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")] = False,
     preset: PresetOption = None,
     config: ConfigOption = None,
@@ -86,17 +139,11 @@ def batch(
 ) -> None:
     """Run many requests concurrently; a restarted batch skips finished requests and resumes the rest."""
     from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
-    from interleave_thinker.runtime.pipeline import Pipeline
-    from interleave_thinker.runtime.reports import write_reports
-    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
-    from interleave_thinker.runtime.store import RunStore
+    from interleave_thinker.runtime.outlock import folder_lock
 
     # 1. Check everything cheap before loading a model.
     items = select(read_batch_input(input), shard=parse_shard(shard) if shard else None, limit=limit)
-    limits = parse_limits(per_backend_limit or [])
-    for role in micro_batch or []:
-        if role not in ROLES:
-            raise InputError(f"--micro-batch {role!r}: choose from {', '.join(ROLES)}.")
+    limits = parse_limits(per_backend_limit or [], micro_batch or [])
     cfg = build_config(
         preset,
         config,
@@ -110,42 +157,60 @@ def batch(
         text_steps,
         critic_on_last_attempt,
     )
+    check_device(cfg.model.device)
+    with folder_lock(out):
+        _run_batch(
+            input, out, items, cfg, limits, micro_batch or [], concurrency, resume, retry_failed, quiet
+        )
+
+
+def _run_batch(
+    input: str,
+    out: Path,
+    items: list[BatchItem],
+    cfg: PipelineConfig,
+    limits: dict[str, int],
+    micro_batch: list[str],
+    concurrency: int,
+    resume: bool,
+    retry_failed: bool,
+    quiet: bool,
+) -> None:
+    """The batch itself, run while this process holds ``out``."""
+    from interleave_thinker.runtime.pipeline import Pipeline
+    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+    from interleave_thinker.runtime.store import RunStore
+
     store = RunStore(out)
-    settings_record = {
-        k: cfg.model_dump(mode="json")[k] for k in ("planner", "critic", "generator", "loop", "generation")
-    }
+    settings_record = {k: cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
     store.open({"input": input, "ids": [i.id for i in items], "settings": settings_record}, resume=resume)
 
     # 2. Load the models and run.
     quiet_diffusers()
     with console.status("loading models"):
         pipe = Pipeline.from_config(cfg)
-    settings = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))
-    already = store.finished()
+    settings = BatchSettings(
+        concurrency=concurrency, limits=limits, micro_batch=set(micro_batch), retry_failed=retry_failed
+    )
     progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        *(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()),
+        *(TimeElapsedColumn(), TimeRemainingColumn()),
         console=console,
         disable=quiet,
     )
     counts = {"succeeded": 0, "failed": 0}
-    task = progress.add_task("requests", total=len(items), completed=sum(1 for i in items if i.id in already))
+    runner = BatchRunner(pipe, store, settings)
+    task = progress.add_task("requests", total=len(items), completed=len(items) - len(runner.todo(items)))
 
     def on_done(request_id: str, status: str) -> None:
         counts[status if status in counts else "failed"] += 1
         calls = " ".join(f"{role}:{s.calls}" for role, s in runner.stats.items())
-        progress.update(
-            task,
-            advance=1,
-            description=f"requests (ok {counts['succeeded']}, failed {counts['failed']}) calls {calls}",
-        )
+        done = f"requests (ok {counts['succeeded']}, failed {counts['failed']}) calls {calls}"
+        progress.update(task, advance=1, description=done)
         if quiet:
             logger.warning("request %s %s", request_id, status)
 
-    runner = BatchRunner(pipe, store, settings, on_done=on_done)
+    runner.on_done = on_done
     try:
         with progress:
             outcome = runner.run(items)
@@ -153,10 +218,7 @@ def batch(
         runner.pipeline.close()
 
     # 3. Outputs from the traces on disk (the finished ones of earlier runs included).
-    traces = store.traces()
-    ordered = {i: traces[i] for i in store.manifest().get("ids", []) if i in traces}
-    backends = {role: s.summary(outcome.wall_s) for role, s in outcome.stats.items()}
-    summary = write_reports(out, ordered, backends, outcome.wall_s)
+    summary = _write_outputs(store, outcome)
     console.print(
         f"{summary['requests']['succeeded']} succeeded, {summary['requests']['failed']} failed "
         f"({outcome.skipped} already finished) in {outcome.wall_s:.1f}s"
@@ -164,21 +226,51 @@ def batch(
     typer.echo(str(out / "report.html"))
 
 
-def report(dirs: Annotated[list[Path], typer.Argument(help="Batch folders to rebuild outputs for.")]) -> None:
+def _write_outputs(store: RunStore, outcome: BatchOutcome) -> dict[str, Any]:
+    """summary.json, results.json and report.html, with this run's figures added to the earlier runs'."""
+    from interleave_thinker.runtime.reports import SUMMARY, accumulate, write_reports
+
+    ordered = in_order(store.traces(), store.manifest().get("ids", []))
+    backends = {role: s.summary(outcome.wall_s) for role, s in outcome.stats.items()}
+    totals = accumulate(read_summary(store.root / SUMMARY), backends, outcome.wall_s)
+    return write_reports(store.root, ordered, totals["backends"], totals["wall_s"], totals["runs"])
+
+
+def report(
+    dirs: Annotated[list[Path], typer.Argument(help="Batch folders to rebuild outputs for.")],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Also write one merged summary/results/report of all DIRS (e.g. shards) here."),
+    ] = None,
+) -> None:
     """Rebuild summary.json, results.json and report.html of batch folders from their saved traces."""
     from interleave_thinker.runtime.reports import SUMMARY, write_reports
-    from interleave_thinker.runtime.store import RunStore
+    from interleave_thinker.runtime.store import REQUESTS, RunStore
 
+    merged: dict[str, Trace] = {}
+    folders: dict[str, str] = {}
     for folder in dirs:
         store = RunStore(folder)
         traces = store.traces()
         if not traces:
             raise InputError(f"{folder} holds no requests/*/trace.json; is it a batch folder?")
-        ids = store.manifest().get("ids") or sorted(traces)
-        ordered = {i: traces[i] for i in ids if i in traces}
-        previous = folder / SUMMARY
-        backends = json.loads(previous.read_text()).get("backends") if previous.is_file() else None
-        summary = write_reports(folder, ordered, backends)
+        ordered = in_order(traces, store.manifest().get("ids", []))
+        previous = read_summary(folder / SUMMARY) or {}
+        summary = write_reports(
+            folder, ordered, previous.get("backends"), previous.get("wall_s"), previous.get("runs")
+        )
         typer.echo(
             f"{folder / 'report.html'}: {summary['requests']['total']} requests, success rate {summary['success_rate']:.1%}"
         )
+        for request_id, trace in ordered.items():
+            if request_id in merged:
+                raise InputError(
+                    f"id {request_id!r} is in {folders[request_id]} and in {folder}; ids must be unique."
+                )
+            merged[request_id] = trace
+            folders[request_id] = str(folder / REQUESTS / request_id)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        relative = {i: os.path.relpath(path, out) for i, path in folders.items()}
+        summary = write_reports(out, merged, folders=relative)
+        typer.echo(f"{out / 'report.html'}: {summary['requests']['total']} requests from {len(dirs)} folders")

@@ -3,7 +3,9 @@
 Fields: ``id`` (generated from the position when absent), ``prompt`` (aliases ``user_input``,
 ``instruction``, ``Prompt``), optional ``images`` (a list, a JSON list in a string, or ``;``-separated;
 relative paths resolve against the input file's folder) and ``task``. Problems name the file and the
-line (or item) and the field.
+line (or item) and the field. Every string is cleaned here (``core.sanitize.clean_text``), so
+nothing read from the input can make a trace unwritable later. An id that cannot be a folder name
+does not stop the batch: that request is recorded as failed with the reason and the others run.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.runtime.failures import clean_text, one_line
 
 PROMPT_FIELDS = ("prompt", "user_input", "instruction", "Prompt")
+MAX_ID_BYTES = 200
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class BatchItem:
     images: tuple[str, ...] = ()
     task: str | None = None
     where: str = ""
+    problem: str | None = None
+    """Why this request cannot run (e.g. its id cannot be a folder name); it is recorded as failed."""
 
 
 def _images(value: Any, base: Path | None, where: str) -> tuple[str, ...]:
@@ -38,7 +44,19 @@ def _images(value: Any, base: Path | None, where: str) -> tuple[str, ...]:
         )
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InputError(f"{where}: images: must be a list of paths.")
+    value = [clean_text(v) for v in value]
     return tuple(str(base / v) if base is not None and not Path(v).is_absolute() else v for v in value)
+
+
+def id_problem(item_id: str) -> str | None:
+    """Why ``item_id`` cannot name a request folder, or None when it can."""
+    if item_id in (".", "..") or "/" in item_id or "\\" in item_id:
+        return "is a path, not a name"
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in item_id):
+        return "holds control characters or lone surrogates"
+    if len(item_id.encode("utf-8")) > MAX_ID_BYTES:
+        return f"is longer than {MAX_ID_BYTES} bytes"
+    return None
 
 
 def _item(row: Any, position: int, where: str, base: Path | None) -> BatchItem:
@@ -49,11 +67,21 @@ def _item(row: Any, position: int, where: str, base: Path | None) -> BatchItem:
         raise InputError(f"{where}: prompt: missing (also accepted: {', '.join(PROMPT_FIELDS[1:])}).")
     raw_id = row.get("id")
     item_id = str(raw_id) if raw_id not in (None, "") else f"item-{position:05d}"
-    if "/" in item_id or item_id in (".", ".."):
-        raise InputError(f"{where}: id: {item_id!r} cannot be used as a folder name.")
+    problem = id_problem(item_id)
+    reason = None
+    if problem is not None:
+        reason = (
+            f"{where}: id: {one_line(item_id, 60)!r} cannot be used as a folder name ({problem}); "
+            f"use at most {MAX_ID_BYTES} bytes without '/', '\\' or control characters."
+        )
     task = row.get("task")
     return BatchItem(
-        item_id, prompt, _images(row.get("images"), base, where), str(task) if task else None, where
+        item_id,
+        clean_text(prompt),
+        _images(row.get("images"), base, where),
+        clean_text(str(task)) if task else None,
+        where,
+        reason,
     )
 
 
@@ -67,12 +95,16 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
                     rows.append((f"{path}:{number}", json.loads(line)))
                 except json.JSONDecodeError as exc:
                     raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
+                except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+                    raise InputError(f"{path}:{number}: {one_line(str(exc), 120)}.") from None
         return rows
     if suffix == ".json":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+        except ValueError as exc:
+            raise InputError(f"{path}: {one_line(str(exc), 120)}.") from None
         if not isinstance(data, list):
             raise InputError(f"{path}: must hold a JSON list of records.")
         return [(f"{path}: item {i}", row) for i, row in enumerate(data, start=1)]

@@ -14,6 +14,7 @@ from PIL import Image
 
 from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.planner import Planner, single_step_plan
+from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.backends.protocols import ImageBackend
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
@@ -91,9 +92,15 @@ class StepLoop:
         record = self.planner.plan(trace.request.text, input_images)
         trace.planner = record
         if record.plan is None:
-            if self.loop.planner_fallback != "single-step":
+            # The fallback is for a planner that answered badly, never for one that did not answer.
+            unanswered = bool(record.errors) and record.errors[-1].startswith(BACKEND_ERROR_PREFIX)
+            if unanswered or self.loop.planner_fallback != "single-step":
                 trace.status = "failed"
-                trace.error = _planning_failure(len(record.raw_replies), record.errors)
+                trace.error = (
+                    _planner_unreachable(record.errors[-1])
+                    if unanswered
+                    else _planning_failure(len(record.raw_replies), record.errors)
+                )
                 recorder.checkpoint()
                 raise PlanningError(trace.error, raw_replies=record.raw_replies)
             record.plan = single_step_plan(trace.request.text)
@@ -193,6 +200,13 @@ class StepLoop:
         else:
             attempt.accepted = result.verdict.success
         return attempt
+
+
+def _planner_unreachable(error: str) -> str:
+    return (
+        f"The planner did not answer ({error}). Check that its server is up and reachable; "
+        "--planner-fallback applies only to a planner that answered with no valid plan."
+    )
 
 
 def _planning_failure(replies: int, errors: list[str]) -> str:

@@ -26,8 +26,10 @@ from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.images import open_rgb
 from interleave_thinker.core.messages import count_image_markers
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
+from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
-from interleave_thinker.runtime.documents import write_documents
+from interleave_thinker.runtime.documents import DOCUMENT_MD, INDEX_HTML, write_documents
+from interleave_thinker.runtime.failures import failure_reason, note_backend_errors
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import IMAGES_DIR, TRACE_FILE, RunRecorder
@@ -112,7 +114,12 @@ def resume_recorder(out_dir: Path, request: Request) -> RunRecorder | None:
         leftover.unlink()  # a write interrupted by a crash; the rename never happened
     if not path.is_file():
         return None
-    trace = Trace.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        trace = Trace.model_validate_json(path.read_bytes())
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise InputError(
+            f"{path} cannot be read ({failure_reason(exc)[:160]}); remove it to start the request over."
+        ) from None
     if trace.request.text != request.text or trace.request.images != request.images:
         raise InputError(f"{path} holds a different request; use another output folder or remove it.")
     recorder = RunRecorder(trace, out_dir)
@@ -194,33 +201,19 @@ class Pipeline:
         # 1. Check inputs before anything is generated or written.
         paths = [str(p) for p in images or []]
         input_images = load_input_images(paths)
-        text, warnings = normalize_request_text(prompt, len(input_images))
+        text, warnings = normalize_request_text(clean_text(prompt), len(input_images))
 
         # 2. Set up the trace and the recorder (or pick up a trace on disk when resuming).
         out = Path(out_dir) if out_dir is not None else None
-        request = Request(text=text, images=paths, id=request_id, task=task)
+        request = Request(text=text, images=paths, id=request_id, task=clean_text(task) if task else task)
         recorder = resume_recorder(out, request) if resume and out is not None else None
         if recorder is not None and recorder.trace.status in ("succeeded", "failed"):
+            folder = recorder.out_dir
+            if folder is not None and not all((folder / n).is_file() for n in (INDEX_HTML, DOCUMENT_MD)):
+                write_documents(recorder.trace, folder, self.config.notice)  # a kill came before them
             return Result(trace=recorder.trace, images=recorder.images, notice=self.config.notice)
         if recorder is None:
-            trace = Trace(
-                request=request,
-                backends={
-                    "planner": self.config.planner,
-                    "critic": self.config.critic,
-                    "generator": self.config.generator,
-                },
-                settings={
-                    "loop": self.config.loop.model_dump(),
-                    "generation": self.config.generation.model_dump(),
-                },
-                templates=self.templates.info(),
-                warnings=warnings + self._template_warnings(),
-            )
-            recorder = RunRecorder(trace, out)
-            trace.input_images = [
-                recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
-            ]
+            recorder = self._new_recorder(request, warnings, input_images, out)
         trace = recorder.trace
 
         # 3. Run the loop; the trace and documents are written even when planning fails.
@@ -236,11 +229,36 @@ class Pipeline:
         try:
             loop.run(recorder, input_images, trace.input_images)
         finally:
-            trace.duration_s = round(time.perf_counter() - start, 3)
+            trace.duration_s = round(trace.duration_s + time.perf_counter() - start, 3)
+            note_backend_errors(trace)
             recorder.checkpoint()
             if recorder.out_dir is not None:
                 write_documents(trace, recorder.out_dir, self.config.notice)
         return Result(trace=trace, images=recorder.images, notice=self.config.notice)
+
+    def _new_recorder(
+        self, request: Request, warnings: list[str], input_images: list[Image.Image], out: Path | None
+    ) -> RunRecorder:
+        """A fresh trace (backends, settings, templates) with copies of the input images."""
+        trace = Trace(
+            request=request,
+            backends={
+                "planner": self.config.planner,
+                "critic": self.config.critic,
+                "generator": self.config.generator,
+            },
+            settings={
+                "loop": self.config.loop.model_dump(),
+                "generation": self.config.generation.model_dump(),
+            },
+            templates=self.templates.info(),
+            warnings=warnings + self._template_warnings(),
+        )
+        recorder = RunRecorder(trace, out)
+        trace.input_images = [
+            recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
+        ]
+        return recorder
 
     def close(self) -> None:
         """Release the backends' connections (served backends hold HTTP clients)."""

@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.types import Trace
+from interleave_thinker.runtime.failures import backend_errors
 from interleave_thinker.runtime.recorder import IMAGES_DIR
 from interleave_thinker.runtime.store import REQUESTS
 
 SUMMARY = "summary.json"
 RESULTS = "results.json"
+_WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
+"""The input location that starts a failed request's error (``in.jsonl:3: ``), left out when grouping."""
 REPORT = "report.html"
 
 
-def ueval_results(traces: dict[str, Trace]) -> list[dict[str, Any]]:
+def request_folder(request_id: str, folders: dict[str, str] | None = None) -> str:
+    """Where a request's files are, relative to the report (``requests/<id>`` unless merged from elsewhere)."""
+    return (folders or {}).get(request_id) or f"{REQUESTS}/{request_id}"
+
+
+def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The UEval submission: id, prompt, task, accepted image paths (relative to the batch folder), step texts joined."""
     rows = []
     for request_id, trace in traces.items():
         images = [
-            f"{REQUESTS}/{request_id}/{IMAGES_DIR}/{s.accepted_image}"
+            f"{request_folder(request_id, folders)}/{IMAGES_DIR}/{s.accepted_image}"
             for s in trace.steps
             if s.accepted_image
         ]
@@ -59,7 +69,7 @@ def summarize(
     )
     planner_retries = sum(max(0, len(t.planner.raw_replies) - 1) for t in traces.values())
     failures = Counter(
-        (t.error or "unknown").split(": ", 1)[-1][:160] for t in traces.values() if t.status == "failed"
+        _WHERE.sub("", t.error or "unknown")[:160] for t in traces.values() if t.status == "failed"
     )
     total = len(traces)
     return {
@@ -97,17 +107,53 @@ def summarize(
                 ]
             ),
         },
+        "backend_errors": _backend_errors(traces),
         "backends": backends or {},
         "wall_s": round(wall_s, 3) if wall_s is not None else None,
         "failure_reasons": dict(failures.most_common(20)),
     }
 
 
-def _card(request_id: str, trace: Trace) -> str:
+def _backend_errors(traces: dict[str, Trace]) -> dict[str, Any]:
+    """Backend errors the requests went on without: their results may differ from an error-free run."""
+    per_request = {i: backend_errors(t) for i, t in traces.items()}
+    hit = [i for i, counts in per_request.items() if counts]
+    total: Counter[str] = Counter()
+    for counts in per_request.values():
+        total.update(counts)
+    return {
+        "requests": len(hit),
+        "succeeded_requests": sum(1 for i in hit if traces[i].status == "succeeded"),
+        "calls": dict(sorted(total.items())),
+        "ids": hit[:100],
+    }
+
+
+def accumulate(previous: dict[str, Any] | None, backends: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """This invocation's figures added to those of the earlier runs of the batch (a resume adds, never replaces).
+
+    Returns ``runs`` (every invocation's own wall time and backend figures, the first run's kept),
+    the total ``wall_s`` and ``backends`` with the call counts summed and the latest run's other figures.
+    """
+    runs = list((previous or {}).get("runs") or [])
+    if not runs and previous and previous.get("wall_s") is not None:
+        runs = [{"wall_s": previous["wall_s"], "backends": previous.get("backends") or {}}]
+    runs.append({"wall_s": round(wall_s, 3), "backends": backends})
+    total: dict[str, Any] = {}
+    for run in runs:
+        for role, figures in (run.get("backends") or {}).items():
+            merged = total.setdefault(role, {})
+            calls = merged.get("calls", 0) + figures.get("calls", 0)
+            batched = merged.get("batched_calls", 0) + figures.get("batched_calls", 0)
+            merged.update(figures, calls=calls, batched_calls=batched)
+    return {"runs": runs, "wall_s": sum(r.get("wall_s") or 0.0 for r in runs), "backends": total}
+
+
+def _card(request_id: str, trace: Trace, folder: str) -> str:
     task = html.escape(trace.request.task or "")
     parts = [f'<div class="card" data-status="{trace.status}" data-task="{task}">']
     parts.append(
-        f'<h3><a href="{REQUESTS}/{html.escape(request_id)}/index.html">{html.escape(request_id)}</a> · {trace.status}</h3>'
+        f'<h3><a href="{quote(folder)}/index.html">{html.escape(request_id)}</a> · {trace.status}</h3>'
     )
     parts.append(f"<p>{html.escape(trace.request.text[:300])}</p>")
     if trace.error:
@@ -116,7 +162,7 @@ def _card(request_id: str, trace: Trace) -> str:
     for index, step in enumerate(trace.steps, start=1):
         parts.append("<figure>")
         if step.accepted_image:
-            src = f"{REQUESTS}/{request_id}/{IMAGES_DIR}/{step.accepted_image}"
+            src = f"{quote(folder)}/{IMAGES_DIR}/{quote(step.accepted_image)}"
             parts.append(f'<img loading="lazy" src="{html.escape(src)}" alt="step {index}">')
         caption = f"{index}. {len(step.attempts)} attempt(s)" if step.kind == "image" else f"{index}. text"
         parts.append(
@@ -126,7 +172,9 @@ def _card(request_id: str, trace: Trace) -> str:
     return "".join(parts)
 
 
-def render_report(traces: dict[str, Trace], summary: dict[str, Any]) -> str:
+def render_report(
+    traces: dict[str, Trace], summary: dict[str, Any], folders: dict[str, str] | None = None
+) -> str:
     tasks = sorted({t.request.task for t in traces.values() if t.request.task})
     options = "".join(f'<option value="{html.escape(t)}">{html.escape(t)}</option>' for t in tasks)
     counts = summary["requests"]
@@ -146,7 +194,7 @@ def render_report(traces: dict[str, Trace], summary: dict[str, Any]) -> str:
         f'<option>failed</option><option>running</option></select> Task <select id="task" onchange="f()">'
         f'<option value="">all</option>{options}</select></p>'
     )
-    cards = "\n".join(_card(i, t) for i, t in traces.items())
+    cards = "\n".join(_card(i, t, request_folder(i, folders)) for i, t in traces.items())
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Batch report</title>{head}{script}</head><body>'
         f"<h1>Batch report</h1><p>{counts['total']} requests: {counts['succeeded']} succeeded, {counts['failed']} failed, "
@@ -155,10 +203,17 @@ def render_report(traces: dict[str, Trace], summary: dict[str, Any]) -> str:
 
 
 def write_reports(
-    root: Path, traces: dict[str, Trace], backends: dict[str, Any] | None = None, wall_s: float | None = None
+    root: Path,
+    traces: dict[str, Trace],
+    backends: dict[str, Any] | None = None,
+    wall_s: float | None = None,
+    runs: list[dict[str, Any]] | None = None,
+    folders: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     summary = summarize(traces, backends, wall_s)
+    if runs is not None:
+        summary["runs"] = runs
     write_atomic(root / SUMMARY, json.dumps(summary, indent=2))
-    write_atomic(root / RESULTS, json.dumps(ueval_results(traces), indent=2, ensure_ascii=False))
-    write_atomic(root / REPORT, render_report(traces, summary))
+    write_atomic(root / RESULTS, json.dumps(ueval_results(traces, folders), indent=2, ensure_ascii=False))
+    write_atomic(root / REPORT, render_report(traces, summary, folders))
     return summary

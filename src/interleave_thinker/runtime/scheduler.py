@@ -3,26 +3,33 @@
 An asyncio loop admits up to ``concurrency`` requests; each runs the ordinary step loop in a worker
 thread (so steps of one request stay ordered and the loop code is the one `run` uses), and every
 backend call passes a per-backend limiter that may micro-batch it with calls from other requests.
+
+Each request is one failure boundary: whatever it raises (a reply that cannot be stored, a full disk,
+a bug), that request is recorded as failed with a one-line reason and the batch goes on. A resumed
+batch runs failed requests again unless told to keep them (``retry_failed``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
-from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
+from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.paths import write_atomic
-from interleave_thinker.core.types import Request, Trace
 from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.documents import DOCUMENT_MD, INDEX_HTML, write_documents
+from interleave_thinker.runtime.failures import failure_reason, one_line
 from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.recorder import TRACE_FILE
-from interleave_thinker.runtime.store import RunStore
+from interleave_thinker.runtime.store import RunStore, failed_trace, read_trace
 
+logger = logging.getLogger(__name__)
 LOCAL_KINDS = ("transformers", "diffusers", "tiny")
 
 
@@ -32,6 +39,7 @@ class BatchSettings:
     limits: dict[str, int] = field(default_factory=dict)
     micro_batch: set[str] = field(default_factory=set)
     max_wait: float = 0.005
+    retry_failed: bool = True
 
 
 def default_limit(spec: str, remote_concurrency: int, micro_batch: bool) -> int:
@@ -94,9 +102,18 @@ class BatchRunner:
     def run(self, items: list[BatchItem]) -> BatchOutcome:
         return asyncio.run(self.arun(items))
 
+    def todo(self, items: list[BatchItem]) -> list[BatchItem]:
+        """The requests still to run: not in the journal, or failed there (when failed ones are retried)."""
+        journal = self.store.finished()
+        again = ("failed",) if self.settings.retry_failed else ()
+        return [item for item in items if item.id not in journal or journal[item.id] in again]
+
     async def arun(self, items: list[BatchItem]) -> BatchOutcome:
-        already = self.store.finished()
-        todo = [item for item in items if item.id not in already]
+        todo = self.todo(items)
+        waiting = {item.id for item in todo}
+        for item in items:
+            if item.id not in waiting:
+                self._restore_pages(item)
         slots = asyncio.Semaphore(self.settings.concurrency)
         finished: dict[str, str] = {}
         start = time.perf_counter()
@@ -109,29 +126,75 @@ class BatchRunner:
 
             async def one(item: BatchItem) -> None:
                 async with slots:
-                    status = await loop.run_in_executor(workers, self._run_one, item)
+                    try:
+                        status = await loop.run_in_executor(workers, self._run_one, item)
+                    except Exception as exc:  # _run_one's own guard failed: still only this request
+                        logger.error("request %s: %s", one_line(item.id, 80), failure_reason(exc))
+                        status = "failed"
                 finished[item.id] = status
-                self.on_done(item.id, status)
+                try:
+                    self.on_done(item.id, status)
+                except Exception as exc:  # a progress display must not stop the batch
+                    logger.warning("progress: %s", failure_reason(exc))
 
             await asyncio.gather(*(one(item) for item in todo))
         return BatchOutcome(finished, len(items) - len(todo), time.perf_counter() - start, self.stats)
 
     def _run_one(self, item: BatchItem) -> str:
+        """Run one request inside its failure boundary; record its status (and why it failed) in the journal."""
+        try:
+            status, error = self._attempt(item)
+        except Exception as exc:  # the failure boundary of one request
+            status, error = "failed", failure_reason(exc)
+            self._record_failure(item, error)
+        if status == "failed":
+            logger.warning("request %s failed: %s", one_line(item.id, 80), error)
+        try:
+            self.store.mark(item.id, status, error)
+        except Exception as exc:  # e.g. a full disk: the run's summary still counts it
+            logger.error("journal line for %s not written: %s", one_line(item.id, 80), failure_reason(exc))
+        return status
+
+    def _attempt(self, item: BatchItem) -> tuple[str, str | None]:
+        if item.problem is not None:
+            return "failed", item.problem
+        if self.store.finished().get(item.id) == "failed":
+            previous = read_trace(self.store.request_dir(item.id) / TRACE_FILE)
+            self.store.reopen(item.id, (previous.error or "unknown") if previous else "unreadable trace")
         out = self.store.request_dir(item.id)
         try:
             result = self.pipeline(
                 item.prompt, list(item.images), out_dir=out, request_id=item.id, task=item.task, resume=True
             )
-            status = result.trace.status
-        except PlanningError:
-            status = "failed"
-        except InterleaveThinkerError as exc:
-            # Bad input for this one request (e.g. a missing image): record it, keep the batch going.
-            trace = Trace(
-                request=Request(text=item.prompt, images=list(item.images), id=item.id, task=item.task)
-            )
-            trace.status, trace.error = "failed", f"{item.where}: {exc}"
-            write_atomic(out / TRACE_FILE, trace.model_dump_json(indent=2))
-            status = "failed"
-        self.store.mark(item.id, status)
-        return status
+        except PlanningError as exc:
+            return "failed", one_line(str(exc))
+        return result.trace.status, result.trace.error
+
+    def _record_failure(self, item: BatchItem, reason: str) -> None:
+        """Mark the request's trace failed with ``reason``: the one on disk when readable, else a new one."""
+        if item.problem is not None:
+            return
+        path = self.store.request_dir(item.id) / TRACE_FILE
+        trace = read_trace(path)
+        if trace is None or trace.request.id not in (None, item.id):
+            trace = failed_trace(item.id, item.prompt, reason, item.task)
+        trace.status, trace.error = "failed", one_line(f"{item.where}: {reason}" if item.where else reason)
+        try:
+            write_atomic(path, trace.model_dump_json(indent=2))
+            write_documents(trace, path.parent)
+        except Exception as exc:  # the journal line (and the summary) still say why
+            logger.error("trace of %s not written: %s", one_line(item.id, 80), failure_reason(exc))
+
+    def _restore_pages(self, item: BatchItem) -> None:
+        """Write the pages of a finished request again when a kill came before they were written."""
+        if item.problem is not None:
+            return
+        folder = self.store.request_dir(item.id)
+        if (folder / INDEX_HTML).is_file() and (folder / DOCUMENT_MD).is_file():
+            return
+        trace = read_trace(folder / TRACE_FILE)
+        if trace is not None:
+            try:
+                write_documents(trace, folder, self.pipeline.config.notice)
+            except Exception as exc:
+                logger.warning("pages of %s not rebuilt: %s", one_line(item.id, 80), failure_reason(exc))
