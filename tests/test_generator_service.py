@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import signal
 import socket
@@ -138,6 +139,11 @@ def test_knobs_map_to_generate_arguments() -> None:
         (b'{"prompt": "p", "num_inference_step": 0}', "1..1000"),
         (b'{"prompt": "p", "width": 0}', "not allowed"),
         (b'{"prompt": "p", "width": 5000, "height": 5000}', "not allowed"),
+        (b'{"prompt": "p", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (
+            b'{"prompt": "' + b"p" * 16_385 + b'"}',
+            "over the limit of 16384 (the service's --max-prompt-chars)",
+        ),
     ],
 )
 def test_bad_requests_are_refused_with_400(body: bytes, message: str) -> None:
@@ -253,14 +259,27 @@ def test_health_is_open_and_edit_needs_the_token(service: GeneratorProcess, clie
             f'{{"prompt": "p", "image": "{b64(png_bytes(Image.new("RGB", (64, 64)))[:60])}"}}',
             "could not be decoded",
         ),
+        ('{"prompt": "p", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ('{"prompt": "' + "p" * 20_000 + '"}', "--max-prompt-chars"),
     ],
-    ids=["bad-json", "bad-base64", "no-prompt", "pixel-bomb", "over-max-pixels", "truncated-png"],
+    ids=[
+        "bad-json",
+        "bad-base64",
+        "no-prompt",
+        "pixel-bomb",
+        "over-max-pixels",
+        "truncated-png",
+        "deep-json",
+        "long-prompt",
+    ],
 )
 def test_bad_requests_get_400_with_a_message(client: httpx.Client, body: str, message: str) -> None:
+    before = client.get("/metrics").json()["bad_request"]
     reply = client.post("/edit", content=body, headers={"Content-Type": "application/json"})
     assert reply.status_code == 400
     assert reply.json()["success"] is False
     assert message in reply.json()["error"]
+    assert client.get("/metrics").json()["bad_request"] == before + 1
 
 
 @pytest.mark.slow
@@ -367,7 +386,52 @@ def test_full_queue_gets_503_and_late_replies_504(limited: GeneratorProcess) -> 
         assert metrics["workers"][0]["completed"] == 1
 
 
+@pytest.mark.slow
+def test_a_client_that_disconnects_frees_its_place_in_the_queue() -> None:
+    service = start_service("--queue-size", "1")
+    try:
+        with httpx.Client(base_url=service.url, timeout=120.0) as client:
+
+            def metric(name: str) -> Any:
+                return client.get("/metrics").json()[name]
+
+            first, first_reply = in_background(lambda: client.post("/edit", json={"prompt": "a", **SLOW}))
+            wait_until(lambda: metric("in_flight") == 1)
+            body = json.dumps({"prompt": "gone", **SLOW}).encode()
+            with socket.create_connection(("127.0.0.1", service.port)) as raw:
+                raw.sendall(
+                    b"POST /edit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                wait_until(lambda: metric("queue_depth") == 1)
+            wait_until(lambda: metric("disconnected") == 1)
+            assert metric("queue_depth") == 0  # its place is free before the worker is
+            third = client.post("/edit", json={"prompt": "c", **SMALL})
+            assert decode_reply(third).size == (64, 64)  # without the fix: 503, the queue looked full
+            first.join(60)
+            assert decode_reply(first_reply[0]).size == (1024, 1024)
+            assert metric("workers")[0]["completed"] == 2  # the abandoned job never ran
+    finally:
+        assert service.stop() == 0
+
+
 # --- the main service again: a worker crash, then a graceful shutdown (keep these last) ------------
+@pytest.mark.slow
+def test_a_dead_idle_worker_fails_health_and_requests_go_to_a_live_one(client: httpx.Client) -> None:
+    wait_until(lambda: client.get("/health").status_code == 200, timeout=120)
+    victim = client.get("/metrics").json()["workers"][0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    wait_until(lambda: client.get("/health").status_code == 503)
+    health = client.get("/health").json()
+    assert (health["status"], health["workers_ready"]) == ("degraded", 1)
+    results = [client.post("/edit", json={"prompt": "next", "seed": s, **SMALL}) for s in range(4)]
+    assert [decode_reply(r).size for r in results] == [(64, 64)] * 4  # none got the dead worker's 500
+    wait_until(lambda: client.get("/health").status_code == 200, timeout=120)
+    worker = client.get("/metrics").json()["workers"][0]
+    assert worker["pid"] != victim["pid"] and worker["restarts"] >= 1
+
+
 @pytest.mark.slow
 def test_worker_crash_fails_its_request_and_the_worker_restarts(client: httpx.Client) -> None:
     before = client.get("/metrics").json()
@@ -385,7 +449,8 @@ def test_worker_crash_fails_its_request_and_the_worker_restarts(client: httpx.Cl
     assert [decode_reply(r).size for r in results] == [(64, 64)] * 4
     after = client.get("/metrics").json()
     worker = after["workers"][busy["index"]]
-    assert (worker["restarts"], worker["state"]) == (1, "idle")
+    restarts_before = before["workers"][busy["index"]]["restarts"]
+    assert (worker["restarts"], worker["state"]) == (restarts_before + 1, "idle")
     assert worker["pid"] != busy["pid"]
     assert (after["failed"] - before["failed"], after["completed"] - before["completed"]) == (1, 4)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import random
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,8 @@ from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.specs import load_vlm_backend
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.errors import BackendError
-from interleave_thinker.server.vlm_service import create_app
+from interleave_thinker.server.limits import read_timeout_protocol
+from interleave_thinker.server.vlm_service import VLMLimits, create_app
 
 FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -118,7 +121,7 @@ def noise(size: tuple[int, int], seed: int) -> Image.Image:
 
 
 def test_health_and_models(http: httpx.Client) -> None:
-    assert http.get("/health").json() == {"status": "ok"}
+    assert http.get("/health").json() == {"status": "ok", "cancelled": 0}
     models = http.get("/v1/models").json()
     assert models["object"] == "list"
     assert [m["id"] for m in models["data"]] == ["rec"]
@@ -384,3 +387,173 @@ def test_tiny_server_reports_usage_and_models(tiny_server: str) -> None:
     assert usage["prompt_tokens"] > 0
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert isinstance(reply["choices"][0]["message"]["content"], str)
+
+
+# -- limits: max_tokens, body, pixels, slow clients, disconnects ---------------------------------
+
+
+class CountingModel:
+    """Stands in for a transformers model's ``generate`` loop: one step per token, asking the stopping
+    criteria after each, as ``GenerationMixin`` does."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.finished = threading.Event()
+
+    def generate(self, *, max_new_tokens: int, stopping_criteria: Any = None) -> int:
+        import torch
+
+        self.steps = 0
+        try:
+            for _ in range(max_new_tokens):
+                self.steps += 1
+                time.sleep(0.01)
+                if stopping_criteria is not None and bool(stopping_criteria(torch.zeros((1, 1)), None).all()):
+                    break
+            return self.steps
+        finally:
+            self.finished.set()
+
+
+class ModelBackend(VLMBatchMixin):
+    """A backend with a ``model`` attribute, like the transformers backend."""
+
+    def __init__(self) -> None:
+        self.name = "model"
+        self.model = CountingModel()
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        return "x" * self.model.generate(max_new_tokens=max_new_tokens)
+
+
+class LimitedServer(InProcessServer):
+    def __init__(self, backend: Any, limits: VLMLimits, read_timeout: float = 30.0) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(
+            create_app(backend, "rec", limits),
+            log_level="warning",
+            ws="none",
+            lifespan="off",
+            http=read_timeout_protocol(read_timeout),
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A 1x1 PNG whose IHDR (with a correct CRC) claims ``width`` x ``height``."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buffer, format="PNG")
+    data = bytearray(buffer.getvalue())
+    data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def test_requests_over_the_limits_get_400_or_413() -> None:
+    recording = RecordingBackend()
+    limits = VLMLimits(max_tokens=100, max_body_bytes=20_000, max_pixels=64 * 64)
+    with LimitedServer(recording, limits) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        text = [{"role": "user", "content": "hi"}]
+        over = http.post("/v1/chat/completions", json={"messages": text, "max_tokens": 1_000_000})
+        assert over.status_code == 400
+        assert "over this server's limit of 100 (serve vlm --max-tokens)" in over.json()["error"]["message"]
+        big = {"messages": [{"role": "user", "content": "x" * 30_000}]}
+        assert http.post("/v1/chat/completions", json=big).status_code == 413
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must hold while reading
+            yield b'{"messages": [{"role": "user", "content": "'
+            for _ in range(30):
+                yield b"y" * 1000
+            yield b'"}]}'
+
+        streamed = http.post("/v1/chat/completions", content=chunks())
+        assert streamed.status_code == 413
+        assert "limit of 20000 bytes" in streamed.json()["error"]["message"]
+        bomb = "data:image/png;base64," + base64.b64encode(png_claiming(5000, 5000)).decode()
+        content = [{"type": "image_url", "image_url": {"url": bomb}}]
+        refused = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}]})
+        assert refused.status_code == 400
+        assert "5000x5000 = 25000000 pixels, over this server's limit of 4096" in refused.text
+        ok = http.post("/v1/chat/completions", json={"messages": text, "max_tokens": 100})
+        assert ok.status_code == 200
+    assert [max_new for _, max_new, _ in recording.calls] == [100]
+
+
+def test_a_client_that_disconnects_stops_its_generation_and_frees_the_slot() -> None:
+    backend = ModelBackend()
+    with LimitedServer(backend, VLMLimits(max_tokens=100_000)) as server:
+        body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 100_000}).encode()
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            deadline = time.monotonic() + 30
+            while backend.model.steps < 5:
+                assert time.monotonic() < deadline, "generation did not start"
+                time.sleep(0.01)
+        assert backend.model.finished.wait(60), "the generation went on after its client left"
+        assert backend.model.steps < 100_000
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            reply = http.post(
+                "/v1/chat/completions", json={"messages": [{"role": "user", "content": "a"}], "max_tokens": 3}
+            )
+            assert reply.json()["choices"][0]["message"]["content"] == "xxx"
+            assert http.get("/health").json()["cancelled"] == 1
+
+
+def test_a_client_that_never_finishes_its_headers_is_disconnected() -> None:
+    with LimitedServer(RecordingBackend(), VLMLimits(), read_timeout=0.5) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as raw:
+            raw.settimeout(20)
+            raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(3):  # a byte now and then must not keep it open
+                time.sleep(0.2)
+                raw.sendall(b"X")
+            assert raw.recv(1024) == b""  # closed by the server
+        with socket.create_connection((host, int(port))) as raw:
+            raw.settimeout(20)
+            raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            assert raw.recv(1024) == b""  # the body stalled
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_long_generation_within_seconds(tmp_path: Path) -> None:
+    env = {**os.environ, "INTERLEAVE_THINKER_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    port = free_port()
+    args = ["serve", "vlm", "--model", "tiny:planner", "--port", str(port), "--max-tokens", "1000000"]
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "interleave_thinker", *args], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        body = {"messages": [{"role": "user", "content": "go on forever"}], "max_tokens": 1_000_000}
+        thread = threading.Thread(
+            target=lambda: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300), daemon=True
+        )
+        thread.start()
+        time.sleep(2)
+        process.terminate()
+        assert process.wait(30) == 0, log_path.read_text()  # without the fix: minutes of generation
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)

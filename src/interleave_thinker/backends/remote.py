@@ -7,16 +7,19 @@ worker threads, so one thread-safe ``httpx.Client`` per backend is all the trans
 
 from __future__ import annotations
 
+import email.utils
 import logging
+import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from interleave_thinker.backends.secrets import header_secrets, leaks, scrub
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 60.0
+"""The longest a server's ``Retry-After`` makes us wait (its value is outside input: 1e6 or ``inf``
+must not put a caller to sleep for days)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class RetrySettings:
     jitter: float = 0.5
     timeout: float = 300.0
     deadline: float | None = None
+    max_retry_after: float = MAX_RETRY_AFTER
 
     @classmethod
     def from_options(cls, options: RemoteOptions) -> RetrySettings:
@@ -49,11 +56,22 @@ class RetrySettings:
             deadline=options.deadline,
         )
 
+    @property
+    def total_deadline(self) -> float:
+        """Seconds a call may take, retries included: ``deadline``, else what every try at its full
+        timeout plus the longest backoff between tries add up to (1,532 s with the defaults), so that
+        ``Retry-After`` and slow servers together can never stretch a call past a known bound."""
+        if self.deadline is not None:
+            return self.deadline
+        return (self.max_retries + 1) * self.timeout + self.max_retries * self.backoff_max
+
     def delay(self, retry: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
-        """Exponential backoff with multiplicative jitter; a server's ``Retry-After`` is a lower bound."""
-        base = min(self.backoff_max, self.backoff_base * (2**retry))
+        """Exponential backoff with multiplicative jitter; a server's ``Retry-After`` is a lower bound,
+        itself capped at ``max_retry_after``."""
+        base = min(self.backoff_max, self.backoff_base * (2 ** min(retry, 64)))
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else 1.0
-        return max(base * spread, retry_after or 0.0)
+        wanted = retry_after if retry_after is not None and math.isfinite(retry_after) else 0.0
+        return max(base * spread, min(max(wanted, 0.0), self.max_retry_after))
 
 
 class EndpointPool:
@@ -100,16 +118,31 @@ class RetryableError(Exception):
         self.retry_after = retry_after
 
 
-def parse_retry_after(response: httpx.Response) -> float | None:
+def parse_retry_after(response: httpx.Response, cap: float = MAX_RETRY_AFTER) -> float | None:
+    """``Retry-After`` in seconds (a number or an HTTP date), within ``0..cap``; None when absent or
+    meaningless (``nan``, ``-inf``, garbage). ``inf`` and huge values become ``cap``."""
     value = response.headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    text = value.strip()[:64]
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+            seconds = when.timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError, OSError):
+            return None
+    if math.isnan(seconds) or seconds == -math.inf:
+        return None
+    return min(max(seconds, 0.0), cap)
 
 
 class RemoteCaller:
-    """Runs one logical call against a pool with retries, a concurrency limit and a total deadline."""
+    """Runs one logical call against a pool with retries, a concurrency limit and a total deadline.
+
+    Every error it raises or logs goes through :func:`~interleave_thinker.backends.secrets.scrub`
+    with the values of the client's auth headers and of ``secrets()`` (keys sent per request)."""
 
     def __init__(
         self,
@@ -120,6 +153,7 @@ class RemoteCaller:
         concurrency: int = 8,
         headers: dict[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        secrets: Callable[[], Iterable[str | None]] | None = None,
     ) -> None:
         self.name = name
         self.pool = pool
@@ -127,21 +161,44 @@ class RemoteCaller:
         self.client = httpx.Client(timeout=self.retry.timeout, headers=headers or {})
         self._slots = threading.BoundedSemaphore(concurrency)
         self._sleep = sleep
+        self._header_secrets = header_secrets(headers)
+        self._secrets = secrets
+
+    def secrets(self) -> list[str]:
+        extra = [s for s in (self._secrets() if self._secrets else ()) if s]
+        return [*self._header_secrets, *extra]
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self.secrets())
+
+    def safe_cause(self, exc: BaseException | None) -> BaseException | None:
+        """``exc`` to chain to, or a scrubbed stand-in when it (or its chain) would show a secret."""
+        if exc is None or not leaks(exc, self.secrets()):
+            return exc
+        return BackendError(self.scrub(f"{type(exc).__name__}: {exc}"))
 
     def call(self, request: Callable[[httpx.Client, str, float], Any]) -> Any:
         """``request(client, base_url, timeout)`` returns a value, raises :class:`RetryableError` or
         :class:`BackendError`; transport errors and retryable statuses are retried on the next endpoint.
         When every try fails, the :class:`BackendError` is chained to the last underlying error."""
+        try:
+            return self._call(request)
+        except BackendError as exc:
+            message = self.scrub(str(exc))
+            if message == str(exc) and not leaks(exc.__cause__, self.secrets()):
+                raise
+            raise BackendError(message) from self.safe_cause(exc.__cause__)
+
+    def _call(self, request: Callable[[httpx.Client, str, float], Any]) -> Any:
         start = time.monotonic()
+        deadline = self.retry.total_deadline
         problems: list[str] = []
         last: BaseException | None = None
         for attempt in range(self.retry.max_retries + 1):
-            timeout = self.retry.timeout
-            if self.retry.deadline is not None:
-                left = self.retry.deadline - (time.monotonic() - start)
-                if left <= 0:
-                    break
-                timeout = min(timeout, left)
+            left = deadline - (time.monotonic() - start)
+            if left <= 0:
+                break
+            timeout = min(self.retry.timeout, left)
             url = self.pool.pick()
             retry_after: float | None = None
             try:
@@ -150,37 +207,36 @@ class RemoteCaller:
                 self.pool.mark_ok(url)
                 return value
             except RetryableError as exc:
-                problems.append(f"{url}: {exc}")
+                problems.append(self.scrub(f"{url}: {exc}"))
                 retry_after = exc.retry_after
                 last = exc.__cause__ or exc
             except httpx.TimeoutException as exc:
                 problems.append(f"{url}: timed out after {timeout:.3g}s")
                 last = exc
             except httpx.TransportError as exc:
-                problems.append(f"{url}: {type(exc).__name__}: {exc}")
+                problems.append(self.scrub(f"{url}: {type(exc).__name__}: {exc}"))
                 last = exc
             self.pool.mark_failed(url)
             if attempt < self.retry.max_retries:
                 delay = self.retry.delay(attempt, retry_after)
-                if self.retry.deadline is not None:
-                    delay = min(delay, max(0.0, self.retry.deadline - (time.monotonic() - start)))
+                delay = min(delay, max(0.0, deadline - (time.monotonic() - start)))
                 logger.info("%s: retrying in %.2fs after: %s", self.name, delay, problems[-1])
                 self._sleep(delay)
-        over = self.retry.deadline is not None and time.monotonic() - start >= self.retry.deadline
-        reason = f"deadline of {self.retry.deadline:.3g}s passed" if over else f"{len(problems)} tries failed"
+        over = time.monotonic() - start >= deadline
+        reason = f"deadline of {deadline:.3g}s passed" if over else f"{len(problems)} tries failed"
         raise BackendError(
             f"{self.name}: {reason}; last error: {problems[-1] if problems else 'none'}"
-        ) from last
+        ) from self.safe_cause(last)
 
     def check_status(self, response: httpx.Response) -> None:
         """Retryable statuses raise :class:`RetryableError`; other errors raise :class:`BackendError`."""
         if response.status_code in RETRYABLE_STATUS:
             raise RetryableError(
-                f"HTTP {response.status_code}: {response.text[:200]}", parse_retry_after(response)
+                f"HTTP {response.status_code}: {self.scrub(response.text[:200])}", parse_retry_after(response)
             )
         if response.status_code >= 400:
             raise BackendError(
-                f"{self.name}: HTTP {response.status_code} from {response.url}: {response.text[:300]}"
+                f"{self.name}: HTTP {response.status_code} from {response.url}: {self.scrub(response.text[:300])}"
             )
 
     def close(self) -> None:

@@ -45,6 +45,15 @@ def command(
     max_pixels: Annotated[
         int, typer.Option(min=1, help="Largest input image and output size in pixels; larger: 400.")
     ] = 4096 * 4096,
+    max_prompt_chars: Annotated[
+        int, typer.Option(min=1, help="Longest prompt in characters; longer: 400.")
+    ] = 16_384,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001, help="Seconds to send the request headers, and at most between two body chunks."
+        ),
+    ] = 30.0,
     log_level: Annotated[
         str, typer.Option(help="debug (adds the access log), info, warning, error.")
     ] = "info",
@@ -66,6 +75,8 @@ def command(
         api_key=api_key_from_env(api_key_env),
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         max_pixels=max_pixels,
+        max_prompt_chars=max_prompt_chars,
+        read_timeout=read_timeout,
         log_level=log_level.lower(),
     )
     if settings.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):

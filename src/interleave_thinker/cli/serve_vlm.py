@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 LOOPBACK_NAMES = ("localhost",)
+SHUTDOWN_GRACE_S = 3
+"""On SIGTERM, requests in flight get this long; then their generations are stopped at the next token."""
 
 
 def command(
@@ -24,22 +26,48 @@ def command(
     ] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
     dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32, ...")] = "auto",
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
+    ] = 8192,
+    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body; larger: 413.")] = 64.0,
+    max_pixels: Annotated[
+        int, typer.Option(min=1, help="Largest image in pixels, read from its header; larger: 400.")
+    ] = 4096 * 4096,
+    read_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="Seconds to send the request headers, and at most between body chunks."),
+    ] = 30.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, /v1/models, /health).
 
-    For CPU users and tests: one model, one request at a time. The production server is vLLM (`vllm serve InterleaveThinker/InterleaveThinker-Planner-8B`); point the `openai:` backend at either, they speak the same API.
+    For CPU users and tests: one model, one request at a time; a request whose client disconnects is stopped at its next token, and SIGTERM stops within a few seconds. The production server is vLLM (`vllm serve InterleaveThinker/InterleaveThinker-Planner-8B`); point the `openai:` backend at either, they speak the same API.
     """
     import uvicorn
 
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
-    from interleave_thinker.server.vlm_service import create_app
+    from interleave_thinker.server.generator.run import signals_end_cleanly
+    from interleave_thinker.server.limits import read_timeout_protocol
+    from interleave_thinker.server.vlm_service import VLMLimits, create_app
 
     if not _is_loopback(host):
         typer.echo(f"warning: binding {host}: this server has no authentication.", err=True)
     backend = load_vlm_backend(model, BackendOptions(device=device, dtype=dtype))
-    app = create_app(backend, served_name or model)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ws="none")
+    limits = VLMLimits(
+        max_tokens=max_tokens, max_body_bytes=int(max_body_mb * 1024 * 1024), max_pixels=max_pixels
+    )
+    app = create_app(backend, served_name or model, limits)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ws="none",
+        http=read_timeout_protocol(read_timeout),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
+    with signals_end_cleanly():  # SIGTERM is a clean stop (exit 0), not a crash
+        uvicorn.Server(config).run()
 
 
 def _is_loopback(host: str) -> bool:

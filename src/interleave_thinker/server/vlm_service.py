@@ -8,12 +8,15 @@ call at a time (a lock), and accepts images only as base64 ``data:`` URLs: it ne
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
 import threading
 import time
 import uuid
+import warnings
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -24,8 +27,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from interleave_thinker.backends.protocols import Message, VLMBackend
 from interleave_thinker.core.errors import BackendError
+from interleave_thinker.server.cancel import CallGate, install_stop_check
+from interleave_thinker.server.limits import BodyLimit
 
 DEFAULT_MAX_TOKENS = 4096
+"""Reply length when a request names none (the agents' own default)."""
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class VLMLimits:
+    """Bounds on what one request may ask of the server (``serve vlm`` flags)."""
+
+    max_tokens: int = 8192
+    """Largest ``max_tokens`` a request may ask for; more is a 400."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    """Largest request body; more is a 413."""
+    max_pixels: int = 4096 * 4096
+    """Largest image (width x height, read from its header before decoding); more is a 400."""
 
 
 class ImageURL(BaseModel):
@@ -73,11 +92,59 @@ class RequestError(Exception):
         self.status = status
 
 
-def create_app(backend: VLMBackend, served_name: str) -> FastAPI:
+def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None = None) -> FastAPI:
     """The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``."""
+    limits = limits or VLMLimits()
     app = FastAPI(title="interleave-thinker VLM server", version="1")
-    lock = threading.Lock()
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
+    gate = CallGate()
+    app.state.gate = gate
+    app.state.cancellable = install_stop_check(backend, gate.should_stop)
     created = int(time.time())
+
+    _add_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "cancelled": gate.cancelled}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": served_name, "object": "model", "created": created, "owned_by": "interleave-thinker"}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatRequest, request: Request) -> dict[str, Any] | JSONResponse:
+        if body.model is not None and body.model != served_name:
+            raise RequestError(
+                f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
+            )
+        if body.stream:
+            raise RequestError("stream=true is not supported by this server; send stream=false.")
+        max_tokens = (
+            body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
+        )
+        if max_tokens > limits.max_tokens:
+            raise RequestError(
+                f"max_tokens: {max_tokens} is over this server's limit of {limits.max_tokens} "
+                "(serve vlm --max-tokens); ask for fewer."
+            )
+        messages = await asyncio.to_thread(to_project_messages, body.messages, limits.max_pixels)
+        temperature = body.temperature or 0.0
+
+        def call() -> str:
+            return backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature)
+
+        text = await _run_while_connected(gate, call, request)
+        if text is None:  # the client left: nobody reads this reply
+            return _error(499, "The client closed the connection; generation was stopped.", "cancelled")
+        return _completion(served_name, text, _usage(backend, messages, text), max_tokens)
+
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every refusal and failure as an OpenAI-shaped error, so OpenAI clients (and ours) show it."""
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:
@@ -94,34 +161,25 @@ def create_app(backend: VLMBackend, served_name: str) -> FastAPI:
     async def _failed(request: Request, exc: BackendError) -> JSONResponse:
         return _error(500, str(exc), "server_error")
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        card = {"id": served_name, "object": "model", "created": created, "owned_by": "interleave-thinker"}
-        return {"object": "list", "data": [card]}
-
-    @app.post("/v1/chat/completions")
-    def chat_completions(body: ChatRequest) -> dict[str, Any]:  # sync: FastAPI runs it in a worker thread
-        if body.model is not None and body.model != served_name:
-            raise RequestError(
-                f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
-            )
-        if body.stream:
-            raise RequestError("stream=true is not supported by this server; send stream=false.")
-        messages = to_project_messages(body.messages)
-        max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
-        temperature = body.temperature or 0.0
-        with lock:  # one model, one call at a time
-            text = backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature)
-        return _completion(served_name, text, _usage(backend, messages, text), max_tokens)
-
-    return app
+async def _run_while_connected(gate: CallGate, call: Any, request: Request) -> str | None:
+    """``call`` in a worker thread, one at a time; a client that disconnects (or a server shutting
+    down) sets the call's flag, which frees the queue and stops a local model at its next token."""
+    gone = threading.Event()
+    job = asyncio.ensure_future(asyncio.to_thread(gate.run, gone, call))
+    try:
+        while not job.done():
+            await asyncio.wait({job}, timeout=DISCONNECT_POLL_S)
+            if not job.done() and not gone.is_set() and await request.is_disconnected():
+                gone.set()
+                gate.cancelled += 1
+        text = job.result()
+    finally:
+        gone.set()  # also on cancellation (graceful shutdown timed out): stop the model
+    return None if text is None or (gone.is_set() and await request.is_disconnected()) else text
 
 
-def to_project_messages(messages: list[ChatMessage]) -> list[Message]:
+def to_project_messages(messages: list[ChatMessage], max_pixels: int = VLMLimits.max_pixels) -> list[Message]:
     """Chat-completions messages -> the project's parts, with data-URL images decoded to PIL."""
     result: list[Message] = []
     for index, message in enumerate(messages):
@@ -134,7 +192,8 @@ def to_project_messages(messages: list[ChatMessage]) -> list[Message]:
                 parts.append({"type": "text", "text": part.text or ""})
             elif part.type == "image_url" and part.image_url is not None:
                 url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
-                parts.append({"type": "image", "image": decode_data_url(url, where=f"messages[{index}]")})
+                image = decode_data_url(url, where=f"messages[{index}]", max_pixels=max_pixels)
+                parts.append({"type": "image", "image": image})
             else:
                 raise RequestError(
                     f"messages[{index}]: unsupported content part type {part.type!r}; "
@@ -145,8 +204,11 @@ def to_project_messages(messages: list[ChatMessage]) -> list[Message]:
     return result
 
 
-def decode_data_url(url: str, *, where: str = "image_url") -> Image.Image:
-    """``data:image/...;base64,...`` -> an RGB PIL image; anything else is a 400."""
+def decode_data_url(
+    url: str, *, where: str = "image_url", max_pixels: int = VLMLimits.max_pixels
+) -> Image.Image:
+    """``data:image/...;base64,...`` -> an RGB PIL image; anything else is a 400, and so is an image
+    whose header declares more than ``max_pixels`` (checked before the pixels are decoded)."""
     header, sep, payload = url.partition(",")
     if not (url.startswith("data:image/") and sep and header.endswith(";base64")):
         raise RequestError(
@@ -155,8 +217,16 @@ def decode_data_url(url: str, *, where: str = "image_url") -> Image.Image:
         )
     try:
         raw = base64.b64decode(payload, validate=True)
-        with Image.open(io.BytesIO(raw)) as image:
-            return image.convert("RGB")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(raw)) as image:  # lazy: reads the header only
+                width, height = image.size
+                if width * height > max_pixels:
+                    raise RequestError(
+                        f"{where}: the image is {width}x{height} = {width * height} pixels, over this "
+                        f"server's limit of {max_pixels} (serve vlm --max-pixels); send a smaller one."
+                    )
+                return image.convert("RGB")
     except (binascii.Error, ValueError, UnidentifiedImageError, Image.DecompressionBombError, OSError) as exc:
         raise RequestError(f"{where}: the data URL is not a readable image ({exc}).") from None
 
@@ -190,6 +260,15 @@ def _usage(backend: VLMBackend, messages: list[Message], text: str) -> dict[str,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def _too_large(size: int, limits: VLMLimits) -> JSONResponse:
+    return _error(
+        413,
+        f"The request body ({size} bytes so far) is over this server's limit of {limits.max_body_bytes} "
+        "bytes (serve vlm --max-body-mb).",
+        "invalid_request_error",
+    )
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:

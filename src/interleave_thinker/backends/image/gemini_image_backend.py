@@ -140,12 +140,14 @@ class GeminiImageBackend(ImageBatchMixin):
         self.model = resolve_model(model)
         self.name = f"gemini-image:{self.model}"
         self.retry = RetrySettings.from_options(remote)
+        key_envs = (remote.api_key_env,) if remote.api_key_env else DEFAULT_KEY_ENVS
         self.caller = RemoteCaller(
             self.name,
             EndpointPool([self.name]),
             retry=self.retry,
             concurrency=remote.concurrency,
             sleep=sleep,
+            secrets=lambda: [os.environ.get(env) for env in key_envs],  # read, never kept
         )
         self._owns_client = client is None
         self.client = client if client is not None else self._make_client(remote)
@@ -211,7 +213,7 @@ class GeminiImageBackend(ImageBatchMixin):
     def _describe(self, exc: BaseException) -> str:
         """A one-line message for a non-retryable SDK error, with the fix for the usual causes."""
         code = status_code(exc)
-        text = str(getattr(exc, "message", None) or exc)[:500]
+        text = self.caller.scrub(str(getattr(exc, "message", None) or exc))[:500]  # scrubbed, then cut
         if code in (401, 403):
             return f"{self.name}: HTTP {code}: {text}. Check that the API key is valid for {self.model}."
         if code == 404:

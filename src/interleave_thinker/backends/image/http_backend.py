@@ -14,7 +14,7 @@ import base64
 import binascii
 import io
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,15 +139,16 @@ def decode_png(data: str) -> Image.Image:
         raise ValueError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _server_error(response: httpx.Response) -> str:
-    """The ``error`` field of an "/edit" error reply, else the start of the body."""
+def _server_error(response: httpx.Response, scrub: Callable[[str], str]) -> str:
+    """The ``error`` field of an "/edit" error reply, else the start of the body; scrubbed of secrets
+    before it is cut, so no prefix of a key survives."""
     try:
         body = response.json()
     except ValueError:
         body = None
     if isinstance(body, dict) and body.get("error"):
-        return str(body["error"])[:500]
-    return response.text[:300] or "(empty body)"
+        return scrub(str(body["error"]))[:500]
+    return scrub(response.text)[:300] or "(empty body)"
 
 
 class HTTPImageBackend(ImageBatchMixin):
@@ -188,13 +189,7 @@ class HTTPImageBackend(ImageBatchMixin):
                 f"remote.api_key_env names {key_env}, but that environment variable is empty; "
                 f"export {key_env}=<token> or unset remote.api_key_env."
             )
-        retry = RetrySettings(
-            max_retries=remote.max_retries,
-            backoff_base=remote.backoff_base,
-            backoff_max=remote.backoff_max,
-            timeout=remote.timeout,
-            deadline=remote.deadline,
-        )
+        retry = RetrySettings.from_options(remote)
         return cls(
             urls,
             knobs=knobs,
@@ -250,22 +245,24 @@ class HTTPImageBackend(ImageBatchMixin):
     def _post(self, client: httpx.Client, base: str, timeout: float, body: dict[str, Any]) -> Image.Image:
         """One try: retryable failures raise :class:`RetryableError`, others :class:`BackendError`."""
         response = client.post(f"{base}/edit", json=body, timeout=timeout)
+        scrub = self.caller.scrub
         if response.status_code in RETRYABLE_STATUS:
             raise RetryableError(
-                f"HTTP {response.status_code}: {_server_error(response)}", parse_retry_after(response)
+                f"HTTP {response.status_code}: {_server_error(response, scrub)}", parse_retry_after(response)
             )
         if response.status_code >= 400:
             raise BackendError(
-                f"{self.name}: HTTP {response.status_code} from {base}/edit: {_server_error(response)}"
+                f"{self.name}: HTTP {response.status_code} from {base}/edit: {_server_error(response, scrub)}"
             )
         try:
             reply = response.json()
         except ValueError:
-            raise RetryableError(f"reply is not JSON: {response.text[:120]!r}") from None
+            raise RetryableError(f"reply is not JSON: {scrub(response.text)[:120]!r}") from None
         if not isinstance(reply, dict):
-            raise RetryableError(f"reply is not a JSON object: {response.text[:120]!r}")
+            raise RetryableError(f"reply is not a JSON object: {scrub(response.text)[:120]!r}")
         if reply.get("success") is not True:
-            raise RetryableError(f"server error: {reply.get('error') or 'success is not true'}")
+            error = scrub(str(reply.get("error") or "success is not true"))[:500]
+            raise RetryableError(f"server error: {error}")
         edited = reply.get("edited_image")
         if not isinstance(edited, str):
             raise RetryableError("reply has no 'edited_image' string")

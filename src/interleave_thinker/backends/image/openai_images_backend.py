@@ -38,6 +38,7 @@ import binascii
 import io
 import math
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -131,18 +132,19 @@ def _fit(image: Image.Image, width: int, height: int) -> Image.Image:
     return ImageOps.fit(image, (width, height), Image.Resampling.LANCZOS)
 
 
-def _error_detail(response: httpx.Response) -> str:
-    """The message of an OpenAI error body ``{"error": {"message", "type", "code"}}``, else the raw text."""
+def _error_detail(response: httpx.Response, scrub: Callable[[str], str]) -> str:
+    """The message of an OpenAI error body ``{"error": {"message", "type", "code"}}``, else the raw text;
+    scrubbed of secrets before it is cut, so no prefix of a key survives."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:300]
+        return scrub(response.text)[:300]
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
-        return response.text[:300]
+        return scrub(response.text)[:300]
     kinds = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k))
     message = str(error.get("message") or "").strip() or "no message"
-    return f"{message} ({kinds})" if kinds else message
+    return scrub(f"{message} ({kinds})" if kinds else message)[:500]
 
 
 class OpenAIImagesBackend(ImageBatchMixin):
@@ -156,13 +158,7 @@ class OpenAIImagesBackend(ImageBatchMixin):
         self.base_url = base_url.rstrip("/")
         self.name = f"openai-images:{model}"
         self.key_env = remote.api_key_env or DEFAULT_KEY_ENV
-        retry = RetrySettings(
-            max_retries=remote.max_retries,
-            backoff_base=remote.backoff_base,
-            backoff_max=remote.backoff_max,
-            timeout=remote.timeout,
-            deadline=remote.deadline,
-        )
+        retry = RetrySettings.from_options(remote)
         pool = EndpointPool([self.base_url], cooldown=remote.cooldown)
         self._caller = RemoteCaller(
             self.name, pool, retry=retry, concurrency=remote.concurrency, headers=self._auth_headers(remote)
@@ -242,7 +238,8 @@ class OpenAIImagesBackend(ImageBatchMixin):
             item = response.json()["data"][0]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
-                f"{self.name}: the reply from {url} has no image in data[0]: {response.text[:200]}"
+                f"{self.name}: the reply from {url} has no image in data[0]: "
+                f"{self._caller.scrub(response.text)[:200]}"
             ) from exc
         if item.get("b64_json"):
             try:
@@ -273,7 +270,8 @@ class OpenAIImagesBackend(ImageBatchMixin):
         """408/429/5xx ask for a retry; other errors end the call with the API's own message."""
         if response.status_code in RETRYABLE_STATUS:
             raise RetryableError(
-                f"HTTP {response.status_code}: {_error_detail(response)}", parse_retry_after(response)
+                f"HTTP {response.status_code}: {_error_detail(response, self._caller.scrub)}",
+                parse_retry_after(response),
             )
         if response.status_code < 400:
             return
@@ -283,7 +281,8 @@ class OpenAIImagesBackend(ImageBatchMixin):
         elif response.status_code == 404:
             hint = f" Check the model name '{self.model}' and the base URL {self.base_url}."
         raise BackendError(
-            f"{self.name}: HTTP {response.status_code} from {response.url}: {_error_detail(response)}.{hint}"
+            f"{self.name}: HTTP {response.status_code} from {response.url}: "
+            f"{_error_detail(response, self._caller.scrub)}.{hint}"
         )
 
     def close(self) -> None:

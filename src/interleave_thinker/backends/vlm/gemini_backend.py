@@ -63,8 +63,13 @@ class GeminiVLMBackend(VLMBatchMixin):
         self.default_max_pixels = default_max_pixels
         self.retry = retry or RetrySettings()
         self.client = client if client is not None else _make_client(api_key_env, self.retry.timeout)
+        key_envs = (api_key_env,) if api_key_env else (DEFAULT_KEY_ENV, "GOOGLE_API_KEY")
         self.caller = RemoteCaller(
-            self.name, EndpointPool([self.name]), retry=self.retry, concurrency=concurrency
+            self.name,
+            EndpointPool([self.name]),
+            retry=self.retry,
+            concurrency=concurrency,
+            secrets=lambda: [os.environ.get(env) for env in key_envs],  # read, never kept
         )
 
     @classmethod

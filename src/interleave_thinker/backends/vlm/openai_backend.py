@@ -70,7 +70,9 @@ class OpenAIVLMBackend(VLMBatchMixin):
         self.concurrency = concurrency
         self._key_env = _key_env(api_key_env)
         self.name = self._display_name()
-        self.caller = RemoteCaller(self.name, self.pool, retry=retry, concurrency=concurrency)
+        self.caller = RemoteCaller(
+            self.name, self.pool, retry=retry, concurrency=concurrency, secrets=lambda: [self._api_key()]
+        )
         self._model_lock = threading.Lock()
 
     @classmethod
@@ -154,14 +156,8 @@ class OpenAIVLMBackend(VLMBatchMixin):
     # -- transport ------------------------------------------------------------------------------
 
     def _call(self, request: Any) -> Any:
-        """Run ``request`` through the caller; the API key is scrubbed from any error it raises."""
-        try:
-            return self.caller.call(request)
-        except BackendError as exc:
-            key = self._api_key()
-            if key and key in str(exc):
-                raise BackendError(str(exc).replace(key, "***")) from None
-            raise
+        """Run ``request`` through the caller, which scrubs the API key from any error it raises."""
+        return self.caller.call(request)
 
     def _headers(self) -> dict[str, str]:
         # Read at every call and never kept: the key lives only in the environment.
@@ -227,8 +223,8 @@ class OpenAIVLMBackend(VLMBatchMixin):
         raise BackendError(f"{self.name}: HTTP {status} from {response.request.url}: {message}")
 
     def _snippet(self, text: str, limit: int = 300) -> str:
-        key = self._api_key()
-        text = text.replace(key, "***") if key else text
+        """Scrubbed first, then cut: a cut must not leave a prefix of the key."""
+        text = self.caller.scrub(text)
         return text if len(text) <= limit else text[:limit] + "..."
 
     def _display_name(self) -> str:

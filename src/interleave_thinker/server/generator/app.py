@@ -18,9 +18,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from interleave_thinker.server.generator.metrics import ServiceMetrics
-from interleave_thinker.server.generator.pool import JobTimeout, QueueFull, WorkerPool
+from interleave_thinker.server.generator.pool import ClientGone, JobTimeout, QueueFull, WorkerPool
 from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
 from interleave_thinker.server.generator.settings import ServiceSettings
 
@@ -57,11 +58,14 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise RequestError(413, f"The body of {declared} bytes {too_big}.")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"The body {too_big}.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"The body {too_big}.")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise RequestError(400, "The client closed the connection before sending the whole body.") from None
     return b"".join(chunks)
 
 
@@ -97,7 +101,10 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
     async def health() -> JSONResponse:
         ready = workers.ready_workers()
         stopping = workers.stopping.is_set()
-        status = "stopping" if stopping else ("ok" if ready else "unavailable")
+        # Every worker must be up: a node with a dead worker is out of a load balancer's rotation until
+        # the worker is back (its requests still go to the live ones meanwhile).
+        full = "ok" if ready == settings.workers else "degraded"
+        status = "stopping" if stopping else (full if ready else "unavailable")
         body = {
             "status": status,
             "generator": settings.generator,
@@ -118,20 +125,24 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
         try:
             check_token(request, settings.api_key)
             body = await read_body(request, settings.max_body_bytes)
+            limits = {"max_pixels": settings.max_pixels, "max_prompt_chars": settings.max_prompt_chars}
             if len(body) > PARSE_IN_THREAD_BYTES:
-                job = await asyncio.to_thread(parse_edit_request, body, max_pixels=settings.max_pixels)
+                job = await asyncio.to_thread(parse_edit_request, body, **limits)
             else:
-                job = parse_edit_request(body, max_pixels=settings.max_pixels)
+                job = parse_edit_request(body, **limits)
         except RequestError as exc:
             metrics.record("unauthorized" if exc.status == 401 else "bad_request")
             raise
-        # 2. Queue it and wait for a worker, within the request's deadline.
-        return await _generate(job, arrived)
+        # 2. Queue it and wait for a worker, within the request's deadline, while the client waits.
+        return await _generate(job, arrived, request)
 
-    async def _generate(job: EditJob, arrived: float) -> JSONResponse:
+    async def _generate(job: EditJob, arrived: float, request: Request) -> JSONResponse:
         left = settings.timeout - (time.monotonic() - arrived)
         try:
-            reply, handle = await workers.submit(job.to_message(), left)
+            reply, handle = await workers.submit(job.to_message(), left, request.is_disconnected)
+        except ClientGone:
+            metrics.record("disconnected")
+            return error_reply(499, "The client closed the connection.")
         except QueueFull as exc:
             metrics.record("rejected")
             retry_after = max(1, math.ceil(metrics.snapshot()["latency_s"]["p50"]))

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from typing import Any
 
-OUTCOMES = ("completed", "failed", "timed_out", "rejected", "bad_request", "unauthorized")
+OUTCOMES = ("completed", "failed", "timed_out", "rejected", "bad_request", "unauthorized", "disconnected")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -16,7 +16,7 @@ import multiprocessing
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -39,6 +39,13 @@ class JobTimeout(Exception):
     """The request's deadline passed before a worker answered."""
 
 
+class ClientGone(Exception):
+    """The client closed its connection before a worker answered."""
+
+
+DISCONNECT_POLL_S = 0.25
+
+
 @dataclass(eq=False)
 class Job:
     message: dict[str, Any]
@@ -47,6 +54,8 @@ class Job:
     submitted: float = field(default_factory=time.monotonic)
     dispatched: float | None = None
     abandoned: bool = False
+    released: bool = False
+    """Whether the job no longer counts as queued (dispatched, dropped or failed at shutdown)."""
 
     def resolve(self, reply: Reply) -> None:
         """Called from a feeder thread; hands the reply to the event loop that waits for it."""
@@ -193,16 +202,30 @@ class WorkerSlot:
             self.state = "busy"
             self._handle(job)
 
+    def alive(self) -> bool:
+        """Whether the worker process is up (a SIGKILLed idle worker is noticed here, not at its next job)."""
+        process = self._process
+        try:
+            return process is not None and process.is_alive()
+        except ValueError:  # closed meanwhile by the feeder
+            return False
+
     def _handle(self, job: Job) -> None:
         assert self._conn is not None
         try:
+            if not self.alive():
+                raise OSError("the worker is not running")
             self._conn.send(job.message)
-        except OSError:  # died while idle: the job never reached it, so another try is safe
+            started = self._conn.recv()  # the worker's acknowledgement, before any work
+        except (EOFError, OSError):  # died while idle: the job never started, so another try is safe
+            logger.warning("worker %d (pid %s) was dead when given a job; retrying it", self.index, self.pid)
             self._reap()
+            self.state = "restarting"
             self.pool.requeue(job)
             return
+        reply: Reply
         try:
-            reply: Reply = self._conn.recv()
+            reply = started if started.get("event") != "started" else self._conn.recv()
         except (EOFError, OSError):
             pid, code = self.pid, self._reap()
             reply = {
@@ -255,8 +278,15 @@ class WorkerPool:
             )
         return True
 
-    async def submit(self, message: dict[str, Any], timeout: float) -> tuple[Reply, Job]:
-        """Queue one job and wait for its reply; :class:`QueueFull` or :class:`JobTimeout` otherwise."""
+    async def submit(
+        self,
+        message: dict[str, Any],
+        timeout: float,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> tuple[Reply, Job]:
+        """Queue one job and wait for its reply; :class:`QueueFull`, :class:`JobTimeout` or
+        :class:`ClientGone` (``gone()`` turned true) otherwise. A job given up on leaves the queue's
+        count at once, so its place goes to the next client, and never reaches a worker."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self.stopping.is_set():
@@ -269,13 +299,27 @@ class WorkerPool:
             self.queued += 1
         job = Job(message, loop.create_future(), loop)
         self._jobs.put(job)
+        deadline = loop.time() + timeout
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), timeout), job
-        except TimeoutError:
-            raise JobTimeout(f"no reply within {timeout:.3g}s") from None
+            while not job.future.done():
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise JobTimeout(f"no reply within {timeout:.3g}s")
+                await asyncio.wait({job.future}, timeout=min(DISCONNECT_POLL_S, left))
+                if not job.future.done() and gone is not None and await gone():
+                    raise ClientGone("the client closed the connection")
+            return job.future.result(), job
         finally:
             if not job.future.done():
-                job.abandoned = True
+                with self._lock:
+                    job.abandoned = True
+                    self._release(job)
+
+    def _release(self, job: Job) -> None:
+        """Stop counting ``job`` as queued (once); call with the lock held."""
+        if not job.released:
+            job.released = True
+            self.queued -= 1
 
     def next_job(self) -> Job | None:
         """Blocking; the next job whose client still waits, or None when the pool stops."""
@@ -284,11 +328,11 @@ class WorkerPool:
             if job is None:
                 return None
             with self._lock:
-                self.queued -= 1
+                self._release(job)
                 if job.abandoned:
                     continue
                 self.in_flight += 1
-            job.dispatched = time.monotonic()
+                job.dispatched = time.monotonic()
             return job
 
     def finish(self, job: Job, reply: Reply) -> None:
@@ -299,7 +343,10 @@ class WorkerPool:
     def requeue(self, job: Job) -> None:
         with self._lock:
             self.in_flight -= 1
+            if job.abandoned:
+                return
             self.queued += 1
+            job.released = False
         self._jobs.put(job)
 
     def stop(self, grace: float = 10.0) -> None:
@@ -313,7 +360,7 @@ class WorkerPool:
                 break
             if job is not None:
                 with self._lock:
-                    self.queued -= 1
+                    self._release(job)
                 job.resolve({"ok": False, "kind": "shutdown", "error": "the service is shutting down"})
         for _ in self.slots:
             self._jobs.put(None)
@@ -327,7 +374,8 @@ class WorkerPool:
                 slot.thread.join(5.0)
 
     def ready_workers(self) -> int:
-        return sum(slot.state in ("idle", "busy") for slot in self.slots)
+        """Workers up and serving; a process that died is not counted even before its feeder notices."""
+        return sum(slot.state in ("idle", "busy") and slot.alive() for slot in self.slots)
 
     def describe(self) -> dict[str, Any]:
         with self._lock:

@@ -18,6 +18,9 @@ from typing import Any
 
 from PIL import Image
 
+DEFAULT_MAX_PROMPT_CHARS = 16_384
+"""Far above any prompt an image model reads (FLUX.2's text encoder takes 512 tokens), far below what
+costs seconds and megabytes to handle."""
 SEED_RANGE = (-(2**63), 2**64 - 1)
 """What ``torch.Generator.manual_seed`` accepts."""
 
@@ -117,7 +120,9 @@ def _image_bytes(value: Any) -> bytes | None:
         raise RequestError(400, f"'image' is not valid base64 ({exc}).") from None
 
 
-def parse_edit_request(body: bytes, *, max_pixels: int) -> EditJob:
+def parse_edit_request(
+    body: bytes, *, max_pixels: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+) -> EditJob:
     """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are ignored.
 
     Knob mapping: ``num_inference_step`` (the authors' spelling) or ``num_inference_steps`` -> steps,
@@ -129,11 +134,19 @@ def parse_edit_request(body: bytes, *, max_pixels: int) -> EditJob:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(400, f"The body is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise RequestError(400, "The body is not valid JSON: it is nested too deeply.") from None
     if not isinstance(data, dict):
         raise RequestError(400, "The body must be a JSON object with at least 'prompt'.")
     prompt = data.get("prompt")
     if not isinstance(prompt, str):
         raise RequestError(400, "Missing 'prompt': the body needs a 'prompt' string.")
+    if len(prompt) > max_prompt_chars:
+        raise RequestError(
+            400,
+            f"'prompt' has {len(prompt)} characters, over the limit of {max_prompt_chars} "
+            "(the service's --max-prompt-chars).",
+        )
     # 2. Optional input image: base64, readable header, bounded size.
     png = _image_bytes(data.get("image"))
     size = image_size(png, max_pixels) if png is not None else (1024, 1024)

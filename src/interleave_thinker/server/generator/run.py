@@ -13,6 +13,7 @@ from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.server.generator.app import create_app
 from interleave_thinker.server.generator.pool import WorkerPool
 from interleave_thinker.server.generator.settings import ServiceSettings
+from interleave_thinker.server.limits import read_timeout_protocol
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def serve(settings: ServiceSettings) -> None:
                 access_log=settings.log_level == "debug",
                 timeout_graceful_shutdown=int(settings.timeout) + 10,
                 ws="none",
+                http=read_timeout_protocol(settings.read_timeout),
             )
             logger.info(
                 "generator service on http://%s:%d (%d workers)",

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from interleave_thinker.backends.specs import IMAGE_BACKENDS, parse_spec
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.server.generator.protocol import DEFAULT_MAX_PROMPT_CHARS
+from interleave_thinker.server.limits import DEFAULT_READ_TIMEOUT
 
 DEFAULT_PORT = 8011
 DEFAULT_MAX_PIXELS = 4096 * 4096
@@ -28,6 +30,10 @@ class ServiceSettings:
     max_body_bytes: int = 20 * 1024 * 1024
     max_pixels: int = DEFAULT_MAX_PIXELS
     """Bound of input images (decompression bombs) and of the requested output size."""
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    """Longest prompt; longer ones get 400."""
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    """Seconds a client may take to send its request headers, and between two chunks of its body."""
     torch_threads: int | None = None
     """Intra-op threads per CPU worker; default: the cores shared evenly between workers."""
     log_level: str = "info"
@@ -44,6 +50,8 @@ class ServiceSettings:
             (self.timeout > 0, f"--timeout must be > 0 seconds, got {self.timeout}"),
             (self.max_body_bytes > 0, f"--max-body-mb must be > 0, got {self.max_body_bytes} bytes"),
             (self.max_pixels > 0, f"--max-pixels must be > 0, got {self.max_pixels}"),
+            (self.max_prompt_chars > 0, f"--max-prompt-chars must be > 0, got {self.max_prompt_chars}"),
+            (self.read_timeout > 0, f"--read-timeout must be > 0, got {self.read_timeout}"),
             (0 < self.port < 65536, f"--port must be in 1..65535, got {self.port}"),
         ]
         for ok, message in checks:

@@ -8,7 +8,8 @@ Messages on the pipe (plain dicts, so they pickle cheaply):
 
 - worker -> parent once: ``{"event": "ready", "pid", "name"}`` or ``{"event": "failed", "error"}``;
 - parent -> worker: an :class:`~.protocol.EditJob` as a dict, or ``None`` to stop;
-- worker -> parent per job: ``{"ok": True, "image": base64 PNG, "timings": {...}}`` or
+- worker -> parent per job: ``{"event": "started"}`` as soon as it has the job (so the parent knows a
+  worker that dies before it is safe to retry elsewhere), then ``{"ok": True, "image": base64 PNG, "timings": {...}}`` or
   ``{"ok": False, "kind": "input" | "backend", "error": str}``.
 """
 
@@ -91,6 +92,10 @@ def worker_main(spec: str, device: str, threads: int | None, max_pixels: int, co
         except (EOFError, OSError):  # the parent is gone
             return
         if job is None:
+            return
+        try:
+            conn.send({"event": "started"})
+        except OSError:
             return
         reply = run_job(backend, job, max_pixels)
         try:
