@@ -5,17 +5,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_PROMPT ?= How to draw a cat step by step?
 
-# Numerics pinned so that training (the tiny models' format training, the learning tests) gives the same
-# weights on every x86 machine: MKL's reproducible AVX2 path, ATen/oneDNN kernels capped at AVX2, fixed
-# thread counts, fixed hash seed. tests/conftest.py sets the same defaults for a bare `pytest`.
-export MKL_CBWR ?= AVX2
-export ATEN_CPU_CAPABILITY ?= avx2
-export ONEDNN_MAX_CPU_ISA ?= AVX2
-export OMP_NUM_THREADS ?= 2
-export MKL_NUM_THREADS ?= 2
-export PYTHONHASHSEED ?= 0
-export TOKENIZERS_PARALLELISM ?= false
-
 .PHONY: demo test lint typecheck unit quick install clean
 
 $(STAMP): pyproject.toml
