@@ -40,6 +40,8 @@ def sft(
 
     run_config = SFTRunConfig.load(config)
     result = run_sft(run_config, role.value if role else None, resume=resume, output_dir=output_dir)
+    if not result.main_process:
+        return  # under `accelerate launch` only rank 0 reports
     first, last = (result.losses[0], result.losses[-1]) if result.losses else (None, None)
     typer.echo(f"trained {result.global_step} steps; loss {first} -> {last}")
     typer.echo(f"{'adapter' if result.adapter else 'model'} saved in {result.output_dir}")

@@ -27,6 +27,8 @@ def grpo(
 
     run_config = GRPORunConfig.load(config, {"output_dir": str(output_dir) if output_dir else None})
     result = run_grpo(run_config, role.value if role else None, resume=resume)
+    if not result.main_process:
+        return  # under `accelerate launch` only rank 0 reports
     rewards = [e["reward"] for e in result.log_history if "reward" in e]
     typer.echo(
         f"trained {result.global_step} steps; mean reward {rewards[0] if rewards else None} -> {rewards[-1] if rewards else None}"

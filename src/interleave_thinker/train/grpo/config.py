@@ -98,6 +98,11 @@ class GRPOTrainingSection(_Section):
         default=False, description="Roll out on a `trl vllm-serve` server (see docs/training.md)."
     )
     vllm_server_base_url: str | None = Field(default=None)
+    replica_check_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Under several data-parallel processes, check every N steps that all ranks hold the same weights.",
+    )
 
 
 class GRPORunConfig(_Section):

@@ -47,6 +47,8 @@ class GRPOResult:
     global_step: int
     final_model: Path
     log_history: list[dict[str, Any]]
+    main_process: bool = True
+    """False on the other ranks of a multi-process run (they print and write nothing)."""
 
 
 def _role(config: GRPORunConfig, role: Role | None) -> Role:
@@ -249,6 +251,17 @@ def build_grpo_trainer(
     functions, weights, closers = reward_functions(
         config, chosen, generator=generator, judge_backend=judge_backend
     )
+    # The TRL config first: it sets up the distributed state, so the main process writes the synthetic
+    # prompts' images before the other ranks read them. Reward backends are loaded on every rank (each
+    # scores its own slice of the rollouts; served backends are shared through their URLs).
+    args = trl_config(config, config.output_dir, weights)
+    with args.main_process_first(desc="GRPO prompts"):
+        train, evals = train_dataset(config, chosen), eval_dataset(config, chosen)
+    extra = list(callbacks)
+    if config.training.replica_check_steps:
+        from interleave_thinker.train.sft.replicas import replica_callback
+
+        extra.append(replica_callback(config.training.replica_check_steps, config.output_dir))
     peft = None
     if config.finetune.method == "lora":
         from peft import LoraConfig
@@ -260,12 +273,12 @@ def build_grpo_trainer(
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=functions,
-        args=trl_config(config, config.output_dir, weights),
-        train_dataset=train_dataset(config, chosen),
-        eval_dataset=eval_dataset(config, chosen),
+        args=args,
+        train_dataset=train,
+        eval_dataset=evals,
         processing_class=processor,
         peft_config=peft,
-        callbacks=list(callbacks),
+        callbacks=extra,
     )
     return trainer, closers
 
@@ -281,6 +294,13 @@ def run_grpo(config: GRPORunConfig, role: Role | None = None, *, resume: bool = 
         for closer in closers:
             closer.close()
     final = config.output_dir / "final"
-    trainer.save_model(str(final))
-    trainer.processing_class.save_pretrained(str(final))
-    return GRPOResult(config.output_dir, trainer.state.global_step, final, list(trainer.state.log_history))
+    trainer.save_model(str(final))  # collective; writes on the main process only
+    if trainer.args.should_save:
+        trainer.processing_class.save_pretrained(str(final))
+    return GRPOResult(
+        config.output_dir,
+        trainer.state.global_step,
+        final,
+        list(trainer.state.log_history),
+        main_process=trainer.is_world_process_zero(),
+    )

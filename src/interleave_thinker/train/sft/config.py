@@ -98,6 +98,11 @@ class TrainingSection(_Section):
         default=None, description="A DeepSpeed JSON config (usually via accelerate)."
     )
     dataloader_num_workers: int = Field(default=0, ge=0)
+    replica_check_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Under several data-parallel processes, check every N steps that all ranks hold the same weights.",
+    )
 
 
 class SFTRunConfig(_Section):

@@ -40,6 +40,8 @@ class SFTResult:
     adapter: bool = False
     merged_dir: Path | None = None
     log_history: list[dict[str, Any]] = field(default_factory=list)
+    main_process: bool = True
+    """False on the other ranks of a multi-process run (they print and write nothing)."""
 
 
 def load_training_data(
@@ -56,8 +58,20 @@ def load_training_data(
         else:
             raise ConfigError(
                 f"Training data {path} does not exist (data.train / data.eval in the SFT config)."
+                + _make_data_hint(path)
             )
     return parts[0] if len(parts) == 1 else ds.concatenate_datasets(parts)
+
+
+def _make_data_hint(path: Path) -> str:
+    """The commands that write a missing ``<role>_sft.json`` (``data synth`` / ``data build`` file names)."""
+    role = path.name.removesuffix("_sft.json")
+    if path.name == role or role not in ("planner", "critic"):
+        return ""
+    return (
+        f" Make it with: interleave-thinker data synth --role {role} --n 64 --out {path.parent}"
+        f" (synthetic, for the tiny configs), or interleave-thinker data build --from RUNS --out {path.parent}."
+    )
 
 
 def freeze_vision(model: Any, *, tower: bool, projector: bool) -> dict[str, int]:
@@ -211,8 +225,13 @@ def build_trainer(config: SFTRunConfig, role: Role | None = None, callbacks: Seq
         template = training_chat_template(processor)
         if template is not None:
             processor.chat_template = template
-    # 3. TRL.
+    # 3. TRL (every rank builds the same trainer; accelerate shards the batches across ranks).
     args = trl_config(config, config.output_dir, vision=vision, evaluate=evals is not None)
+    callbacks = list(callbacks)
+    if config.training.replica_check_steps:
+        from interleave_thinker.train.sft.replicas import replica_callback
+
+        callbacks.append(replica_callback(config.training.replica_check_steps, config.output_dir))
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -261,13 +280,16 @@ def run_sft(
     # 4. Train.
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     # 5. Save what the pipeline loads: weights (or adapter) and the processor with its inference template.
+    # save_model is collective (ZeRO-3 / FSDP gather the shards) and writes on the main process only;
+    # the processor and the merged copy are written by the main process alone.
     processor = trainer.processing_class
     processor.chat_template = trainer.inference_chat_template
     trainer.save_model(str(config.output_dir))
-    processor.save_pretrained(str(config.output_dir))
+    if trainer.args.should_save:
+        processor.save_pretrained(str(config.output_dir))
     adapter = config.finetune.method == "lora"
     merged = None
-    if adapter and config.finetune.lora.merge:
+    if adapter and config.finetune.lora.merge and trainer.args.should_save:
         from interleave_thinker.train.sft.checkpoints import merge_adapter
 
         merged = merge_adapter(config.output_dir, config.output_dir / "merged")
@@ -280,4 +302,5 @@ def run_sft(
         adapter=adapter,
         merged_dir=merged,
         log_history=list(trainer.state.log_history),
+        main_process=trainer.is_world_process_zero(),
     )
