@@ -66,18 +66,18 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
     from interleave_thinker.core.tiny import ensure_tiny_models
 
     which = spec.target or role
-    if which not in ("planner", "critic", "judge", "planner-sft", "critic-sft"):
+    if which not in ("planner", "critic", "judge", "planner-sft", "critic-sft", "judge-sft"):
         raise ConfigError(
             f"tiny VLM spec {spec.raw!r}: target must be planner, critic, judge, planner-sft or critic-sft."
         )
-    if which.endswith("-sft"):
+    if which.endswith("-sft") or which == "judge":
         # The one upward reference of the layers: the format-trained tiny models are made by our own SFT
-        # (train/), built once and cached; imported only when asked for.
+        # (train/), built once and cached; imported only when asked for. A random judge could never
+        # score, so the tiny judge is always the format-trained one (`tiny:critic` is a random model).
         from interleave_thinker.train.tiny_format import ensure_format_trained
 
         path = ensure_format_trained(which.removesuffix("-sft"))  # builds only the model asked for
         return _transformers_vlm(BackendSpec("transformers", str(path), spec.raw), options, role)
-    which = "critic" if which == "judge" else which  # the tiny judge is the tiny critic model
     paths = ensure_tiny_models()
     return _transformers_vlm(BackendSpec("transformers", str(getattr(paths, which)), spec.raw), options, role)
 
@@ -119,6 +119,8 @@ IMAGE_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions], ImageBackend]]
     "openai-images": _lazy("image.openai_images_backend", "OpenAIImagesBackend"),
     "gemini-image": _lazy("image.gemini_image_backend", "GeminiImageBackend"),
     "fastvideo": _lazy("image.fastvideo_backend", "FastVideoImageBackend"),
+    "vllm-omni": _lazy("image.omni_backend", "OmniImagesBackend"),
+    "sglang-diffusion": _lazy("image.omni_backend", "SGLangDiffusionBackend"),
 }
 
 

@@ -85,28 +85,103 @@ def validate(
         typer.echo(line)
 
 
+@dataclasses.dataclass
+class JudgePass:
+    """What the judge pass did: how many attempts it was asked to score, and its errors."""
+
+    asked: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def all_failed(self) -> bool:
+        return self.asked > 0 and len(self.errors) == self.asked
+
+
+def _score(
+    trajectories: list[Any], judge: str, max_new_tokens: int
+) -> tuple[dict[str, tuple[float, float]], JudgePass]:
+    """Score the unscored attempts with a progress bar on stderr; replies stay off the terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
+    from interleave_thinker.core.prompt_store import TemplateStore
+    from interleave_thinker.train.data.scoring import score_missing, unscored
+
+    pending = len(unscored(trajectories))
+    if not pending:
+        return {}, JudgePass()
+    console = Console(stderr=True)
+    with console.status(f"loading the judge {judge} (a tiny one is built once, about 2 minutes)"):
+        backend = load_vlm_backend(judge, BackendOptions(), role="judge")
+    progress = Progress(
+        TextColumn("judging attempts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("judge", total=pending)
+        scores, errors = score_missing(
+            trajectories,
+            Judge(backend, TemplateStore().load(), max_new_tokens=max_new_tokens),
+            lambda: progress.advance(task),
+        )
+    return scores, JudgePass(pending, errors)
+
+
 def _gather(
-    source: Path, image_dir: Path | None, rules_file: Path | None, judge: str | None, cache: Path | None
-) -> tuple[Any, Any, list[str]]:
+    source: Path,
+    image_dir: Path | None,
+    rules_file: Path | None,
+    judge: str | None,
+    cache: Path | None,
+    judge_tokens: int = 1024,
+) -> tuple[Any, Any, JudgePass]:
     from interleave_thinker.train.data.rules import BuildRules
-    from interleave_thinker.train.data.scoring import apply_scores, load_cache, save_cache, score_missing
+    from interleave_thinker.train.data.scoring import apply_scores, load_cache, save_cache
     from interleave_thinker.train.data.trajectories import discover
 
     rules = BuildRules.load(rules_file)
     trajectories = discover(source, image_dir=image_dir)
     if cache is not None:
         apply_scores(trajectories, load_cache(cache))
-    errors: list[str] = []
+    judged = JudgePass()
     if judge:
-        from interleave_thinker.agents.judge import Judge
-        from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
-        from interleave_thinker.core.prompt_store import TemplateStore
-
-        backend = load_vlm_backend(judge, BackendOptions(), role="judge")
-        scores, errors = score_missing(trajectories, Judge(backend, TemplateStore().load()))
+        scores, judged = _score(trajectories, judge, judge_tokens)
         if cache is not None and scores:
             save_cache(cache, scores)
-    return trajectories, rules, errors
+    return trajectories, rules, judged
+
+
+def _report_judge(judged: JudgePass, errors_file: Path | None) -> None:
+    """Counts only: the errors quote model replies, so they go to a file, never to the terminal."""
+    if not judged.errors:
+        if judged.asked:
+            typer.echo(f"judge: scored {judged.asked} attempt(s)", err=True)
+        return
+    where = f"; details in {errors_file}" if errors_file else ""
+    typer.echo(f"judge: {len(judged.errors)} of {judged.asked} judgement(s) failed{where}", err=True)
+
+
+def _fail_if_useless(judged: JudgePass, examples: int) -> None:
+    """Exit 1 with a reason when the command produced nothing useful."""
+    if judged.all_failed:
+        typer.echo(
+            f"error: every one of the {judged.asked} judgement(s) failed, so nothing was scored; "
+            "check the --judge spec (a judge must reply with a score list).",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if examples == 0:
+        typer.echo(
+            "error: 0 examples: no plan to learn and no step matched a rule "
+            "(unscored steps need --judge SPEC or judge_scores.json; see `data stats`).",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _print_stats(stats: Any) -> None:
@@ -122,7 +197,10 @@ def _print_stats(stats: Any) -> None:
 
 
 FromOpt = Annotated[
-    Path, typer.Option("--from", help="A run folder, a folder of runs, or a folder of execution records.")
+    Path,
+    typer.Option(
+        "--from", help="A run folder, a folder of runs, a batch folder, or a folder of execution records."
+    ),
 ]
 ImageDirOpt = Annotated[
     Path | None, typer.Option(help="Base folder of record image paths \\[default: each record's folder].")
@@ -133,6 +211,7 @@ RulesOpt = Annotated[
 JudgeOpt = Annotated[
     str | None, typer.Option(help="VLM spec of a judge that scores attempts without scores.")
 ]
+JudgeTokensOpt = Annotated[int, typer.Option(min=1, help="Judge reply length bound (tokens).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (cuts, resampling).")]
 
 
@@ -145,23 +224,25 @@ def build(
     rules: RulesOpt = None,
     image_dir: ImageDirOpt = None,
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the TRL save_to_disk copies.")] = False,
+    judge_max_new_tokens: JudgeTokensOpt = 1024,
 ) -> None:
     """Build planner SFT, critic SFT and critic RL data; write ShareGPT, EasyR1 and TRL copies."""
     from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
     from interleave_thinker.train.data.export import export
+    from interleave_thinker.train.data.scoring import save_errors
 
     out.mkdir(parents=True, exist_ok=True)
-    trajectories, build_rules, errors = _gather(source, image_dir, rules, judge, out)
-    for error in errors[:MAX_ERRORS]:
-        typer.echo(f"judge: {error[:300]}", err=True)
+    trajectories, build_rules, judged = _gather(source, image_dir, rules, judge, out, judge_max_new_tokens)
+    _report_judge(judged, save_errors(out, judged.errors) if judged.asked else None)
     with tempfile.TemporaryDirectory() as tmp:
         canvas = write_canvas(Path(tmp) / "white.png")
         result = build_examples(trajectories, TemplateStore().load(), canvas, rules=build_rules, seed=seed)
         export(result, out, trl=not no_trl)
     _print_stats(result.stats)
     typer.echo(f"wrote {out}")
+    _fail_if_useless(judged, sum(result.stats.examples.values()))
 
 
 @app.command()
@@ -175,13 +256,15 @@ def stats(
         Path | None, typer.Option(help="A build folder whose judge_scores.json to reuse.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
+    judge_max_new_tokens: JudgeTokensOpt = 1024,
 ) -> None:
     """Count what `data build` would keep, per rule, without writing anything."""
     from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
 
-    trajectories, build_rules, _ = _gather(source, image_dir, rules, judge, scores)
+    trajectories, build_rules, judged = _gather(source, image_dir, rules, judge, scores, judge_max_new_tokens)
+    _report_judge(judged, None)
     with tempfile.TemporaryDirectory() as tmp:
         canvas = write_canvas(Path(tmp) / "white.png")
         result = build_examples(trajectories, TemplateStore().load(), canvas, rules=build_rules, seed=seed)
@@ -189,6 +272,7 @@ def stats(
         typer.echo(json.dumps(dataclasses.asdict(result.stats), indent=2))
     else:
         _print_stats(result.stats)
+    _fail_if_useless(judged, 1)
 
 
 __all__ = ["InputError", "app"]
@@ -197,6 +281,7 @@ __all__ = ["InputError", "app"]
 class SynthRole(StrEnum):
     planner = "planner"
     critic = "critic"
+    judge = "judge"
 
 
 @app.command()
@@ -210,14 +295,16 @@ def synth(
     from interleave_thinker.core.paths import write_atomic
     from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.train.data.export import sharegpt_record
-    from interleave_thinker.train.synthetic import critic_examples, planner_examples
+    from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
     templates = TemplateStore().load()
     out = out.resolve()
     if role is SynthRole.planner:
         examples = planner_examples(templates, n, seed=seed)
-    else:
+    elif role is SynthRole.critic:
         examples = critic_examples(templates, n, out / "images", seed=seed)
+    else:
+        examples = judge_examples(templates, n, out / "images", seed=seed)
     path = out / f"{role.value}_sft.json"
     write_atomic(
         path, json.dumps([sharegpt_record(e, out) for e in examples], ensure_ascii=False, indent=2) + "\n"

@@ -38,9 +38,13 @@ def judge(
     from interleave_thinker.runtime.pipeline import load_input_images
 
     before_image, after_image = load_input_images([before, after])
-    result = _judge(judge, device, max_new_tokens).judge(before_image, after_image, instruction)
+    with console.status(f"loading the judge {judge}"):
+        scorer = _judge(judge, device, max_new_tokens)
+    with console.status("judging: semantic consistency, then perceptual quality"):
+        result = scorer.judge(before_image, after_image, instruction)
     typer.echo(json.dumps(result.as_dict(), indent=2))
     if not result.ok:
+        console.print('error: the judgement failed (see "error" above); no score was produced.')
         raise typer.Exit(1)
 
 
@@ -90,14 +94,19 @@ def reward(
     from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
 
     rows = read_rollouts(input)
-    scorer = StepwiseScorer(
-        load_image_backend(generator, BackendOptions(device=device)),
-        _judge(judge, device, max_new_tokens),
-        deadline=deadline,
-        base_dir=input.parent,
-    )
+    if not rows:
+        console.print(f"error: {input} holds no rollouts; nothing to score.")
+        raise typer.Exit(1)
+    with console.status(f"loading the generator {generator} and the judge {judge}"):
+        scorer = StepwiseScorer(
+            load_image_backend(generator, BackendOptions(device=device)),
+            _judge(judge, device, max_new_tokens),
+            deadline=deadline,
+            base_dir=input.parent,
+        )
     reward_fn = CriticReward(scorer)
     lines: list[str] = []
+    judged = failed = 0
     progress = Progress(
         TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
     )
@@ -108,6 +117,8 @@ def reward(
             columns = {field: [r[field] for r in batch] for field in REQUIRED[1:]}
             reward_fn(None, [r["response"] for r in batch], **columns)
             for row, parts in zip(batch, reward_fn.last_components, strict=True):
+                asked = parts["error"] is not None or parts["sc_new"] is not None  # successes are skipped
+                judged, failed = judged + asked, failed + (asked and parts["error"] is not None)
                 keep = {k: parts[k] for k in ("overall", "format", "accuracy", "semantic", "quality")}
                 lines.append(json.dumps(row | keep | {"reward_error": parts["error"]}, ensure_ascii=False))
             progress.advance(task, len(batch))
@@ -115,3 +126,8 @@ def reward(
     write_atomic(out, "\n".join(lines) + ("\n" if lines else ""))
     mean = sum(json.loads(line)["overall"] for line in lines) / max(1, len(lines))
     console.print(f"scored {len(lines)} rollouts, mean overall {mean:.4f} -> {out}")
+    if failed:
+        console.print(f"{failed} of {judged} step-wise scoring(s) failed (reward_error in {out}).")
+    if judged and failed == judged:
+        console.print("error: every step-wise scoring failed; semantic and quality are all 0.5.")
+        raise typer.Exit(1)

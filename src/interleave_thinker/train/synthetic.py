@@ -1,7 +1,7 @@
-"""Synthetic planner and critic conversations in the release's output formats, generated in code.
+"""Synthetic planner, critic and judge conversations in the release's output formats, generated in code.
 
 Why: the tiny preset's models must learn the *formats* (a plan with image steps, a verdict with a
-bool and a prompt) offline in minutes; tests need small datasets that look like the real ones. The
+bool and a prompt, a judge's score list) offline in minutes; tests need small datasets that look like the real ones. The
 requests are varied (subject, kind of task, step count) and every prompt is the project's template
 set filled with ``core.messages`` functions, so training sees exactly what the pipeline sends.
 """
@@ -170,5 +170,71 @@ def critic_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: in
                 messages=(ChatTurn("user", "<image><image>" + text), ChatTurn("assistant", reply)),
                 images=(before, after),
             )
+        )
+    return examples
+
+
+JUDGE_BRIGHT_SC, JUDGE_DARK_SC = (8, 9), (2, 4)
+JUDGE_BRIGHT_PQ, JUDGE_DARK_PQ = (8, 7), (3, 2)
+"""Synthetic judge scores: a bright "after" image carries the step out cleanly, a dark one does not."""
+JUDGE_REASONING = {
+    ("sc", True): "The picture is bright and shows the step.",
+    ("sc", False): "The picture is too dark to show the step.",
+    ("pq", True): "Clean and well lit.",
+    ("pq", False): "Dark and murky.",
+}
+
+
+def judge_reply(scores: tuple[int, int], reasoning: str) -> str:
+    """A judge reply in the release's answer format: a JSON object with a score list and a reason."""
+    import json
+
+    return json.dumps({"score": list(scores), "reasoning": reasoning})
+
+
+def _judge_texts(templates: TemplateSet, instruction: str) -> tuple[str, str]:
+    """The SC and PQ texts exactly as ``core.messages`` builds them for the judge."""
+    from interleave_thinker.core.messages import judge_quality_messages, judge_semantic_messages
+
+    dot = Image.new("RGB", (1, 1))
+    sc = judge_semantic_messages(templates, before=dot, after=dot, instruction=instruction)
+    pq = judge_quality_messages(templates, after=dot)
+    return str(sc[0]["content"][-1]["text"]), str(pq[0]["content"][-1]["text"])
+
+
+def judge_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: int = 0) -> list[SFTExample]:
+    """Judge conversations, SC (``[before, after, text]``) and PQ (``[after, text]``) alternating.
+
+    Bright and dark "after" images alternate in pairs; the scores follow the brightness (see
+    :data:`JUDGE_BRIGHT_SC`), so a judge trained on them gives scores that depend on the picture.
+    """
+    rng = random.Random(seed)
+    image_dir.mkdir(parents=True, exist_ok=True)
+    white = image_dir / "white.png"
+    if not white.exists():
+        Image.new("RGB", CANVAS_SIZE, (255, 255, 255)).save(white)
+    examples = []
+    images: tuple[Path, ...]
+    for i in range(n):
+        step = rng.choice(synthetic_request(rng).steps)
+        semantic, bright = i % 2 == 0, (i // 2) % 2 == 0
+        level = rng.randint(170, 240) if bright else rng.randint(15, 80)
+        color = (level, rng.randint(0, 255) if bright else level // 2, level)
+        after = _image(image_dir / f"judge_after_{seed}_{i}.png", color, rng)
+        sc_text, pq_text = _judge_texts(templates, step.prompt or "")
+        if semantic:
+            before = (
+                white
+                if step.step_number == 1
+                else _image(image_dir / f"judge_before_{seed}_{i}.png", (200, 200, 200), rng)
+            )
+            scores = JUDGE_BRIGHT_SC if bright else JUDGE_DARK_SC
+            user, images = "<image><image>" + sc_text, (before, after)
+        else:
+            scores = JUDGE_BRIGHT_PQ if bright else JUDGE_DARK_PQ
+            user, images = "<image>" + pq_text, (after,)
+        reply = judge_reply(scores, JUDGE_REASONING[("sc" if semantic else "pq", bright)])
+        examples.append(
+            SFTExample(messages=(ChatTurn("user", user), ChatTurn("assistant", reply)), images=images)
         )
     return examples

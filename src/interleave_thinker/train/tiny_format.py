@@ -1,10 +1,12 @@
-"""Format-trained tiny models: a tiny planner and critic that our own SFT taught the release's formats.
+"""Format-trained tiny models: a tiny planner, critic and judge that our own SFT taught the release's formats.
 
 Why: the random tiny models never write a valid plan, so ``make demo`` could only show the
 single-step fallback. These are the same Qwen3-VL class, a little wider and deeper (still ~1M
 parameters), with the tiny preset's processor and tokenizer, fully fine-tuned on CPU for a few
 hundred steps on :mod:`~interleave_thinker.train.synthetic` data filled with the template set the
-pipeline will use. Built once, cached per template set, crash-safe like ``core.tiny``.
+pipeline will use. Built once, cached per template set, crash-safe like ``core.tiny``. The judge
+(``tiny:judge``) learns from data that scores bright pictures high and dark ones low; after its short
+training its quality (PQ) score follows the brightness, its SC score barely does.
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ TEXT_KV_HEADS = 2
 TEXT_INTERMEDIATE = 192
 PLANNER_STEPS = 200
 CRITIC_STEPS = 160
+JUDGE_STEPS = 120
+JUDGE_SEED = 4
+"""After ``core.tiny``'s planner, critic and generator seeds."""
+JUDGE_DATA_VERSION = "1"
+"""Bump when the judge's synthetic data or steps change: part of the judge's cache key only."""
+ROLES = ("planner", "critic", "judge")
+ROLE_TEMPLATES = {
+    "planner": ("planner_narrative", "critic"),
+    "critic": ("planner_narrative", "critic"),
+    "judge": ("judge_context", "judge_edit_rule", "judge_edit_sc", "judge_pq"),
+}
+"""The templates each role's training data is filled with: the cache key of its folder."""
 BATCH = 4
 LEARNING_RATE = 1e-2
 TRAIN_THREADS = 2
@@ -152,16 +166,19 @@ def build_format_trained(
     difference between machines (CPU kernels) is pinned by the environment (see docs/testing.md).
     """
     from interleave_thinker.train.data.trl_format import sft_dataset
-    from interleave_thinker.train.synthetic import critic_examples, planner_examples
+    from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
-    seed = PLANNER_SEED if role == "planner" else CRITIC_SEED
-    steps = steps or (PLANNER_STEPS if role == "planner" else CRITIC_STEPS)
+    seed = {"planner": PLANNER_SEED, "critic": CRITIC_SEED, "judge": JUDGE_SEED}[role]
+    default_steps = {"planner": PLANNER_STEPS, "critic": CRITIC_STEPS, "judge": JUDGE_STEPS}[role]
+    steps = steps or default_steps
     work = tmp / "work"
     base = build_base(work / "base", source, seed=seed)
     if role == "planner":
         examples = planner_examples(templates, PLANNER_STEPS * BATCH // 2, seed=seed)
-    else:
+    elif role == "critic":
         examples = critic_examples(templates, CRITIC_STEPS * BATCH // 2, work / "images", seed=seed)
+    else:
+        examples = judge_examples(templates, JUDGE_STEPS * BATCH // 2, work / "images", seed=seed)
     data = work / "data"
     sft_dataset(examples).save_to_disk(str(data))
     with deterministic_torch(TRAIN_THREADS):
@@ -190,13 +207,14 @@ def ensure_format_trained_tiny(
 def ensure_format_trained(
     role: str, root: Path | None = None, *, templates: TemplateSet | None = None
 ) -> Path:
-    """One format-trained tiny model (``planner`` or ``critic``), built alone when only one is needed."""
+    """One format-trained tiny model (``planner``, ``critic`` or ``judge``), built alone when only one is needed."""
     from interleave_thinker.core.prompt_store import sha256_text
 
-    if role not in ("planner", "critic"):
-        raise ValueError(f"role must be planner or critic, not {role!r}")
+    if role not in ROLES:
+        raise ValueError(f"role must be planner, critic or judge, not {role!r}")
     templates = templates or TemplateStore().load()
-    digest = sha256_text("".join(templates.get(n) for n in ("planner_narrative", "critic")))[:12]
+    salt = f"judge-v{JUDGE_DATA_VERSION}" if role == "judge" else ""  # planner/critic keys unchanged
+    digest = sha256_text(salt + "".join(templates.get(n) for n in ROLE_TEMPLATES[role]))[:12]
     root = Path(root) if root is not None else default_tiny_dir()
     source = ensure_tiny_models(root).planner
     folder = root / f"format-v{FORMAT_VERSION}-{digest}"

@@ -66,8 +66,10 @@ class Trajectory:
     steps: list[StepView]
 
 
-def from_trace(run_dir: Path) -> Trajectory:
+def from_trace(run_dir: Path, name: str | None = None) -> Trajectory:
+    """``name`` starts each attempt key (default: the folder's name; a batch's runs use ``requests/<id>``)."""
     path = run_dir / TRACE_FILE
+    name = name or run_dir.name
     try:
         trace = Trace.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValidationError, ValueError) as exc:
@@ -87,7 +89,7 @@ def from_trace(run_dir: Path) -> Trajectory:
             verdict = a.verdict
             view.attempts.append(
                 AttemptView(
-                    key=f"{run_dir.name}#{index}#{a.attempt}",
+                    key=f"{name}#{index}#{a.attempt}",
                     step=index,
                     attempt=a.attempt,
                     planned_prompt=planned,
@@ -165,26 +167,36 @@ def read_scores(folder: Path) -> dict[str, tuple[float, float]]:
         raise InputError(f"{path}: expected {{attempt key: [SC, PQ]}} ({exc}).") from None
 
 
+def find_runs(source: Path) -> list[Path]:
+    """Run folders at or below ``source``: itself, ``*/`` (a folder of runs) or ``*/*/`` (a batch,
+    whose runs are ``requests/<id>/``, or a folder of such), sorted; the shallowest level found wins."""
+    if (source / TRACE_FILE).is_file():
+        return [source]
+    for pattern in (f"*/{TRACE_FILE}", f"*/*/{TRACE_FILE}", f"*/*/*/{TRACE_FILE}"):
+        found = sorted(p.parent for p in source.glob(pattern))
+        if found:
+            return found
+    return []
+
+
 def discover(source: Path, *, image_dir: Path | None = None) -> list[Trajectory]:
-    """Run folders (``trace.json``, one or many below) or trajectory records below ``source``, sorted."""
+    """Run folders (``trace.json``: a run, a folder of runs, a batch) or trajectory records below ``source``."""
     if not source.exists():
         raise InputError(f"--from {source}: no such file or folder.")
     if source.is_file():
         return [from_record(load_record(source, image_dir=image_dir), str(source))]
-    traces = (
-        [source]
-        if (source / TRACE_FILE).is_file()
-        else sorted(p.parent for p in source.glob(f"*/{TRACE_FILE}"))
-    )
+    traces = find_runs(source)
     records = sorted(source.rglob(RECORD_FILE))
     if not traces and not records:
         raise InputError(
-            f"--from {source}: found no {TRACE_FILE} (a run folder, or folders of runs) and no {RECORD_FILE}."
+            f"--from {source}: found no {TRACE_FILE} (a run folder, a folder of runs or a batch folder) "
+            f"and no {RECORD_FILE}."
         )
     found: list[Trajectory] = []
     problems: list[str] = []
     for run in traces:
-        trajectory = from_trace(run)
+        relative = run.relative_to(source).as_posix()
+        trajectory = from_trace(run, relative if "/" in relative else None)
         scores = read_scores(run)
         for step in trajectory.steps:
             for a in step.attempts:
