@@ -33,6 +33,7 @@ from interleave_thinker.server.generator import (
     worker_devices,
 )
 from interleave_thinker.server.generator.metrics import percentile
+from interleave_thinker.server.generator.openai_protocol import parse_edit_form, parse_generation
 
 TOKEN_ENV = "IT_TEST_GENERATOR_TOKEN"
 TOKEN = "test-token-7f3a"
@@ -126,6 +127,39 @@ def test_knobs_map_to_generate_arguments() -> None:
     image = png_bytes(Image.new("RGB", (40, 30), "red"))
     edit = parse_edit_request(f'{{"prompt": "p", "image": "{b64(image)}"}}'.encode(), max_pixels=10**6)
     assert (edit.image_png, edit.width, edit.height, edit.steps, edit.guidance) == (image, 40, 30, None, None)
+
+
+def test_openai_fields_map_to_the_same_job_as_edit() -> None:
+    """One mapping: ``/v1/images/*`` fields (JSON, or multipart strings) give ``/edit``'s job."""
+    image = png_bytes(Image.new("RGB", (40, 30), "red"))
+    limits: dict[str, Any] = {"served": "tiny:generator", "max_pixels": 10**6}
+    edit = parse_edit_request(
+        f'{{"prompt": "p", "image": "{b64(image)}", "width": 64, "height": 48, "seed": 9, '
+        f'"num_inference_steps": 3, "guidance_scale": 2.5}}'.encode(),
+        max_pixels=10**6,
+    )
+    form = {"prompt": "p", "size": "64x48", "seed": "9", "num_inference_steps": "3", "true_cfg_scale": "2.5"}
+    assert parse_edit_form({**form, "n": "1", "response_format": "b64_json"}, image, **limits) == edit
+    text = parse_generation(
+        b'{"prompt": "p", "size": "64x48", "seed": 9, "num_inference_steps": 3, "guidance_scale": 2.5,'
+        b' "model": "tiny:generator", "generator_device": "cpu", "output_format": "png"}',
+        **limits,
+    )
+    assert text == parse_edit_request(
+        b'{"prompt": "p", "width": 64, "height": 48, "seed": 9, "num_inference_steps": 3, "guidance_scale": 2.5}',
+        max_pixels=10**6,
+    )
+    for fields, message in [
+        ({**form, "size": "64by48"}, "Invalid size"),
+        ({**form, "seed": "seven"}, "'seed' must be a number"),
+        ({**form, "response_format": "url"}, "'response_format' 'url' is not supported"),
+        ({**form, "model": "other"}, "Model mismatch: request specifies 'other'"),
+        ({**form, "size": "5000x5000"}, "not allowed"),
+    ]:
+        with pytest.raises(RequestError, match=message):
+            parse_edit_form(fields, image, **limits)
+    with pytest.raises(RequestError, match="Missing 'image'"):
+        parse_edit_form(form, None, **limits)
 
 
 @pytest.mark.parametrize(
@@ -288,6 +322,48 @@ def test_body_over_the_limit_gets_413(client: httpx.Client) -> None:
     reply = client.post("/edit", content=body, headers={"Content-Type": "application/json"})
     assert reply.status_code == 413
     assert "over the limit of 20971520 bytes" in reply.json()["error"]
+
+
+@pytest.mark.slow
+def test_openai_routes_share_the_token_limits_and_metrics(
+    service: GeneratorProcess, client: httpx.Client
+) -> None:
+    """``/v1/images/*`` beside ``/edit``: errors in vLLM's shape, counted with the other requests."""
+    before = client.get("/metrics").json()
+    with httpx.Client(base_url=service.url, timeout=30.0) as anonymous:
+        assert anonymous.get("/v1/models").status_code == 401
+        refused = anonymous.post("/v1/images/generations", json={"prompt": "p", "size": "64x64"})
+        assert (refused.status_code, refused.headers["www-authenticate"]) == (401, "Bearer")
+        assert refused.json()["error"]["type"] == "authentication_error"
+        assert "bearer token" in refused.json()["error"]["message"]
+        edit = anonymous.post("/v1/images/edits", data={"prompt": "p"}, files={"image": ("a.png", b"x")})
+        assert edit.status_code == 401
+    bad = client.post("/v1/images/generations", json={"prompt": "p", "size": "64by64"})
+    assert bad.status_code == 400
+    assert bad.json() == {
+        "error": {
+            "message": "Invalid size '64by64': 'size' must be 'WIDTHxHEIGHT', e.g. '1024x1024'.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": 400,
+        }
+    }
+    no_image = client.post("/v1/images/edits", data={"prompt": "p"}, files={"other": ("a.png", b"x")})
+    assert (no_image.status_code, no_image.json()["error"]["code"]) == (400, 400)
+    assert "Missing 'image'" in no_image.json()["error"]["message"]
+    assert client.post("/v1/images/edits", json={"prompt": "p"}).status_code == 400  # not multipart
+    models = client.get("/v1/models").json()["data"]
+    assert [m["id"] for m in models] == ["tiny:generator"] and models[0]["root"].startswith("diffusers:")
+    made = client.post(
+        "/v1/images/generations",
+        json={"prompt": "a cat", "size": "64x48", "seed": 3, "num_inference_steps": 2},
+    )
+    assert made.status_code == 200 and isinstance(made.json()["created"], int)
+    with Image.open(io.BytesIO(base64.b64decode(made.json()["data"][0]["b64_json"], validate=True))) as image:
+        assert image.size == (64, 48)
+    after = client.get("/metrics").json()
+    deltas = {k: after[k] - before[k] for k in ("unauthorized", "bad_request", "completed", "failed")}
+    assert deltas == {"unauthorized": 2, "bad_request": 3, "completed": 1, "failed": 0}
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
-"""The FastAPI app: ``POST /edit`` (the authors' protocol), ``GET /health`` and ``GET /metrics``.
+"""The FastAPI app: ``POST /edit`` (the authors' protocol), ``GET /health``, ``GET /metrics``, and the
+OpenAI images API (:mod:`.openai_routes`) from the same workers, queue, limits, metrics and token.
 
-Every error reply has the protocol's shape, ``{"success": false, "error": "..."}``, so the authors'
+Every ``/edit`` error reply has the protocol's shape, ``{"success": false, "error": "..."}``, so the authors'
 clients print a useful message whatever went wrong. Replies to ``/edit`` carry an extra ``timings``
 object (queueing, decode, pipeline, encode seconds) that their clients ignore.
 """
@@ -8,7 +9,6 @@ object (queueing, decode, pipeline, encode seconds) that their clients ignore.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 import time
@@ -18,9 +18,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.requests import ClientDisconnect
 
+from interleave_thinker.server.generator.guards import check_token, read_body
 from interleave_thinker.server.generator.metrics import ServiceMetrics
+from interleave_thinker.server.generator.openai_routes import add_openai_routes
 from interleave_thinker.server.generator.pool import ClientGone, JobTimeout, QueueFull, WorkerPool
 from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
 from interleave_thinker.server.generator.settings import ServiceSettings
@@ -34,39 +35,6 @@ REPLY_STATUS = {"input": 400, "backend": 500, "crash": 500, "shutdown": 503}
 
 def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"success": False, "error": message}, status_code=status, headers=headers)
-
-
-def check_token(request: Request, api_key: str | None) -> None:
-    """401 unless the request carries ``Authorization: Bearer <the service's token>``."""
-    if api_key is None:
-        return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-        raise RequestError(
-            401,
-            "Missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the "
-            "service reads from its --api-key-env variable.",
-            {"WWW-Authenticate": "Bearer"},
-        )
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed ``limit`` (header or bytes read)."""
-    declared = request.headers.get("content-length", "")
-    too_big = f"is over the limit of {limit} bytes (the service's --max-body-mb)"
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"The body of {declared} bytes {too_big}.")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(413, f"The body {too_big}.")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise RequestError(400, "The client closed the connection before sending the whole body.") from None
-    return b"".join(chunks)
 
 
 def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> FastAPI:
@@ -134,35 +102,40 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
             metrics.record("unauthorized" if exc.status == 401 else "bad_request")
             raise
         # 2. Queue it and wait for a worker, within the request's deadline, while the client waits.
-        return await _generate(job, arrived, request)
+        image, timings = await run_job(job, arrived, request)
+        return JSONResponse({"success": True, "edited_image": image, "timings": timings})
 
-    async def _generate(job: EditJob, arrived: float, request: Request) -> JSONResponse:
+    async def run_job(job: EditJob, arrived: float, request: Request) -> tuple[str, dict[str, Any]]:
+        """The base64 PNG and timings of one job; RequestError (counted) when it does not complete."""
         left = settings.timeout - (time.monotonic() - arrived)
         try:
             reply, handle = await workers.submit(job.to_message(), left, request.is_disconnected)
         except ClientGone:
             metrics.record("disconnected")
-            return error_reply(499, "The client closed the connection.")
+            raise RequestError(499, "The client closed the connection.") from None
         except QueueFull as exc:
             metrics.record("rejected")
             retry_after = max(1, math.ceil(metrics.snapshot()["latency_s"]["p50"]))
-            return error_reply(503, f"Service busy: {exc}; retry later.", {"Retry-After": str(retry_after)})
+            raise RequestError(
+                503, f"Service busy: {exc}; retry later.", {"Retry-After": str(retry_after)}
+            ) from None
         except JobTimeout:
             metrics.record("timed_out")
-            return error_reply(
+            raise RequestError(
                 504,
                 f"Generation timed out: no reply within the service's --timeout of {settings.timeout:g}s.",
-            )
+            ) from None
         # 3. Map the worker's reply.
         total = time.monotonic() - arrived
         if not reply["ok"]:
             status = REPLY_STATUS.get(reply["kind"], 500)
             metrics.record("bad_request" if status == 400 else "failed")
-            return error_reply(status, reply["error"])
+            raise RequestError(status, reply["error"])
         timings: dict[str, Any] = dict(reply["timings"])
         timings["queue_s"] = (handle.dispatched or handle.submitted) - handle.submitted
         timings["total_s"] = total
         metrics.record("completed", latency=total, pipeline=timings["pipeline_s"])
-        return JSONResponse({"success": True, "edited_image": reply["image"], "timings": timings})
+        return reply["image"], timings
 
+    add_openai_routes(app, run_job)
     return app

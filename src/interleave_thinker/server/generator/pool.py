@@ -77,6 +77,8 @@ class WorkerSlot:
         self.device = device
         self.state = "starting"
         self.pid: int | None = None
+        self.backend_name: str | None = None
+        """The loaded backend's name (``diffusers:<checkpoint>``), listed as the model's root."""
         self.error: str | None = None
         self.completed = 0
         self.failed = 0
@@ -134,6 +136,7 @@ class WorkerSlot:
             self._end(process)
             return False
         self._process, self._conn, self.error = process, parent_end, None
+        self.backend_name = str(hello.get("name") or "")[:500] or None
         logger.info("worker %d: ready (%s on %s)", self.index, hello.get("name"), self.device)
         return True
 

@@ -123,13 +123,9 @@ def _image_bytes(value: Any) -> bytes | None:
 def parse_edit_request(
     body: bytes, *, max_pixels: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
 ) -> EditJob:
-    """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are ignored.
-
-    Knob mapping: ``num_inference_step`` (the authors' spelling) or ``num_inference_steps`` -> steps,
-    ``guidance_scale`` (else omnigen2's ``text_guidance_scale``) -> guidance; width and height default
-    to the input image's size, else 1024.
-    """
-    # 1. JSON object with a prompt.
+    """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are
+    ignored; the knobs map as in :func:`job_from_fields`."""
+    # 1. JSON object; the input image as base64.
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -138,6 +134,24 @@ def parse_edit_request(
         raise RequestError(400, "The body is not valid JSON: it is nested too deeply.") from None
     if not isinstance(data, dict):
         raise RequestError(400, "The body must be a JSON object with at least 'prompt'.")
+    png = _image_bytes(data.get("image"))
+    return job_from_fields(data, png, max_pixels=max_pixels, max_prompt_chars=max_prompt_chars)
+
+
+def job_from_fields(
+    data: dict[str, Any],
+    png: bytes | None,
+    *,
+    max_pixels: int,
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+) -> EditJob:
+    """The one mapping from request knobs to ``generate`` arguments, for ``/edit`` and ``/v1/images/*``.
+
+    ``num_inference_step`` (the authors' spelling) or ``num_inference_steps`` -> steps;
+    ``guidance_scale`` (else omnigen2's ``text_guidance_scale``, else the diffusion engines'
+    ``true_cfg_scale``) -> guidance; width and height default to the input image's size, else 1024.
+    """
+    # 1. A bounded prompt.
     prompt = data.get("prompt")
     if not isinstance(prompt, str):
         raise RequestError(400, "Missing 'prompt': the body needs a 'prompt' string.")
@@ -147,8 +161,7 @@ def parse_edit_request(
             f"'prompt' has {len(prompt)} characters, over the limit of {max_prompt_chars} "
             "(the service's --max-prompt-chars).",
         )
-    # 2. Optional input image: base64, readable header, bounded size.
-    png = _image_bytes(data.get("image"))
+    # 2. Optional input image: readable header, bounded size.
     size = image_size(png, max_pixels) if png is not None else (1024, 1024)
     # 3. Knobs.
     width = _number(data, ("width",), int)
@@ -164,5 +177,5 @@ def parse_edit_request(
     steps = _number(data, ("num_inference_step", "num_inference_steps"), int)
     if steps is not None and not 1 <= steps <= 1000:
         raise RequestError(400, f"'num_inference_step' must be in 1..1000, got {steps}.")
-    guidance = _number(data, ("guidance_scale", "text_guidance_scale"), float)
+    guidance = _number(data, ("guidance_scale", "text_guidance_scale", "true_cfg_scale"), float)
     return EditJob(prompt, png, width, height, seed, steps, guidance)
