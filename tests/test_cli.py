@@ -139,7 +139,7 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
         assert produced.size == (64, 64)
     html = (tmp_path / "run" / "index.html").read_text()
     assert "tiny stand-in models" in html and "single step" in html
-    assert (tmp_path / "run" / "document.md").read_text().startswith("# <image> Continue this picture")
+    assert (tmp_path / "run" / "document.md").read_text().startswith("# &lt;image&gt; Continue this picture")
     again = cli("run", "x", "--preset", "tiny", "--out", "run", cwd=tmp_path)
     assert_usage_error(again, "already holds a run")
 

@@ -137,7 +137,8 @@ def test_retry_after_is_capped_and_never_raises(
 def test_a_call_has_a_deadline_by_default() -> None:
     retry = RetrySettings(max_retries=2, timeout=10.0, backoff_max=4.0)
     assert retry.deadline is None
-    assert retry.total_deadline == 3 * 10.0 + 2 * 4.0
+    # every try at its timeout plus one second of overhead, and the longest jittered backoff between tries
+    assert retry.total_deadline == 3 * (10.0 + 1.0) + 2 * 4.0 * 1.5
     assert RetrySettings(deadline=7.0).total_deadline == 7.0
 
 

@@ -33,6 +33,11 @@ MAX_RETRY_AFTER = 60.0
 must not put a caller to sleep for days)."""
 
 
+TRY_OVERHEAD = 1.0
+"""Seconds allowed per try beyond its timeout in the default overall deadline (connection set-up, request
+encoding, a busy client): without it, the last try of a loaded client was cut by the deadline."""
+
+
 @dataclass(frozen=True)
 class RetrySettings:
     """How hard a served backend tries before giving up."""
@@ -59,11 +64,14 @@ class RetrySettings:
     @property
     def total_deadline(self) -> float:
         """Seconds a call may take, retries included: ``deadline``, else what every try at its full
-        timeout plus the longest backoff between tries add up to (1,532 s with the defaults), so that
-        ``Retry-After`` and slow servers together can never stretch a call past a known bound."""
+        timeout (plus :data:`TRY_OVERHEAD` for connecting and encoding) and the longest jittered backoff
+        between tries add up to (1,553 s with the defaults), so that ``Retry-After`` and slow servers
+        together can never stretch a call past a known bound, while a loaded client still gets every try
+        it was promised."""
         if self.deadline is not None:
             return self.deadline
-        return (self.max_retries + 1) * self.timeout + self.max_retries * self.backoff_max
+        tries = (self.max_retries + 1) * (self.timeout + TRY_OVERHEAD)
+        return tries + self.max_retries * self.backoff_max * (1 + self.jitter)
 
     def delay(self, retry: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
         """Exponential backoff with multiplicative jitter; a server's ``Retry-After`` is a lower bound,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import sys
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +16,8 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli import batch, data, scoring, serve_generator, serve_vlm, train, train_grpo
+from interleave_thinker.cli import demo as demo_cli
+from interleave_thinker.cli import eval as eval_cli
 from interleave_thinker.cli.options import (
     ConfigOption,
     CriticOnLastAttemptOption,
@@ -54,11 +58,13 @@ serve_app.command("generator")(serve_generator.command)
 serve_app.command("vlm")(serve_vlm.command)
 app.add_typer(data.app, name="data")
 app.add_typer(train.app, name="train")
+app.add_typer(eval_cli.app, name="eval")
 train.app.command("grpo")(train_grpo.grpo)
 app.command("judge")(scoring.judge)
 app.command("batch")(batch.batch)
 app.command("report")(batch.report)
 app.command("reward")(scoring.reward)
+app.command("demo")(demo_cli.demo)
 
 console = Console(stderr=True)
 USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)
@@ -67,6 +73,19 @@ USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)
 def default_out_dir(prompt: str) -> Path:
     slug = re.sub(r"[^a-z0-9]+", "-", prompt.lower()).strip("-")[:40] or "run"
     return Path("runs") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{slug}"
+
+
+def run_folder(out: Path | None, prompt: str, resume: bool) -> Path:
+    """The run's output folder: a new one, or (``--resume``) the one holding the run to continue."""
+    if resume and out is None:
+        raise InputError("--resume needs --out: the folder of the run to continue.")
+    out_dir = out or default_out_dir(prompt)
+    if (out_dir / "trace.json").exists() and not resume:
+        raise InputError(
+            f"Output folder {out_dir} already holds a run (trace.json); add --resume to continue it, "
+            "or choose another --out."
+        )
+    return out_dir
 
 
 @app.command()
@@ -87,14 +106,18 @@ def run(
     planner_fallback: FallbackOption = None,
     text_steps: TextStepsOption = None,
     critic_on_last_attempt: CriticOnLastAttemptOption = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue the interrupted run in --out after its last complete step.")
+    ] = False,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
+    from interleave_thinker.cli.batch import check_device
     from interleave_thinker.cli.progress import RichObserver
+    from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
+    from interleave_thinker.runtime.store import reopen_if_failed
 
-    out_dir = out or default_out_dir(prompt)
-    if (out_dir / "trace.json").exists():
-        raise InputError(f"Output folder {out_dir} already holds a run (trace.json); choose another --out.")
+    out_dir = run_folder(out, prompt, resume)
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = build_config(
@@ -110,12 +133,18 @@ def run(
         text_steps,
         critic_on_last_attempt,
     )
+    check_device(cfg.model.device)
     quiet_diffusers()
-    with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
-        pipe = Pipeline.from_config(cfg)
-    console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")
-    with pipe, RichObserver(console) as observer:
-        result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer)
+    # SIGTERM unwinds like Ctrl-C: the trace is written and no temporary file is left behind.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with folder_lock(out_dir):
+        if resume:
+            reopen_if_failed(out_dir)
+        with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
+            pipe = Pipeline.from_config(cfg)
+        console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")
+        with pipe, RichObserver(console) as observer:
+            result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer, resume=resume)
     if not result.ok:
         raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
     for warning in result.trace.warnings:
@@ -162,9 +191,17 @@ def quiet_libraries() -> None:
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_libraries()
+    # Replies are read with ast.literal_eval; a model's "\d" must not print a SyntaxWarning on stderr
+    # (a DeprecationWarning before Python 3.12).
+    warnings.filterwarnings("ignore", category=SyntaxWarning)
+    warnings.filterwarnings("ignore", message="invalid escape sequence")
     try:
         app()
     except USAGE_ERRORS as exc:
@@ -172,4 +209,17 @@ def main() -> None:
         sys.exit(2)
     except InterleaveThinkerError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        console.print(
+            "[red]interrupted[/]: finished work is saved; run the same command again to continue "
+            "(`run`: add --resume)."
+        )
+        sys.exit(130)
+    except Exception as exc:  # not ours: one line, not a traceback (INTERLEAVE_THINKER_DEBUG=1 shows it)
+        if os.environ.get("INTERLEAVE_THINKER_DEBUG"):
+            raise
+        from interleave_thinker.runtime.failures import failure_reason
+
+        console.print(f"[red]error:[/] {failure_reason(exc)}", highlight=False, soft_wrap=True)
         sys.exit(1)

@@ -10,6 +10,7 @@ format-trained critic, so it needs a short SFT warm start (:func:`warm_start_exa
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,14 @@ HELD_OUT_SUBJECTS = (
 )
 
 
+def _save_atomic(image: Image.Image, path: Path) -> None:
+    """Write through a temporary file and rename: under several processes every rank writes the same
+    bytes, and a rank reading an image while another writes it still sees a complete file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    image.save(tmp, format="PNG")
+    os.replace(tmp, path)
+
+
 def synthetic_critic_examples(
     templates: TemplateSet,
     n: int,
@@ -55,7 +64,7 @@ def synthetic_critic_examples(
     rng = random.Random(seed)
     image_dir.mkdir(parents=True, exist_ok=True)
     before = image_dir / "white.png"
-    Image.new("RGB", (64, 64), "white").save(before)
+    _save_atomic(Image.new("RGB", (64, 64), "white"), before)
     examples = []
     for i in range(n):
         success = i % 2 == 0
@@ -64,7 +73,7 @@ def synthetic_critic_examples(
         after = image_dir / f"after_{i}.png"
         jitter = rng.randrange(-20, 21)
         colour = (160 + jitter, 90, 90) if success else (90, 90, 160 + jitter)
-        Image.new("RGB", (64, 64), colour).save(after)
+        _save_atomic(Image.new("RGB", (64, 64), colour), after)
         text = fill(templates.get("critic"), original_instruction=instruction, rewritten_prompt=instruction)
         examples.append(
             CriticRLExample(
