@@ -15,7 +15,6 @@ import binascii
 import io
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -23,7 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageBatchMixin
+from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.remote import (
     RETRYABLE_STATUS,
     EndpointPool,
@@ -151,7 +150,7 @@ def _server_error(response: httpx.Response, scrub: Callable[[str], str]) -> str:
     return scrub(response.text)[:300] or "(empty body)"
 
 
-class HTTPImageBackend(ImageBatchMixin):
+class HTTPImageBackend(PooledImageBackend):
     """``generate`` = one ``POST {base}/edit`` through a pool of endpoints with retries; see the module doc."""
 
     def __init__(
@@ -270,19 +269,3 @@ class HTTPImageBackend(ImageBatchMixin):
             return decode_png(edited)
         except ValueError as exc:
             raise RetryableError(f"'edited_image' is not a base64 image ({exc})") from None
-
-    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
-        """Requests run in parallel up to ``concurrency``, spread over the pool; results keep their order."""
-        if len(requests) <= 1:
-            return [self.generate(**r) for r in requests]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as executor:
-            return list(executor.map(lambda r: self.generate(**r), requests))
-
-    def close(self) -> None:
-        self.caller.close()
-
-    def __enter__(self) -> HTTPImageBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -35,7 +35,6 @@ import io
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -44,7 +43,7 @@ from PIL import Image
 from interleave_thinker.backends.image.diffusers_backend import model_defaults as local_defaults
 from interleave_thinker.backends.image.http_backend import normalize_endpoint, read_endpoints_file
 from interleave_thinker.backends.image.omni_errors import check_reply
-from interleave_thinker.backends.protocols import ImageBatchMixin
+from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.remote import (
     EndpointPool,
     RemoteCaller,
@@ -113,7 +112,7 @@ def decode_image(data: str) -> Image.Image:
         raise ValueError(f"{type(exc).__name__}: {exc}") from exc
 
 
-class OmniImagesBackend(ImageBatchMixin):
+class OmniImagesBackend(PooledImageBackend):
     """``generate`` = one ``/v1/images/generations`` or ``/v1/images/edits`` call through a pool."""
 
     kind = "vllm-omni"
@@ -261,22 +260,6 @@ class OmniImagesBackend(ImageBatchMixin):
             ) from exc
 
     # -- batches and lifetime --------------------------------------------------------------------
-
-    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
-        """Requests run in parallel up to ``concurrency``, spread over the pool; results keep their order."""
-        if len(requests) <= 1:
-            return [self.generate(**r) for r in requests]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as executor:
-            return list(executor.map(lambda r: self.generate(**r), requests))
-
-    def close(self) -> None:
-        self.caller.close()
-
-    def __enter__(self) -> OmniImagesBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class SGLangDiffusionBackend(OmniImagesBackend):
