@@ -9,8 +9,8 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
-from interleave_thinker.backends.protocols import Message
+from interleave_thinker.backends.protocols import ImageRequest, Message
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 
 
 class Capacity:
@@ -52,7 +52,7 @@ class SimImage(ScriptedImageBackend):
         self.sim = Capacity(latency, capacity)
         self._lock = threading.Lock()
 
-    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         self.sim.spend()
         with self._lock:
-            return super().generate(prompt, **kwargs)
+            return super().generate(request)

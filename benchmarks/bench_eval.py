@@ -1,6 +1,6 @@
 """Judge scoring throughput: 1000 WISE_Verified items against a judge with fixed latency and capacity.
 
-The judge is a real OpenAI-compatible HTTP server on 127.0.0.1 (``python -m tests.eval_judge``, in its
+The judge is a real OpenAI-compatible HTTP server on 127.0.0.1 (``python -m interleave_thinker.testing.doubles.judge``, in its
 own process like a real server) that holds every call for ``--latency`` seconds in one of
 ``--capacity`` slots, like a vLLM server with that many sequences. Side by side:
 
@@ -80,7 +80,7 @@ def ensure_prompts() -> None:
 @contextmanager
 def judge_process(latency: float, capacity: int) -> Iterator[str]:
     """The scripted judge in its own process (its own interpreter lock, like a real server)."""
-    command = [sys.executable, "-m", "tests.eval_judge", str(latency), str(capacity)]
+    command = [sys.executable, "-m", "interleave_thinker.testing.doubles.judge", str(latency), str(capacity)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

@@ -23,6 +23,7 @@ from PIL import Image
 
 from _sim import SimImage, SimVLM  # type: ignore[import-not-found]
 from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
@@ -172,7 +173,9 @@ def part_c() -> None:
             image, BackendStats("generator", 8 if batched else 1), micro_batch=batched
         )
         outs, wall = concurrently(
-            lambda p, w=wrapped_image: w.generate(p, width=64, height=64, seed=7, steps=2, guidance=1.0),  # type: ignore[misc]
+            lambda p, w=wrapped_image: w.generate(
+                ImageRequest(p, width=64, height=64, seed=7, steps=2, guidance=1.0)
+            ),  # type: ignore[misc]
             prompts,
         )
         if not batched:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from interleave_thinker.core.stats import percentile
 from interleave_thinker.server.generator import GeneratorProcess
-from interleave_thinker.server.generator.metrics import percentile
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ class Result:
         total = sum(s.latency for s in self.samples)
         return {
             "requests/s": f"{len(self.samples) / self.wall:.2f}",
-            "p50 latency (ms)": f"{1000 * percentile(latencies, 50):.0f}",
-            "p99 latency (ms)": f"{1000 * percentile(latencies, 99):.0f}",
+            "p50 latency (ms)": f"{1000 * (percentile(latencies, 50) or 0.0):.0f}",
+            "p99 latency (ms)": f"{1000 * (percentile(latencies, 99) or 0.0):.0f}",
             "pipeline call p50 (ms)": f"{1000 * statistics.median(s.timings['pipeline_s'] for s in self.samples):.0f}",
             "outside the pipeline (%)": f"{self.share(total - pipeline):.1f}",
             "  queueing for a worker (%)": f"{self.share(queue):.1f}",

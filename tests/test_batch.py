@@ -118,7 +118,7 @@ def servers() -> Iterator[dict[str, str]]:
     for kind in ("chat", "edit"):
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.scripted_servers", kind, str(port)],
+            [sys.executable, "-m", "interleave_thinker.testing.doubles.scripted_models", kind, str(port)],
             cwd=REPO,
             stdout=subprocess.PIPE,
         )

@@ -12,7 +12,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from interleave_thinker.core.errors import InputError
 from interleave_thinker.runtime.outlock import folder_lock
 from interleave_thinker.runtime.reports import accumulate, render_report, summarize
 from interleave_thinker.runtime.store import RunStore, failed_trace
+from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 
 from .test_batch import REPO, servers, stable  # noqa: F401  (the scripted model servers, a module fixture)
 from .test_batch_poison import Switch, items_file, run_batch
@@ -217,8 +217,9 @@ def test_report_merges_shard_folders(tmp_path: Path) -> None:
 
 def test_run_resume_of_a_failed_run_keeps_the_plan_and_runs_it_again(tmp_path: Path) -> None:
     from interleave_thinker.core.errors import BackendError
+    from interleave_thinker.core.run_folder import read_trace
     from interleave_thinker.runtime.batch_inputs import read_batch_input
-    from interleave_thinker.runtime.store import read_trace, reopen_if_failed
+    from interleave_thinker.runtime.resume import reopen_if_failed
 
     items = read_batch_input(str(items_file(tmp_path)))
     run_batch(tmp_path / "out", items, Switch({"generate": BackendError("down")}))
@@ -235,25 +236,12 @@ def test_run_resume_of_a_failed_run_keeps_the_plan_and_runs_it_again(tmp_path: P
 RELEASE = threading.Event()
 
 
-class StuckEdit(BaseHTTPRequestHandler):
+def stuck_edit(request: Request) -> Reply:
     """An "/edit" server that answers health checks but never finishes an edit (until the test ends)."""
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        body = b'{"status": "ok"}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self) -> None:
-        RELEASE.wait(60)
-        self.send_response(503)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+    if request.method == "GET":
+        return Reply(body={"status": "ok"})
+    RELEASE.wait(60)
+    return Reply(503, b"")
 
 
 @pytest.mark.slow
@@ -262,14 +250,12 @@ def test_sigterm_leaves_a_resumable_run_without_temporary_files(
     tmp_path: Path,
 ) -> None:
     RELEASE.clear()
-    stuck = ThreadingHTTPServer(("127.0.0.1", 0), StuckEdit)
-    stuck.daemon_threads, stuck.block_on_close = False, True
-    threading.Thread(target=stuck.serve_forever, daemon=True).start()
+    stuck = LocalServer(stuck_edit).start()
     out = tmp_path / "run"
     command = [
         sys.executable, "-m", "interleave_thinker", "run", "Show process number 3", "--preset", "tiny",
         "--planner", f"openai:{servers['chat']}/v1#scripted", "--critic", f"openai:{servers['chat']}/v1#scripted",
-        "--generator", f"http:http://127.0.0.1:{stuck.server_address[1]}", "--out", str(out),
+        "--generator", f"http:{stuck.url}", "--out", str(out),
     ]  # fmt: skip
     proc = subprocess.Popen(
         command, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True
@@ -285,8 +271,7 @@ def test_sigterm_leaves_a_resumable_run_without_temporary_files(
         assert proc.stderr is not None
         proc.stderr.close()
         RELEASE.set()
-        stuck.shutdown()
-        stuck.server_close()
+        stuck.close()
     assert proc.returncode == 130, stderr  # typer reports the interrupt itself, without a traceback
     assert "Traceback" not in stderr
     trace = json.loads((out / "trace.json").read_text())

@@ -13,8 +13,7 @@ import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
-from interleave_thinker.backends.protocols import ImageBatchMixin, Message
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message
 from interleave_thinker.cli.batch import in_order
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.core.prompt_store import builtin_templates
@@ -23,6 +22,7 @@ from interleave_thinker.runtime.batch_inputs import BatchItem, read_batch_input
 from interleave_thinker.runtime.reports import write_reports
 from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 
 POISON = "POISON"
 PLAN = (
@@ -53,10 +53,14 @@ class PoisonImage(ImageBatchMixin):
     def __init__(self, switch: Switch) -> None:
         self.switch, self.inner = switch, ScriptedImageBackend()
 
-    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
-        if prompt.startswith("poisoned") and not self.switch.fixed and "generate" in self.switch.poison:
+    def generate(self, request: ImageRequest) -> Image.Image:
+        if (
+            request.prompt.startswith("poisoned")
+            and not self.switch.fixed
+            and "generate" in self.switch.poison
+        ):
             raise self.switch.poison["generate"]
-        return self.inner.generate(prompt, **kwargs)
+        return self.inner.generate(request)
 
 
 def pipeline(switch: Switch) -> Pipeline:

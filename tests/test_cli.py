@@ -128,7 +128,7 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(Path("run") / "index.html")
     trace = json.loads((tmp_path / "run" / "trace.json").read_text())
-    assert trace["schema_version"] == 1 and trace["status"] == "succeeded"
+    assert trace["schema_version"] == 2 and trace["status"] == "succeeded"
     assert trace["planner"]["plan"]["fallback"] is True and len(trace["planner"]["raw_replies"]) == 3
     attempts = trace["steps"][0]["attempts"]
     assert [a["seed"] for a in attempts] == [100, 101]
@@ -147,7 +147,7 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_demo_shows_a_real_plan_and_verdicts(tmp_path: Path) -> None:
     """What `make demo` runs: the format-trained tiny planner and critic write parsable replies."""
-    from interleave_thinker.train.tiny_format import ensure_format_trained_tiny
+    from interleave_thinker.testing.tiny_format import ensure_format_trained_tiny
 
     ensure_format_trained_tiny()  # built here, once, without the command's timeout (minutes on a busy CI)
     result = cli("run", "How to draw a cat step by step?", "--preset", "tiny", "--out", "demo", cwd=tmp_path)

@@ -70,3 +70,61 @@ def test_parse_spec() -> None:
         parse_spec("no-kind-here")
     with pytest.raises(ConfigError, match="known kinds: a, b"):
         parse_spec("c:x", {"a": 1, "b": 2})
+
+
+def test_docs_table_is_the_settings_model() -> None:
+    """docs/configuration.md lists every key once, with the field's description (the flags' help too)."""
+    from interleave_thinker.core.config import config_table, documented_keys
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    table = text.split("<!-- keys:start -->\n")[1].split("\n<!-- keys:end -->")[0]
+    assert table == config_table()
+    keys = [line.split("`")[1] for line in table.splitlines()[2:]]
+    assert keys == documented_keys() and len(set(keys)) == len(keys)
+    assert {"remote.backoff_max", "generation.height", "prompts.verify", "loop.seed_base"} <= set(keys)
+
+
+def test_flag_help_is_the_field_description() -> None:
+    import typing
+
+    from interleave_thinker.cli.options import PIPELINE_FLAGS, SETTINGS_FLAGS
+    from interleave_thinker.core.config import field_help
+
+    for name, (key, declaration) in {**SETTINGS_FLAGS, **PIPELINE_FLAGS}.items():
+        if name == "config":
+            continue
+        option = typing.get_args(declaration)[1]
+        assert option.help.startswith(field_help(key)), name
+
+
+def test_prompt_settings_build_the_template_store(tmp_path: Path) -> None:
+    from interleave_thinker.core.config import PromptOptions
+
+    options = PromptOptions(
+        folder=tmp_path / "t", cache_dir=tmp_path / "c", base_url="http://mirror.test/x/", verify=False
+    )
+    store = options.store()
+    assert (store.folder, store.cache_dir, store.base_url) == (
+        tmp_path / "t",
+        tmp_path / "c",
+        "http://mirror.test/x",
+    )
+    assert (store.verify, store.builtin_fallback) == (False, True)
+    assert PromptOptions(download=False).store().download_allowed is False
+
+
+def test_training_configs_load_with_overrides_and_name_the_file(tmp_path: Path) -> None:
+    from interleave_thinker.train.grpo.config import GRPORunConfig
+
+    path = tmp_path / "g.yaml"
+    path.write_text(
+        "output_dir: a\nmodel: {name_or_path: tiny}\ndata: {synthetic: 2}\n"
+        "training: {per_device_train_batch_size: 2, num_generations: 2}\n"
+        "reward: {device: cpu}\nremote: {timeout: 5}\nprompts: {download: false}\n"
+    )
+    config = GRPORunConfig.load(path, {"output_dir": "b", "role": None})
+    assert (str(config.output_dir), config.role, config.reward.device) == ("b", None, "cpu")
+    assert (config.remote.timeout, config.prompts.download) == (5, False)
+    path.write_text(path.read_text() + "remote: {timout: 5}\n")
+    with pytest.raises(ConfigError, match=r"Invalid GRPO config .*g.yaml: unknown key 'remote.timout'"):
+        GRPORunConfig.load(path)

@@ -54,7 +54,7 @@ def test_data_build_accepts_a_batch_folder(tmp_path: Path) -> None:
     out = tmp_path / "built"
     out.mkdir()
     (out / "judge_scores.json").write_text(json.dumps(scores))
-    result = CliRunner().invoke(app, ["build", "--from", str(root), "--out", str(out), "--no-trl"])
+    result = CliRunner().invoke(app, ["build", "--input", str(root), "--out", str(out), "--no-trl"])
     assert result.exit_code == 0, result.output
     assert "trajectories: 2, steps: 4, attempts: 6, unscored steps: 0" in result.output
     assert json.loads((out / "stats.json").read_text())["examples"]["critic_sft"] > 0
@@ -65,7 +65,7 @@ def test_a_build_with_zero_examples_says_so_and_exits_1(tmp_path: Path) -> None:
     for n in range(2):  # fallback plans (nothing to learn) and no judge scores (no step matches a rule)
         run = make_run(root / "requests", f"r{n}", [[(True, 9.0)]], plan=False)
         (run / "judge_scores.json").unlink()
-    result = CliRunner().invoke(app, ["build", "--from", str(root), "--out", str(tmp_path / "built")])
+    result = CliRunner().invoke(app, ["build", "--input", str(root), "--out", str(tmp_path / "built")])
     assert result.exit_code == 1
     assert "error: 0 examples" in result.output and "--judge" in result.output
 

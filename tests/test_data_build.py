@@ -11,7 +11,6 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from interleave_thinker.agents.judge import Judge
-from interleave_thinker.backends import ScriptedVLMBackend
 from interleave_thinker.cli.data import app
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.types import (
@@ -25,6 +24,7 @@ from interleave_thinker.core.types import (
     Trace,
     Verdict,
 )
+from interleave_thinker.testing.scripted import ScriptedVLMBackend
 from interleave_thinker.train.data.builder import build, write_canvas
 from interleave_thinker.train.data.export import export
 from interleave_thinker.train.data.loaders import load_critic_rl, load_sft
@@ -100,7 +100,9 @@ def make_run(
     records, scores = [], {}
     before = WHITE_CANVAS
     for i, attempts in enumerate(steps, start=1):
-        record = StepRecord(step=plan_steps[i - 1], kind="image", text=f"do {i}")
+        record = StepRecord(
+            step=plan_steps[i - 1], kind="image", text=f"do {i}", planned_prompt=plan_steps[i - 1].prompt
+        )
         prompt = plan_steps[i - 1].prompt or ""
         for a, (label, score) in enumerate(attempts):
             image = _image(run / "images" / f"step{i:02d}_attempt{a}.png", (i * 40, a * 60, 100))
@@ -226,7 +228,7 @@ def test_records_build_with_judge_scores_for_missing_attempts(tmp_path: Path) ->
 def test_build_and_stats_commands(runs: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "built"
-    built = runner.invoke(app, ["build", "--from", str(runs), "--out", str(out), "--seed", "1", "--no-trl"])
+    built = runner.invoke(app, ["build", "--input", str(runs), "--out", str(out), "--seed", "1", "--no-trl"])
     assert built.exit_code == 0, built.output
     assert "rules matched (steps): refinement_trend 6, stable_high 13, high_variance 12" in built.output
     assert json.loads((out / "stats.json").read_text())["examples"] == {
@@ -234,11 +236,11 @@ def test_build_and_stats_commands(runs: Path, tmp_path: Path) -> None:
         "critic_sft": 12,
         "critic_rl": 6,
     }
-    stats = runner.invoke(app, ["stats", "--from", str(runs), "--json"])
+    stats = runner.invoke(app, ["stats", "--input", str(runs), "--json"])
     assert json.loads(stats.output)["pools"] == {"sft": 19, "rl": 6, "unused": 0}
     rules = tmp_path / "rules.yaml"
     rules.write_text("high_scor: 8\n")
-    bad = runner.invoke(app, ["stats", "--from", str(runs), "--rules", str(rules)])
+    bad = runner.invoke(app, ["stats", "--input", str(runs), "--rules", str(rules)])
     assert bad.exit_code != 0
     assert "unknown key 'high_scor'" in str(bad.exception)
 
@@ -247,7 +249,7 @@ def test_unscored_records_build_planner_pairs_and_empty_critic_sets(tmp_path: Pa
     data = shared_path("fixtures", "train-data")
     out = tmp_path / "built"
     result = CliRunner().invoke(
-        app, ["build", "--from", str(data / "records"), "--image-dir", str(data), "--out", str(out)]
+        app, ["build", "--input", str(data / "records"), "--image-dir", str(data), "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     assert "trajectories: 1, steps: 2, attempts: 3, unscored steps: 2" in result.output

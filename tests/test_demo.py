@@ -18,11 +18,11 @@ import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
-from interleave_thinker.backends.protocols import Message
+from interleave_thinker.backends.protocols import ImageRequest, Message
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.ui.app import DemoRuns
 from interleave_thinker.ui.files import new_run_dir, session_dir, sweep, zip_run
 from interleave_thinker.ui.options import DemoOptions, RunSettings, parse_size
@@ -90,14 +90,14 @@ class GatedImage(ScriptedImageBackend):
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
 
-    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.entered.release()
         try:
             assert self.release.acquire(timeout=60), "the test never released the generator"
-            return super().generate(prompt, **kwargs)
+            return super().generate(request)
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -286,7 +286,7 @@ def test_sweep_removes_only_expired_runs(tmp_path: Path) -> None:
 
 
 class BrokenImage(ScriptedImageBackend):
-    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         raise RuntimeError("CUDA exploded\nTraceback (most recent call last): secret detail")
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.documents import markdown_text
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 
 HOSTILE = [
     "<script>alert(1)</script>",

@@ -14,13 +14,14 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from interleave_thinker.agents.planner import parse_plan
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.parsing import parse_plan
+from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.types import Plan, PlanStep, Trace
 from interleave_thinker.eval.base_mode import OneStepPlanner
-from interleave_thinker.eval.datasets import EvalItem, load_items, parse_shard, select_items
+from interleave_thinker.eval.datasets import EvalItem, load_items
 from interleave_thinker.eval.layouts import release_text_answer
-from interleave_thinker.runtime.recorder import IMAGES_DIR
+from interleave_thinker.runtime.batch_inputs import parse_shard, select
 from interleave_thinker.runtime.store import RunStore
 from tests.conftest import REPO, shared_path
 
@@ -112,7 +113,7 @@ def test_hf_dataset_images_become_files(tmp_path: Path) -> None:
 
 def test_limit_then_shard_selects_like_batch() -> None:
     items = [EvalItem("wise", str(n), "c", f"p{n}") for n in range(10)]
-    assert [i.id for i in select_items(items, limit=7, shard=parse_shard("1/3"))] == ["1", "4"]
+    assert [i.id for i in select(items, limit=7, shard=parse_shard("1/3"))] == ["1", "4"]
     with pytest.raises(InputError, match="--shard"):
         parse_shard("3/3")
 

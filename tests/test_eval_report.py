@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.report import write_report
 from interleave_thinker.eval.report_data import load_runs, passed
+from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path
-from tests.eval_judge import judge_server
 
 CHROMIUM = "/usr/bin/chromium"
 

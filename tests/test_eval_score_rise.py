@@ -15,8 +15,8 @@ from PIL import Image
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import score_rise
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
+from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path
-from tests.eval_judge import judge_server
 
 
 def _t(name: str) -> str:

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from interleave_thinker.cli.main import app
 from interleave_thinker.eval import score_ueval
+from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path
-from tests.eval_judge import judge_server
 
 
 def _t(name: str) -> str:

@@ -15,8 +15,8 @@ from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval import score_wise
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
+from interleave_thinker.testing.doubles.judge import image_urls, judge_server, user_text
 from tests.conftest import shared_path
-from tests.eval_judge import image_urls, judge_server, user_text
 
 P_FIELD, E_FIELD = "{prompt_data['Prompt']}", "{prompt_data['Explanation']}"
 
@@ -385,8 +385,8 @@ def test_sigkilled_run_resumes_without_asking_again(tmp_path: Path, eval_prompts
 
 def test_any_chat_backend_judges_through_chat(tmp_path: Path, eval_prompts: Path) -> None:
     """A non-openai judge gets the same conversation through ``chat``: system text, user text, the image."""
-    from interleave_thinker.backends import ScriptedVLMBackend
     from interleave_thinker.eval.judging import ChatTransport
+    from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
     outputs, records, _ = _verified_setup(tmp_path)
     backend = ScriptedVLMBackend(["Score: 1"], name="scripted", repeat_last=True)

@@ -20,6 +20,7 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.backends.image.fastvideo_backend import FastVideoImageBackend, frame_to_image
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.specs import load_image_backend
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -117,7 +118,7 @@ def make(model: str = KLEIN, **kwargs: Any) -> tuple[FastVideoImageBackend, Fake
 def test_text_to_image_arguments_and_result() -> None:
     backend, generator = make()
     with backend:
-        image = backend.generate("a lighthouse at dusk", width=512, height=768, seed=205)
+        image = backend.generate(ImageRequest("a lighthouse at dusk", width=512, height=768, seed=205))
         scratch = backend._scratch
         assert scratch.is_dir()
     assert generator.model_path == KLEIN and generator.load_kwargs == {"num_gpus": 1}
@@ -143,14 +144,14 @@ def test_text_to_image_arguments_and_result() -> None:
 def test_explicit_steps_and_guidance_win_and_unknown_models_keep_fastvideo_presets() -> None:
     backend, generator = make()
     with backend:
-        backend.generate("p", steps=8, guidance=2.5)
+        backend.generate(ImageRequest("p", steps=8, guidance=2.5))
     assert generator.calls[0].kwargs["num_inference_steps"] == 8
     assert generator.calls[0].kwargs["guidance_scale"] == 2.5
     other, other_gen = make(
         "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", num_gpus=2, load_kwargs={"vae_cpu_offload": True}
     )
     with other:
-        other.generate("p", width=64, height=64)
+        other.generate(ImageRequest("p", width=64, height=64))
     assert other_gen.load_kwargs == {"num_gpus": 2, "vae_cpu_offload": True}
     assert "num_inference_steps" not in other_gen.calls[0].kwargs
     assert "guidance_scale" not in other_gen.calls[0].kwargs
@@ -160,7 +161,7 @@ def test_edit_passes_the_image_as_a_png_path() -> None:
     backend, generator = make()
     source = Image.new("RGB", (640, 480), (10, 200, 30))
     with backend:
-        result = backend.generate("make it autumn", image=source, width=640, height=480, seed=3)
+        result = backend.generate(ImageRequest("make it autumn", image=source, width=640, height=480, seed=3))
         [call] = generator.calls
         path = Path(call.kwargs["image_path"])
         assert path.parent == backend._scratch and path.suffix == ".png"
@@ -174,7 +175,7 @@ def test_other_output_size_is_fitted_to_the_request() -> None:
     backend, generator = make()
     generator.align = 16
     with backend:
-        image = backend.generate("p", width=1000, height=600, seed=9)
+        image = backend.generate(ImageRequest("p", width=1000, height=600, seed=9))
     assert generator.calls[0].kwargs["width"] == 1000
     assert image.size == (1000, 600) and image.getpixel((500, 300)) == (9, 40, 77)
 
@@ -182,7 +183,7 @@ def test_other_output_size_is_fitted_to_the_request() -> None:
 def test_generation_failure_is_a_backend_error() -> None:
     backend, _ = make()
     with backend, pytest.raises(BackendError, match="generation failed: RuntimeError: CUDA out of memory"):
-        backend.generate("explode")
+        backend.generate(ImageRequest("explode"))
 
 
 def test_load_failure_is_a_backend_error() -> None:
@@ -218,7 +219,7 @@ def test_registry_imports_fastvideo_and_runs_a_batch(fake_fastvideo: types.Modul
     [generator] = FakeVideoGenerator.loaded
     try:
         first, second = backend.generate_batch(
-            [{"prompt": "one", "seed": 100, "width": 32, "height": 32}, {"prompt": "two", "seed": 101}]
+            [ImageRequest("one", seed=100, width=32, height=32), ImageRequest("two", seed=101)]
         )
     finally:
         backend.close()

@@ -148,7 +148,7 @@ def test_client_error_not_retried(make: Any) -> None:
     with pytest.raises(BackendError) as info:
         backend.chat(user("x"))
     assert len(calls(backend)) == 1
-    assert "HTTP 400: Request contains an invalid argument." in str(info.value)
+    assert "HTTP 400 INVALID_ARGUMENT: Request contains an invalid argument." in str(info.value)
     assert info.value.__cause__ is error
 
 

@@ -28,6 +28,7 @@ from interleave_thinker.backends.image.gemini_image_backend import (
     image_config,
     resolve_model,
 )
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -184,7 +185,7 @@ def fake_sdk(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 def test_text_to_image_call_and_result() -> None:
     backend, client, _ = backend_with(image_reply(colour=(0, 128, 0)))
-    image = backend.generate("a green field", seed=300)
+    image = backend.generate(ImageRequest("a green field", seed=300))
     assert image.size == (1024, 1024) and image.getpixel((3, 3)) == (0, 128, 0)
     [call] = client.models.calls
     assert call.model == "gemini-2.5-flash-image"
@@ -199,7 +200,7 @@ def test_text_to_image_call_and_result() -> None:
 def test_edit_sends_prompt_then_image() -> None:
     backend, client, _ = backend_with(image_reply(colour=(9, 9, 9)))
     source = Image.new("RGBA", (1024, 1024), (200, 10, 10, 255))
-    result = backend.generate("make it blue", image=source)
+    result = backend.generate(ImageRequest("make it blue", image=source))
     [call] = client.models.calls
     assert call.contents[0] == "make it blue"
     part = call.contents[1]
@@ -215,12 +216,12 @@ def test_thought_images_are_skipped() -> None:
     final = Part(inline_data=Blob(png((64, 64), (0, 0, 255)), "image/png"))
     reply = GenerateContentResponse([Candidate(Content([Part(text="draft", thought=True), thought, final]))])
     backend, _, _ = backend_with(reply)
-    assert backend.generate("x", width=64, height=64).getpixel((0, 0)) == (0, 0, 255)
+    assert backend.generate(ImageRequest("x", width=64, height=64)).getpixel((0, 0)) == (0, 0, 255)
 
 
 def test_size_maps_to_aspect_ratio_and_result_is_fitted() -> None:
     backend, client, _ = backend_with(image_reply(size=(1344, 768), colour=(1, 2, 3)))
-    image = backend.generate("wide", width=1280, height=720)
+    image = backend.generate(ImageRequest("wide", width=1280, height=720))
     assert client.models.calls[0].config["image_config"] == {"aspect_ratio": "16:9"}
     assert image.size == (1280, 720) and image.getpixel((640, 360)) == (1, 2, 3)
 
@@ -252,14 +253,14 @@ def test_429_and_503_are_retried_with_backoff() -> None:
         ServerError(503, error_body(503, "UNAVAILABLE", "The model is overloaded.")),
         image_reply(colour=(5, 5, 5)),
     )
-    assert backend.generate("again").getpixel((0, 0)) == (5, 5, 5)
+    assert backend.generate(ImageRequest("again")).getpixel((0, 0)) == (5, 5, 5)
     assert len(client.models.calls) == 3
     assert len(sleeps) == 2 and all(0 < s <= 0.003 for s in sleeps)
 
 
 def test_transport_timeout_is_retried() -> None:
     backend, client, sleeps = backend_with(httpx.ReadTimeout("timed out"), image_reply())
-    backend.generate("slow")
+    backend.generate(ImageRequest("slow"))
     assert len(client.models.calls) == 2 and len(sleeps) == 1
 
 
@@ -267,7 +268,7 @@ def test_retries_run_out() -> None:
     errors = [ServerError(500, error_body(500, "INTERNAL", "Internal error.")) for _ in range(3)]
     backend, client, _ = backend_with(*errors)
     with pytest.raises(BackendError, match=r"3 tries failed.*500 INTERNAL") as info:
-        backend.generate("x")
+        backend.generate(ImageRequest("x"))
     assert isinstance(info.value.__cause__, ServerError)
     assert len(client.models.calls) == 3
 
@@ -276,15 +277,17 @@ def test_400_is_not_retried_and_carries_the_message() -> None:
     backend, client, sleeps = backend_with(
         ClientError(400, error_body(400, "INVALID_ARGUMENT", "Unsupported aspect ratio for this model."))
     )
-    with pytest.raises(BackendError, match=r"HTTP 400: Unsupported aspect ratio for this model\."):
-        backend.generate("x")
+    with pytest.raises(
+        BackendError, match=r"HTTP 400 INVALID_ARGUMENT: Unsupported aspect ratio for this model\."
+    ):
+        backend.generate(ImageRequest("x"))
     assert len(client.models.calls) == 1 and sleeps == []
 
 
 def test_403_hints_at_the_key() -> None:
     backend, _, _ = backend_with(ClientError(403, error_body(403, "PERMISSION_DENIED", "Permission denied.")))
     with pytest.raises(BackendError, match="Check that the API key is valid"):
-        backend.generate("x")
+        backend.generate(ImageRequest("x"))
 
 
 def test_text_only_reply_is_an_error_quoting_the_model() -> None:
@@ -293,7 +296,7 @@ def test_text_only_reply_is_an_error_quoting_the_model() -> None:
     )
     backend, client, _ = backend_with(reply)
     with pytest.raises(BackendError) as info:
-        backend.generate("a famous person")
+        backend.generate(ImageRequest("a famous person"))
     assert "I can't create images of that person." in str(info.value)
     assert "finish_reason=STOP" in str(info.value)
     assert len(client.models.calls) == 1
@@ -303,14 +306,14 @@ def test_blocked_prompt_is_an_error_with_the_reason() -> None:
     reply = GenerateContentResponse(None, PromptFeedback("SAFETY", "The prompt was blocked."))
     backend, _, _ = backend_with(reply)
     with pytest.raises(BackendError, match=r"no image \(prompt blocked: SAFETY; The prompt was blocked\.\)"):
-        backend.generate("x")
+        backend.generate(ImageRequest("x"))
 
 
 def test_image_safety_finish_without_parts() -> None:
     reply = GenerateContentResponse([Candidate(Content(None), finish_reason="IMAGE_SAFETY")])
     backend, _, _ = backend_with(reply)
     with pytest.raises(BackendError, match="finish_reason=IMAGE_SAFETY"):
-        backend.generate("x")
+        backend.generate(ImageRequest("x"))
 
 
 def test_client_built_from_the_environment_key(
@@ -333,10 +336,10 @@ def test_injected_client_is_not_closed() -> None:
 
 
 def test_missing_key_names_the_variable(fake_sdk: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(BackendError, match="GEMINI_API_KEY or GOOGLE_API_KEY"):
+    with pytest.raises(ConfigError, match="GEMINI_API_KEY or GOOGLE_API_KEY"):
         GeminiImageBackend("nano-banana")
     monkeypatch.setenv("GEMINI_API_KEY", "unused-because-another-variable-is-named")
-    with pytest.raises(BackendError, match="set TEAM_GEMINI_KEY") as info:
+    with pytest.raises(ConfigError, match="set TEAM_GEMINI_KEY") as info:
         GeminiImageBackend("nano-banana", remote=RemoteOptions(api_key_env="TEAM_GEMINI_KEY"))
     assert "unused-because" not in str(info.value)
 
@@ -361,7 +364,7 @@ def test_registry_loads_the_backend_with_the_alias(
     [client] = FakeClient.instances
     assert client.api_key == "g-key" and client.http_options == {"timeout": 5000}
     client.models.script.append(image_reply(size=(512, 512), colour=(7, 7, 7)))
-    [result] = backend.generate_batch([{"prompt": "p", "width": 512, "height": 512, "seed": 101}])
+    [result] = backend.generate_batch([ImageRequest("p", width=512, height=512, seed=101)])
     assert result.size == (512, 512) and result.getpixel((0, 0)) == (7, 7, 7)
     assert client.models.calls[0].model == "gemini-3.1-flash-image"
     assert client.models.calls[0].config["seed"] == 101

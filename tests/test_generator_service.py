@@ -23,6 +23,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.server.generator import (
     GeneratorProcess,
@@ -32,7 +33,6 @@ from interleave_thinker.server.generator import (
     parse_edit_request,
     worker_devices,
 )
-from interleave_thinker.server.generator.metrics import percentile
 from interleave_thinker.server.generator.openai_protocol import parse_edit_form, parse_generation
 
 TOKEN_ENV = "IT_TEST_GENERATOR_TOKEN"
@@ -198,10 +198,6 @@ def test_settings_are_checked_before_any_process_starts() -> None:
         ServiceSettings(generator="http:http://127.0.0.1:1")
     with pytest.raises(ConfigError, match="--timeout"):
         ServiceSettings(generator="tiny:generator", timeout=0)
-    assert percentile([], 50) == 0.0
-    assert percentile([3.0], 99) == 3.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 90) == 4.0
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -373,7 +369,9 @@ def test_edit_with_an_input_image_matches_the_local_backend(
     source = Image.new("RGB", (96, 64), (200, 30, 90))
     request = {"prompt": "make it blue", "image": b64(png_bytes(source)), "seed": 11, "num_inference_step": 2}
     got = decode_reply(client.post("/edit", json=request))
-    expected = local_generator.generate("make it blue", image=source, width=96, height=64, seed=11, steps=2)
+    expected = local_generator.generate(
+        ImageRequest("make it blue", image=source, width=96, height=64, seed=11, steps=2)
+    )
     assert got.size == (96, 64)
     assert got.tobytes() == expected.tobytes()
 
@@ -384,7 +382,8 @@ def test_200_requests_at_concurrency_32_lose_and_duplicate_nothing(
 ) -> None:
     combos = [(prompt, seed) for prompt in ("a red fox", "a blue boat") for seed in range(10)]
     expected = {
-        (p, s): local_generator.generate(p, width=64, height=64, seed=s, steps=2).tobytes() for p, s in combos
+        (p, s): local_generator.generate(ImageRequest(p, width=64, height=64, seed=s, steps=2)).tobytes()
+        for p, s in combos
     }
     before = client.get("/metrics").json()
 

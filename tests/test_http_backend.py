@@ -1,4 +1,4 @@
-"""The ``http:`` image backend: scripted "/edit" servers (http.server in a thread) for the protocol and
+"""The ``http:`` image backend: scripted "/edit" servers (``testing.doubles.generator``) for the protocol and
 retry behaviour, and two real ``serve generator`` subprocesses for a pool that loses a node."""
 
 from __future__ import annotations
@@ -7,11 +7,8 @@ import base64
 import io
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,84 +17,15 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.backends.image.http_backend import KNOB_PRESETS, HTTPImageBackend, parse_target
-from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.server.generator import GeneratorProcess
+from interleave_thinker.testing.doubles.generator import RED, ScriptedEditServer
 
 FAST = RetrySettings(max_retries=3, backoff_base=0.01, backoff_max=0.05, timeout=5.0)
-
-
-def png_b64(image: Image.Image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode()
-
-
-RED = Image.new("RGB", (8, 8), (255, 0, 0))
-OK = (200, {"success": True, "edited_image": png_b64(RED)})
-
-
-@dataclass
-class Received:
-    body: dict[str, Any]
-    headers: dict[str, str]
-    at: float
-
-
-@dataclass
-class ScriptedEditServer:
-    """Answers ``POST /edit`` from ``script`` in order (then ``then``); records what it received.
-
-    A step is ``(status, body)`` (a dict is sent as JSON, bytes as they are), optionally with headers
-    as a third item, or ``"hang"`` to never answer.
-    """
-
-    script: list[Any] = field(default_factory=list)
-    then: Any = OK
-    received: list[Received] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.release = threading.Event()
-        self._lock = threading.Lock()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                raw = self.rfile.read(length)
-                with owner._lock:
-                    owner.received.append(Received(json.loads(raw), dict(self.headers), time.monotonic()))
-                    step = owner.script.pop(0) if owner.script else owner.then
-                if step == "hang":
-                    owner.release.wait(10)
-                    return
-                status, body, *extra = step
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in (extra[0] if extra else {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
 
 
 @pytest.fixture
@@ -115,10 +43,12 @@ def backend_for(*urls: str, retry: RetrySettings = FAST, **kwargs: Any) -> HTTPI
 def test_klein_knobs_are_sent_exactly(scripted: ScriptedEditServer) -> None:
     with backend_for(scripted.url) as backend:
         assert isinstance(backend, ImageBackend)
-        image = backend.generate("a cat", seed=7)
+        image = backend.generate(ImageRequest("a cat", seed=7))
         assert image.tobytes() == RED.tobytes()
         source = Image.new("RGB", (16, 8), (0, 0, 255))
-        backend.generate("blue", image=source, width=512, height=256, seed=3, steps=2, guidance=3.5)
+        backend.generate(
+            ImageRequest("blue", image=source, width=512, height=256, seed=3, steps=2, guidance=3.5)
+        )
     assert scripted.received[0].body == {
         "image": None,
         "prompt": "a cat",
@@ -153,7 +83,7 @@ def test_presets_from_the_spec_and_the_bearer_token_from_env(
     assert isinstance(backend, HTTPImageBackend)
     assert backend.name == f"http:{scripted.url}#omnigen2"
     with backend:
-        backend.generate("p", seed=1, guidance=6.0, width=640, height=480)
+        backend.generate(ImageRequest("p", seed=1, guidance=6.0, width=640, height=480))
     assert scripted.received[0].body == {
         "image": None,
         "prompt": "p",
@@ -214,7 +144,7 @@ def test_endpoints_file_and_spec_parsing(tmp_path: Path, monkeypatch: pytest.Mon
 def test_5xx_replies_are_retried_until_success(scripted: ScriptedEditServer, failures: int) -> None:
     scripted.script = [(500, {"success": False, "error": "CUDA out of memory"})] * failures
     with backend_for(scripted.url) as backend:
-        image = backend.generate("p")
+        image = backend.generate(ImageRequest("p"))
     assert image.tobytes() == RED.tobytes()
     assert len(scripted.received) == failures + 1
 
@@ -224,7 +154,7 @@ def test_a_server_that_hangs_times_out_then_fails(scripted: ScriptedEditServer) 
     retry = RetrySettings(max_retries=2, backoff_base=0.01, timeout=0.3)
     start = time.monotonic()
     with backend_for(scripted.url, retry=retry) as backend, pytest.raises(BackendError) as info:
-        backend.generate("p")
+        backend.generate(ImageRequest("p"))
     assert time.monotonic() - start < 3.0
     assert len(scripted.received) == 3
     assert "3 tries failed" in str(info.value)
@@ -249,7 +179,7 @@ def test_garbage_replies_are_retried_then_fail(
 ) -> None:
     scripted.then = (200, body)
     with backend_for(scripted.url) as backend, pytest.raises(BackendError, match=message):
-        backend.generate("p")
+        backend.generate(ImageRequest("p"))
     assert len(scripted.received) == 4
 
 
@@ -259,7 +189,7 @@ def test_success_false_is_retried_and_the_server_error_reported(
 ) -> None:
     scripted.then = (status, {"success": False, "error": "boom"})
     with backend_for(scripted.url) as backend, pytest.raises(BackendError) as info:
-        backend.generate("p")
+        backend.generate(ImageRequest("p"))
     assert len(scripted.received) == 4
     assert "boom" in str(info.value)
 
@@ -267,7 +197,7 @@ def test_success_false_is_retried_and_the_server_error_reported(
 def test_a_400_is_not_retried(scripted: ScriptedEditServer) -> None:
     scripted.then = (400, {"success": False, "error": "Missing 'prompt'"})
     with backend_for(scripted.url) as backend, pytest.raises(BackendError) as info:
-        backend.generate("p")
+        backend.generate(ImageRequest("p"))
     assert len(scripted.received) == 1
     assert f"HTTP 400 from {scripted.url}/edit: Missing 'prompt'" in str(info.value)
 
@@ -275,7 +205,7 @@ def test_a_400_is_not_retried(scripted: ScriptedEditServer) -> None:
 def test_503_retry_after_is_waited_for(scripted: ScriptedEditServer) -> None:
     scripted.script = [(503, {"success": False, "error": "busy"}, {"Retry-After": "0.3"})]
     with backend_for(scripted.url) as backend:
-        backend.generate("p")
+        backend.generate(ImageRequest("p"))
     assert len(scripted.received) == 2
     assert scripted.received[1].at - scripted.received[0].at >= 0.3
 
@@ -285,11 +215,11 @@ def test_calls_go_round_robin_and_skip_a_failing_endpoint() -> None:
     try:
         with backend_for(first.url, second.url, concurrency=1) as backend:
             for _ in range(4):
-                backend.generate("p")
+                backend.generate(ImageRequest("p"))
             assert (len(first.received), len(second.received)) == (2, 2)
             first.then = (502, b"bad gateway")
             for _ in range(4):
-                backend.generate("p")
+                backend.generate(ImageRequest("p"))
         # first failed once, was put in cooldown, and every later call went to second
         assert (len(first.received), len(second.received)) == (3, 6)
     finally:
@@ -299,7 +229,7 @@ def test_calls_go_round_robin_and_skip_a_failing_endpoint() -> None:
 
 def test_generate_batch_keeps_order_across_the_pool(scripted: ScriptedEditServer) -> None:
     with backend_for(scripted.url, concurrency=4) as backend:
-        images = backend.generate_batch([{"prompt": f"p{i}", "seed": i} for i in range(6)])
+        images = backend.generate_batch([ImageRequest(f"p{i}", seed=i) for i in range(6)])
     assert len(images) == 6
     assert sorted(r.body["seed"] for r in scripted.received) == list(range(6))
 
@@ -319,9 +249,15 @@ def test_pool_of_two_services_survives_losing_one() -> None:
             service.wait_ready()
         retry = RetrySettings(max_retries=3, backoff_base=0.01, timeout=60.0)
         with backend_for(*(s.url for s in services), retry=retry, concurrency=1) as backend:
-            before = [backend.generate("a fox", width=64, height=64, seed=5, steps=2) for _ in range(4)]
+            before = [
+                backend.generate(ImageRequest("a fox", width=64, height=64, seed=5, steps=2))
+                for _ in range(4)
+            ]
             services[0].kill()
-            after = [backend.generate("a fox", width=64, height=64, seed=5, steps=2) for _ in range(4)]
+            after = [
+                backend.generate(ImageRequest("a fox", width=64, height=64, seed=5, steps=2))
+                for _ in range(4)
+            ]
         images = before + after
         assert all(image.size == (64, 64) for image in images)
         assert len({image.tobytes() for image in images}) == 1  # both nodes give the same image

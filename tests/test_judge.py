@@ -5,12 +5,11 @@ import math
 import pytest
 from PIL import Image
 
-from interleave_thinker.agents.judge import Judge
+from interleave_thinker.agents.judge import Judge, parse_judgement
 from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends import ScriptedVLMBackend
 from interleave_thinker.core.errors import ParseError
-from interleave_thinker.core.parsing import parse_judgement
 from interleave_thinker.core.prompt_store import TemplateStore, builtin_templates
+from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
 GOOD = [
     ('||V^=^V||\n{\n"score" : [7, 9],\n"reasoning" : "good"\n}\n||V^=^V||', [7.0, 9.0], "good"),

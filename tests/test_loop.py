@@ -11,25 +11,32 @@ import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
+from interleave_thinker.agents.critic import format_verdict
+from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.prompt_store import TemplateStore, builtin_templates
-
-from .helpers import GenCall, RecordingImage, ScriptedOverTiny
+from interleave_thinker.core.types import Plan, PlanStep, Verdict
+from interleave_thinker.testing.recording import GenCall, RecordingImage, ScriptedOverTiny
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 
 GARBAGE = "I think the picture is nice."
 
 
 def plan_reply(*steps: tuple[str | None, str | None, str | None]) -> str:
-    items = ", ".join(
-        f"{{'step_number': {i}, 'step_name': 'S{i}', 'instruction': {ins!r}, 'prompt': {pr!r}, 'auxiliary_text': {aux!r}}}"
-        for i, (ins, pr, aux) in enumerate(steps, start=1)
+    """A planner reply with steps (instruction, prompt, auxiliary_text), named S1, S2, ..."""
+    return format_plan(
+        Plan(
+            steps=[
+                PlanStep(step_number=i, step_name=f"S{i}", instruction=ins, prompt=pr, auxiliary_text=aux)
+                for i, (ins, pr, aux) in enumerate(steps, start=1)
+            ],
+            reasoning="plan",
+        )
     )
-    return f"<think>plan</think>\n<answer>\n{{'execution_plan': [{items}]}}\n</answer>"
 
 
 def verdict(success: bool, refine: str = "") -> str:
-    return f"<think>checked</think><answer>{{'previous_step_success': {success}, 'refine_prompt': {refine!r}}}</answer>"
+    return format_verdict(Verdict(success=success, refine_prompt=refine, reasoning="checked"))
 
 
 TWO_STEPS = plan_reply(

@@ -5,15 +5,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from interleave_thinker.agents.critic import critic_messages
+from interleave_thinker.agents.messages import fill, white_canvas
+from interleave_thinker.agents.planner import MANY_IMAGES_MAX_PIXELS, planner_messages
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.messages import (
-    MANY_IMAGES_MAX_PIXELS,
-    critic_messages,
-    fill,
-    planner_messages,
-    white_canvas,
-)
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
 
 

@@ -1,5 +1,5 @@
 """The vllm-omni / sglang-diffusion generator backend against a vLLM-Omni stand-in on 127.0.0.1
-(``tests/omni_server.py``): every field of the JSON and multipart requests, each failure's message,
+(``interleave_thinker.testing.doubles.omni``): every field of the JSON and multipart requests, each failure's message,
 retries over a pool, and, with the tiny FLUX.2-klein behind the stand-in, pixels identical to the
 local ``diffusers`` backend."""
 
@@ -21,11 +21,12 @@ from interleave_thinker.backends.image.omni_backend import (
     SGLangDiffusionBackend,
     parse_target,
 )
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.server.generator.launcher import free_port
-from tests.omni_server import OmniServer, OmniState, diffusers_engine, scripted_engine
+from interleave_thinker.testing.doubles.omni import OmniServer, OmniState, diffusers_engine, scripted_engine
 
 KLEIN = "black-forest-labs/FLUX.2-klein-4B"
 QWEN = "Qwen/Qwen-Image-Edit-2511"
@@ -91,8 +92,8 @@ def test_the_backend_loads_no_model_library() -> None:
 
 def test_text_to_image_sends_the_settings_the_local_backend_would_use(server: OmniServer) -> None:
     with backend(server.url) as client:
-        image = client.generate("a red fox", width=48, height=32, seed=7)
-        client.generate("a red fox", width=48, height=32, seed=7, steps=9, guidance=2.5)
+        image = client.generate(ImageRequest("a red fox", width=48, height=32, seed=7))
+        client.generate(ImageRequest("a red fox", width=48, height=32, seed=7, steps=9, guidance=2.5))
     assert image.size == (48, 32)
     first, second = (r["json"] for r in posts(server.state))
     assert first == {
@@ -118,7 +119,9 @@ def test_an_edit_is_multipart_with_the_latest_image_as_a_png() -> None:
         OmniServer(OmniState(engine=scripted_engine, model_name=QWEN)) as server,
         backend(server.url, QWEN) as client,
     ):
-        client.generate("make it night", image=source, width=40, height=24, seed=3, guidance=4.0)
+        client.generate(
+            ImageRequest("make it night", image=source, width=40, height=24, seed=3, guidance=4.0)
+        )
     (edit,) = posts(server.state)
     assert edit["path"] == "/v1/images/edits"
     assert edit["form"] == {
@@ -144,8 +147,8 @@ def test_an_edit_is_multipart_with_the_latest_image_as_a_png() -> None:
 def test_without_a_model_the_served_one_is_read_once_and_not_sent() -> None:
     with OmniServer(OmniState(engine=scripted_engine, model_name=QWEN)) as running:
         with backend(running.url, model=None) as client:
-            client.generate("a", width=16, height=16, seed=1)
-            client.generate("b", width=16, height=16, seed=2)
+            client.generate(ImageRequest("a", width=16, height=16, seed=1))
+            client.generate(ImageRequest("b", width=16, height=16, seed=2))
         bodies = [r["json"] for r in posts(running.state)]
         models_reads = [r for r in running.state.received if r["path"] == "/v1/models"]
     assert len(models_reads) == 1
@@ -159,7 +162,7 @@ def test_without_a_model_the_served_one_is_read_once_and_not_sent() -> None:
 
 def test_a_model_the_server_does_not_serve_is_named_with_the_fix(server: OmniServer) -> None:
     with backend(server.url, "someone/other-model") as client, pytest.raises(BackendError) as caught:
-        client.generate("x", width=16, height=16)
+        client.generate(ImageRequest("x", width=16, height=16))
     message = str(caught.value)
     assert "HTTP 400" in message and f"This server serves '{KLEIN}', not 'someone/other-model'" in message
     assert "fix #MODEL" in message
@@ -169,7 +172,7 @@ def test_a_model_the_server_does_not_serve_is_named_with_the_fix(server: OmniSer
 def test_a_size_over_the_server_limit_says_what_to_change() -> None:
     state = OmniState(engine=scripted_engine, max_pixels=32 * 32)
     with OmniServer(state) as running, backend(running.url) as client, pytest.raises(BackendError) as caught:
-        client.generate("x", width=64, height=64)
+        client.generate(ImageRequest("x", width=64, height=64))
     message = str(caught.value)
     assert "Requested image size 64x64 exceeds the maximum allowed size of 1024 pixels" in message
     assert "generation.width / generation.height" in message and "--max-generated-image-size" in message
@@ -179,15 +182,16 @@ def test_a_size_over_the_server_limit_says_what_to_change() -> None:
 def test_a_server_that_cannot_edit_says_so(edits_route: bool) -> None:
     state = OmniState(engine=scripted_engine, supports_edits=False)
     with OmniServer(state, edits_route=edits_route) as running, backend(running.url) as client:
-        assert client.generate("t2i still works", width=16, height=16).size == (16, 16)
+        assert client.generate(ImageRequest("t2i still works", width=16, height=16)).size == (16, 16)
         with pytest.raises(BackendError, match="The served model cannot edit images") as caught:
-            client.generate("edit", image=Image.new("RGB", (16, 16)), width=16, height=16)
-    assert ("HTTP 400" if edits_route else "HTTP 404: Not Found") in str(caught.value)
+            client.generate(ImageRequest("edit", image=Image.new("RGB", (16, 16)), width=16, height=16))
+    assert ("HTTP 400" if edits_route else "HTTP 404 from") in str(caught.value)
+    assert edits_route or "/v1/images/edits: Not Found" in str(caught.value)
 
 
 def test_other_4xx_show_the_server_message_and_are_not_retried(server: OmniServer) -> None:
     with backend(server.url) as client, pytest.raises(BackendError) as caught:
-        client.generate("x", width=16, height=16, steps=500)
+        client.generate(ImageRequest("x", width=16, height=16, steps=500))
     message = str(caught.value)
     assert (
         "HTTP 400" in message and "num_inference_steps" in message and "less than or equal to 200" in message
@@ -197,18 +201,18 @@ def test_other_4xx_show_the_server_message_and_are_not_retried(server: OmniServe
 
 def test_a_wrong_url_or_a_server_that_is_down_is_named(server: OmniServer) -> None:
     with backend(f"{server.url}/api") as client, pytest.raises(BackendError) as caught:
-        client.generate("x", width=16, height=16)
-    assert f"{server.url}/api/v1/images/generations answered HTTP 404" in str(caught.value)
+        client.generate(ImageRequest("x", width=16, height=16))
+    assert f"HTTP 404 from {server.url}/api/v1/images/generations" in str(caught.value)
     assert "give the server root or its /v1 URL" in str(caught.value)
     with backend(f"127.0.0.1:{free_port()}") as client, pytest.raises(BackendError) as caught:
-        client.generate("x", width=16, height=16)
+        client.generate(ImageRequest("x", width=16, height=16))
     assert "3 tries failed" in str(caught.value) and "ConnectError" in str(caught.value)
 
 
 def test_5xx_and_429_are_retried_until_an_image_comes(server: OmniServer) -> None:
     server.state.failures += [(503, "engine busy", {}), (429, "slow down", {"Retry-After": "0"})]
     with backend(server.url) as client:
-        assert client.generate("x", width=16, height=16).size == (16, 16)
+        assert client.generate(ImageRequest("x", width=16, height=16)).size == (16, 16)
     assert [r.get("failed") for r in posts(server.state)] == [503, 429, None]
 
 
@@ -217,7 +221,7 @@ def test_5xx_beyond_the_retries_ends_with_the_last_server_message(server: OmniSe
         (500, f"Image generation failed: CUDA out of memory #{i}", {}) for i in range(3)
     ]
     with backend(server.url) as client, pytest.raises(BackendError) as caught:
-        client.generate("x", width=16, height=16)
+        client.generate(ImageRequest("x", width=16, height=16))
     assert "3 tries failed" in str(caught.value) and "CUDA out of memory #2" in str(caught.value)
 
 
@@ -229,7 +233,7 @@ def test_a_slow_server_times_out_with_a_clear_message() -> None:
         backend(running.url, remote=slow) as client,
         pytest.raises(BackendError) as caught,
     ):
-        client.generate("x", width=16, height=16)
+        client.generate(ImageRequest("x", width=16, height=16))
     assert "2 tries failed" in str(caught.value) and "timed out after 0.2s" in str(caught.value)
 
 
@@ -241,19 +245,17 @@ def test_a_pool_routes_around_a_failing_endpoint() -> None:
         OmniServer(good_state) as good,
         backend(f"{bad.url},{good.url}") as client,
     ):
-        images = [client.generate(f"p{i}", width=16, height=16) for i in range(4)]
+        images = [client.generate(ImageRequest(f"p{i}", width=16, height=16)) for i in range(4)]
     assert len(images) == 4 and len(posts(good.state)) == 4
     assert len(posts(bad.state)) == 1  # failed once, then skipped for the cooldown
 
 
 def test_a_batch_runs_in_parallel_and_keeps_its_order(server: OmniServer) -> None:
-    requests: list[dict[str, Any]] = [
-        {"prompt": f"p{i}", "width": 16, "height": 8, "seed": i} for i in range(6)
-    ]
+    requests = [ImageRequest(f"p{i}", width=16, height=8, seed=i) for i in range(6)]
     with backend(server.url) as client:
         images = client.generate_batch(requests)
     by_prompt = {call["prompt"]: scripted_engine(call).tobytes() for call in server.state.engine_calls}
-    assert [image.tobytes() for image in images] == [by_prompt[r["prompt"]] for r in requests]
+    assert [image.tobytes() for image in images] == [by_prompt[r.prompt] for r in requests]
 
 
 def test_the_key_is_sent_as_a_bearer_token_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,13 +263,14 @@ def test_the_key_is_sent_as_a_bearer_token_and_never_shown(monkeypatch: pytest.M
     with OmniServer(OmniState(engine=scripted_engine, api_key=secret)) as running:
         monkeypatch.setenv("OPENAI_API_KEY", secret)
         with backend(running.url) as client:
-            assert client.generate("x", width=16, height=16).size == (16, 16)
+            assert client.generate(ImageRequest("x", width=16, height=16)).size == (16, 16)
         assert posts(running.state)[0]["headers"]["authorization"] == f"Bearer {secret}"
         monkeypatch.setenv("OPENAI_API_KEY", "wrong-" + secret)
         with backend(running.url) as client, pytest.raises(BackendError) as caught:
-            client.generate("x", width=16, height=16)
+            client.generate(ImageRequest("x", width=16, height=16))
     message = str(caught.value)
-    assert "HTTP 401: Unauthorized" in message and "export OPENAI_API_KEY=" in message
+    assert "HTTP 401 from" in message and "/v1/images/generations: Unauthorized" in message
+    assert "export OPENAI_API_KEY=" in message
     assert secret not in message and secret not in client.name
 
 
@@ -279,11 +282,11 @@ def test_a_reply_without_an_image_is_an_error_not_a_crash(server: OmniServer) ->
     ]
     with backend(server.url) as client:
         with pytest.raises(BackendError, match=r"without data\[0\]\.b64_json \(a URL-only reply\?\)"):
-            client.generate("x", width=16, height=16)
+            client.generate(ImageRequest("x", width=16, height=16))
         with pytest.raises(BackendError, match=r"data\[0\]\.b64_json from .* is not an image"):
-            client.generate("x", width=16, height=16)
+            client.generate(ImageRequest("x", width=16, height=16))
         with pytest.raises(BackendError, match=r"has no data\[0\]\.b64_json image"):
-            client.generate("x", width=16, height=16)
+            client.generate(ImageRequest("x", width=16, height=16))
 
 
 # -- pixels: the tiny FLUX.2-klein, local vs served ----------------------------------------------
@@ -292,7 +295,7 @@ def test_a_reply_without_an_image_is_an_error_not_a_crash(server: OmniServer) ->
 @pytest.fixture(scope="module")
 def tiny_generator() -> Any:
     from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
-    from interleave_thinker.core.tiny import ensure_tiny_models
+    from interleave_thinker.testing.tiny import ensure_tiny_models
 
     return DiffusersImageBackend(str(ensure_tiny_models().generator), device="cpu")
 
@@ -307,8 +310,8 @@ def test_served_pixels_equal_the_local_diffusers_backend(tiny_generator: Any) ->
         {"prompt": "make it night", "image": source, "width": 64, "height": 64, "seed": 105},
     ]
     with OmniServer(state) as running, backend(running.url, model=None, remote=PATIENT) as client:
-        served = [client.generate(**c) for c in calls]
-    local = [tiny_generator.generate(**c) for c in calls]
+        served = [client.generate(ImageRequest(**c)) for c in calls]
+    local = [tiny_generator.generate(ImageRequest(**c)) for c in calls]
     for call, a, b in zip(calls, local, served, strict=True):
         assert a.size == b.size and a.tobytes() == b.tobytes(), call["prompt"]
     assert served[0].tobytes() != served[1].tobytes()  # steps and guidance did reach the pipeline
@@ -389,8 +392,8 @@ def test_our_serve_generator_gives_the_same_pixels_through_its_openai_routes(tin
         if probe.status_code == 404:
             pytest.skip("serve generator does not answer the OpenAI images API yet (issue 12, item 2)")
         with backend(service.url, model=None, remote=PATIENT) as omni, HTTPImageBackend(service.url) as edit:
-            served = [omni.generate(**c) for c in calls]
-            via_edit = [edit.generate(**c) for c in calls]
-    local = [tiny_generator.generate(**c) for c in calls]
+            served = [omni.generate(ImageRequest(**c)) for c in calls]
+            via_edit = [edit.generate(ImageRequest(**c)) for c in calls]
+    local = [tiny_generator.generate(ImageRequest(**c)) for c in calls]
     for a, b, c in zip(local, served, via_edit, strict=True):
         assert a.tobytes() == b.tobytes() == c.tobytes()

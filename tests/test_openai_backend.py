@@ -1,16 +1,13 @@
-"""The openai: backend against small scripted OpenAI-compatible servers on 127.0.0.1 (real HTTP)."""
+"""The openai: backend against small scripted OpenAI-compatible servers on 127.0.0.1 (real HTTP,
+:mod:`interleave_thinker.testing.doubles.openai_chat`)."""
 
 from __future__ import annotations
 
 import base64
 import io
-import json
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,90 +18,10 @@ from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.testing.doubles.openai_chat import Call, Reply, Script, ScriptedServer, ok
 
 FAST = RetrySettings(max_retries=3, backoff_base=0.01, backoff_max=0.05, timeout=5.0)
 SECRET = "sk-test-4f9c1d-secret"
-
-
-@dataclass
-class Call:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None
-    delay: float = 0.0
-
-
-def ok(text: str) -> Reply:
-    return Reply(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
-
-
-Script = Callable[[int, Call], Reply]
-
-
-class ScriptedServer:
-    """A threaded http.server whose reply to the n-th call (0-based) comes from ``script``; records calls."""
-
-    def __init__(self, script: Script) -> None:
-        self.calls: list[Call] = []
-        self._release = threading.Event()
-        lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                call = Call(
-                    self.command, self.path, dict(self.headers.items()), json.loads(raw) if raw else None
-                )
-                with lock:
-                    index = len(server.calls)
-                    server.calls.append(call)
-                reply = script(index, call)
-                if reply.delay:
-                    server._release.wait(reply.delay)
-                data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up (timeout test)
-                    pass
-
-            do_GET = _serve
-            do_POST = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def posts(self) -> list[Call]:
-        return [c for c in self.calls if c.method == "POST"]
-
-    def __enter__(self) -> ScriptedServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
 
 
 @pytest.fixture

@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from interleave_thinker.agents.critic import parse_verdict
+from interleave_thinker.agents.judge import parse_judgement
+from interleave_thinker.agents.planner import parse_plan
 from interleave_thinker.core.errors import ParseError
-from interleave_thinker.core.parsing import parse_judgement, parse_plan, parse_verdict
 
 SEED = 16
 REPLIES_PER_PARSER = 20_000

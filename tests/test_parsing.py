@@ -2,15 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from interleave_thinker.agents.critic import parse_verdict
+from interleave_thinker.agents.judge import parse_judgement
+from interleave_thinker.agents.planner import parse_plan
+from interleave_thinker.agents.reply import MAX_REPLY_CHARS, extract_answer, extract_think
 from interleave_thinker.core.errors import ParseError
-from interleave_thinker.core.parsing import (
-    MAX_REPLY_CHARS,
-    extract_answer,
-    extract_think,
-    parse_judgement,
-    parse_plan,
-    parse_verdict,
-)
 
 STEP = "{'step_number': 1, 'step_name': 'Sketch', 'instruction': 'Draw a cat.', 'prompt': 'a cat sketch', 'auxiliary_text': None}"
 

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import re
 import shutil
 import threading
+import tomllib
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -11,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from interleave_thinker.core.errors import TemplateError
-from interleave_thinker.core.prompt_store import PINNED_COMMIT, RELEASED, TemplateStore, builtin_templates
+from interleave_thinker.core.prompt_store import (
+    BUILTIN_PACKAGE,
+    PINNED_COMMIT,
+    RELEASED,
+    TemplateStore,
+    builtin_templates,
+)
+from tests.conftest import REPO
 
 
 def repository_tree(prompts_dir: Path, root: Path, *, tamper: str | None = None) -> Path:
@@ -143,3 +153,26 @@ def test_check_reports_status(prompts_dir: Path, tmp_path: Path) -> None:
     assert {status for _, _, status in rows} == {"ok"}
     rows = TemplateStore(cache_dir=tmp_path).check()
     assert {status for _, _, status in rows} == {"missing"}
+
+
+def _placeholders(text: str) -> set[str]:
+    return set(re.findall(r"\{[a-z_]+\}|<instruction>|<image>", text))
+
+
+def test_builtin_templates_are_the_released_set_with_its_placeholders(prompts_dir: Path) -> None:
+    ours = builtin_templates()
+    assert sorted(ours.texts) == sorted(RELEASED)
+    for name, text in ours.texts.items():
+        released = (prompts_dir / f"{name}.txt").read_text(encoding="utf-8")
+        assert _placeholders(text) == _placeholders(released), name
+
+
+def test_the_prompts_package_ships_every_template() -> None:
+    """The wheel carries ``prompts/*.txt``: every built-in template matches a package-data pattern."""
+    package_dir = REPO / "src" / Path(*BUILTIN_PACKAGE.split("."))
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["interleave_thinker"]
+    files = sorted(path.relative_to(package_dir.parent).as_posix() for path in package_dir.glob("*.txt"))
+    assert [f"{name}.txt" for name in sorted(RELEASED)] == [f.split("/")[-1] for f in files]
+    for file in files:
+        assert any(fnmatch.fnmatch(file, pattern) for pattern in patterns), file

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.core.tiny import ensure_tiny_models
-from interleave_thinker.train.tiny_format import _build_one
+from interleave_thinker.testing.tiny import ensure_tiny_models
+from interleave_thinker.testing.tiny_format import _build_one
 
 pytestmark = pytest.mark.slow
 

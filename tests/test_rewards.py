@@ -12,9 +12,10 @@ from PIL import Image
 
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.train.rewards import (
     CriticReward,
     StepwiseScorer,
@@ -148,11 +149,11 @@ class Generator(ScriptedImageBackend):
         super().__init__()
         self.mode = mode
 
-    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         if self.mode == "fail":
             self.calls.append(None)  # type: ignore[arg-type]
             raise BackendError("generator down")
-        image = super().generate(prompt, **kwargs)
+        image = super().generate(request)
         if self.mode == "slow":
             time.sleep(0.5)
         return image
@@ -279,8 +280,8 @@ def test_planner_rewards() -> None:
 class OtherSize(ScriptedImageBackend):
     """A generator that ignores the requested size (as real ones do: multiples of 16, fixed outputs)."""
 
-    def generate(self, prompt: str, **kwargs: Any) -> Image.Image:
-        super().generate(prompt, **kwargs)
+    def generate(self, request: ImageRequest) -> Image.Image:
+        super().generate(request)
         return Image.linear_gradient("L").convert("RGB").resize((40, 30))
 
 

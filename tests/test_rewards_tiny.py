@@ -14,10 +14,10 @@ from PIL import Image
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
 from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.testing.recording import RecordingImage, ScriptedOverTiny
 from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
 
 from .conftest import shared_path
-from .helpers import RecordingImage, ScriptedOverTiny
 
 pytestmark = pytest.mark.slow
 

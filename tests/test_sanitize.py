@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.agents.critic import parse_verdict
 from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.core.errors import PlanningError
-from interleave_thinker.core.parsing import parse_verdict
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.sanitize import MANY_SURROGATES, clean_text, is_clean
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 
 CUT_EMOJI_PLAN = "<answer>{'execution_plan': [{'step_number': 1, 'instruction': 'smile \ud83d"
 """A planner reply cut inside an emoji, as a client that decodes JSON escapes hands it over."""

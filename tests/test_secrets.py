@@ -8,14 +8,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.remote import (
     MAX_RETRY_AFTER,
     EndpointPool,
@@ -24,6 +23,7 @@ from interleave_thinker.backends.remote import (
 )
 from interleave_thinker.backends.secrets import scrub
 from interleave_thinker.core.errors import BackendError
+from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-5ecret-9f27c1d0a8b3"
@@ -37,40 +37,19 @@ class EchoServer:
         self.status = status
         self.script: list[tuple[int, dict[str, str]]] = []
         self.requests = 0
-        server = self
+        self.server = LocalServer(self._answer).start()
+        self.url = self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                server.requests += 1
-                status, extra = server.script.pop(0) if server.script else (server.status, {})
-                echoed = {name: value for name, value in self.headers.items()}
-                message = f"denied; you sent {echoed} and {json.dumps(echoed)}"
-                body = json.dumps(
-                    {"error": {"message": message, "code": status, "status": "UNAUTHENTICATED"}}
-                ).encode()
-                self.send_response(status)
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = _answer
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+    def _answer(self, request: Request) -> Reply:
+        self.requests += 1
+        status, extra = self.script.pop(0) if self.script else (self.status, {})
+        echoed = dict(request.headers)
+        message = f"denied; you sent {echoed} and {json.dumps(echoed)}"
+        body = {"error": {"message": message, "code": status, "status": "UNAUTHENTICATED"}}
+        return Reply(status, body, extra)
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 @pytest.fixture
@@ -169,7 +148,7 @@ def scripted() -> Iterator[dict[str, str]]:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.scripted_servers", kind, str(port)],
+                [sys.executable, "-m", "interleave_thinker.testing.doubles.scripted_models", kind, str(port)],
                 cwd=REPO,
                 stdout=subprocess.PIPE,
             )
@@ -290,7 +269,7 @@ def test_gemini_sdk_errors_are_scrubbed(kind: str, codes: list[int], monkeypatch
                 [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
             )
         else:
-            GeminiImageBackend("m", client=EchoingClient(codes), remote=fast).generate("p")
+            GeminiImageBackend("m", client=EchoingClient(codes), remote=fast).generate(ImageRequest("p"))
     text = chain_text(info.value)
     assert KEY not in text
     assert "***" in str(info.value)

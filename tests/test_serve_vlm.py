@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from PIL import Image
 
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
@@ -30,6 +29,7 @@ from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.limits import read_timeout_protocol
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
+from interleave_thinker.testing.doubles.asgi import AppServer
 
 FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -62,31 +62,11 @@ class RecordingBackend(VLMBatchMixin):
                 self.in_flight -= 1
 
 
-class InProcessServer:
-    """uvicorn in a thread on a socket we bound ourselves (port 0: no race for a free port)."""
+class InProcessServer(AppServer):
+    """The service over ``backend``, under uvicorn in a thread (``testing.doubles.asgi``)."""
 
-    def __init__(self, backend: RecordingBackend, served_name: str = "rec") -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(
-            create_app(backend, served_name), log_level="warning", ws="none", lifespan="off"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> InProcessServer:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+    def __init__(self, backend: Any, served_name: str = "rec") -> None:
+        super().__init__(create_app(backend, served_name))
 
 
 @pytest.fixture
@@ -426,20 +406,9 @@ class ModelBackend(VLMBatchMixin):
         return "x" * self.model.generate(max_new_tokens=max_new_tokens)
 
 
-class LimitedServer(InProcessServer):
+class LimitedServer(AppServer):
     def __init__(self, backend: Any, limits: VLMLimits, read_timeout: float = 30.0) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(
-            create_app(backend, "rec", limits),
-            log_level="warning",
-            ws="none",
-            lifespan="off",
-            http=read_timeout_protocol(read_timeout),
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        super().__init__(create_app(backend, "rec", limits), http=read_timeout_protocol(read_timeout))
 
 
 def png_claiming(width: int, height: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,14 @@ import yaml
 from PIL import Image
 from typer.testing import CliRunner
 
+from interleave_thinker.agents.critic import critic_messages
+from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.backends.vlm.transformers_backend import TransformersVLMBackend
 from interleave_thinker.cli.data import app as data_app
 from interleave_thinker.cli.train import app as train_app
 from interleave_thinker.core.errors import ConfigError
-from interleave_thinker.core.messages import critic_messages, white_canvas
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.core.tiny import ensure_tiny_models
+from interleave_thinker.testing.tiny import ensure_tiny_models
 from interleave_thinker.train.sft.config import SFTRunConfig
 from interleave_thinker.train.sft.trainer import build_trainer, run_sft
 
@@ -63,6 +65,16 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
         assert result.exit_code == 0, result.output
     return root
+
+
+@pytest.fixture(scope="module")
+def critic_run(work: Path) -> Path:
+    """The 60-step critic SFT run through the CLI, made once for the tests that check it and resume it
+    (a fixture, so each of them gets it whatever runs first or alone, and fails if the run fails)."""
+    config = tiny_config(work, "critic", work / "data" / "critic_sft.json")
+    result = CliRunner().invoke(train_app, ["sft", "--role", "critic", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    return work / "out-critic"
 
 
 VERDICT = re.compile(r"<answer>\s*\{\s*['\"]previous_step_success['\"]\s*:\s*(True|False|true|false)\b")
@@ -117,13 +129,10 @@ def test_collated_batch_labels_only_assistant_tokens(work: Path) -> None:
 
 
 def test_critic_sft_loss_falls_reloads_and_parses_more_often(
-    work: Path, capsys: pytest.CaptureFixture[str]
+    critic_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = critic_verdict_rate(str(ensure_tiny_models().critic))
-    config = tiny_config(work, "critic", work / "data" / "critic_sft.json")
-    result = CliRunner().invoke(train_app, ["sft", "--role", "critic", "--config", str(config)])
-    assert result.exit_code == 0, result.output
-    out = work / "out-critic"
+    out = critic_run
     state = json.loads((out / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert losses[-1] < 0.5 * losses[0]
@@ -139,12 +148,11 @@ def test_critic_sft_loss_falls_reloads_and_parses_more_often(
     assert after > before
 
 
-def test_resume_continues_the_step_count(work: Path) -> None:
-    out = work / "out-critic"
-    if not (out / f"checkpoint-{STEPS}").is_dir():
-        pytest.skip("needs the critic run above")
+def test_resume_continues_the_step_count(work: Path, critic_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out-critic"
+    shutil.copytree(critic_run, out)  # a copy: the run's own folder keeps exactly its two checkpoints
     config = SFTRunConfig.load(
-        tiny_config(work, "critic", work / "data" / "critic_sft.json", max_steps=STEPS + 10)
+        tiny_config(tmp_path, "critic", work / "data" / "critic_sft.json", max_steps=STEPS + 10)
     )
     result = run_sft(config, resume=True, output_dir=out)
     assert result.global_step == STEPS + 10

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from interleave_thinker.core import tiny
-from interleave_thinker.core.tiny import (
+from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.testing import tiny
+from interleave_thinker.testing.tiny import (
     COMPLETE_MARKER,
     TINY_DIR_ENV,
     TinyModelPaths,
@@ -222,13 +223,10 @@ def test_diffusers_backend_is_safe_to_call_from_threads(tiny_paths: TinyModelPat
     from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
 
     backend = DiffusersImageBackend(str(tiny_paths.generator), device="cpu", dtype="float32")
-    jobs = [
-        {"prompt": f"a red cat number {i}", "width": 64, "height": 64, "seed": i, "steps": 3}
-        for i in range(6)
-    ]
-    alone = [np.asarray(backend.generate(**job)) for job in jobs]
+    jobs = [ImageRequest(f"a red cat number {i}", width=64, height=64, seed=i, steps=3) for i in range(6)]
+    alone = [np.asarray(backend.generate(job)) for job in jobs]
     with ThreadPoolExecutor(6) as pool:
-        together = [np.asarray(image) for image in pool.map(lambda job: backend.generate(**job), jobs)]
+        together = [np.asarray(image) for image in pool.map(lambda job: backend.generate(job), jobs)]
     for i, (a, b) in enumerate(zip(alone, together, strict=True)):
         assert np.array_equal(a, b), f"job {i} differs when run beside others"
 

@@ -215,7 +215,7 @@ def test_data_build_from_a_batch_with_the_tiny_judge_writes_critic_examples(tmp_
     result = cli(
         "data",
         "build",
-        "--from",
+        "--input",
         str(batch),
         "--out",
         "built",
@@ -246,7 +246,7 @@ def test_data_build_that_produces_nothing_says_so_and_exits_non_zero(tmp_path: P
     failed = cli(
         "data",
         "build",
-        "--from",
+        "--input",
         str(batch),
         "--out",
         "built",

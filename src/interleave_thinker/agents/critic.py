@@ -1,4 +1,10 @@
-"""The critic agent: judges one attempt from the images before and after it, and refines the prompt."""
+"""The critic agent: judges one attempt from the images before and after it, and refines the prompt.
+
+Template ``critic``; messages ``[before, after, filled template]`` in this order, as the critic was
+trained; the reply read into a :class:`Verdict` (:func:`parse_verdict`), valid only with a bool
+``previous_step_success`` and a str ``refine_prompt``, and, the inverse, a verdict written as the
+critic would answer it (:func:`format_verdict`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,62 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends.protocols import VLMBackend
-from interleave_thinker.core.messages import critic_messages
-from interleave_thinker.core.parsing import parse_verdict
+from interleave_thinker.agents.base import Agent
+from interleave_thinker.agents.messages import Message, fill, image_part, text_part, user_turn
+from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
+from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Verdict
+
+TEMPLATE = "critic"
+
+
+def critic_messages(
+    templates: TemplateSet,
+    *,
+    before: Image.Image,
+    after: Image.Image,
+    original_instruction: str,
+    rewritten_prompt: str,
+) -> list[Message]:
+    """``[before, after, text]`` in this order, as the critic was trained."""
+    text = fill(
+        templates.get(TEMPLATE),
+        original_instruction=original_instruction,
+        rewritten_prompt=rewritten_prompt,
+    )
+    return user_turn(image_part(before), image_part(after), text_part(text))
+
+
+def parse_verdict(reply: str) -> Verdict:
+    """Parse a critic reply; valid only with a bool ``previous_step_success`` and a str ``refine_prompt``."""
+    read = read_reply(reply)
+    value = read.answer
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, dict):
+        raise ParseError(f"the answer is a {type(value).__name__}, not a dict", raw=read.text)
+    success = value.get("previous_step_success")
+    if not isinstance(success, bool):
+        raise ParseError(f"'previous_step_success' must be True or False, got {show(success)}", raw=read.text)
+    refine = value.get("refine_prompt")
+    if not isinstance(refine, str):
+        raise ParseError(f"'refine_prompt' must be a string, got {show(refine)}", raw=read.text)
+    return Verdict(success=success, refine_prompt=clean_text(refine), reasoning=read.reasoning)
+
+
+def format_verdict(verdict: Verdict) -> str:
+    """The reply a critic would write for ``verdict``: ``parse_verdict(format_verdict(v)) == v``.
+
+    ``ValueError`` for text that parsing would change (a control character, a lone surrogate, a
+    thought with surrounding space or tags of its own).
+    """
+    answer = {
+        "previous_step_success": verdict.success,
+        "refine_prompt": check_text(verdict.refine_prompt, "the refine prompt"),
+    }
+    return write_reply(answer, verdict.reasoning)
 
 
 @dataclass
@@ -22,20 +78,7 @@ class CriticResult:
     duration_s: float = 0.0
 
 
-class Critic:
-    def __init__(
-        self,
-        backend: VLMBackend,
-        templates: TemplateSet,
-        *,
-        retry: RetryPolicy | None = None,
-        max_new_tokens: int = 4096,
-    ) -> None:
-        self.backend = backend
-        self.templates = templates
-        self.retry = retry or RetryPolicy()
-        self.max_new_tokens = max_new_tokens
-
+class Critic(Agent):
     def review(
         self, *, before: Image.Image, after: Image.Image, original_instruction: str, rewritten_prompt: str
     ) -> CriticResult:
@@ -47,10 +90,5 @@ class Critic:
             original_instruction=original_instruction,
             rewritten_prompt=rewritten_prompt,
         )
-        outcome = self.retry.run(
-            lambda temperature: self.backend.chat(
-                messages, max_new_tokens=self.max_new_tokens, temperature=temperature
-            ),
-            parse_verdict,
-        )
+        outcome = self.ask(messages, parse_verdict)
         return CriticResult(outcome.value, outcome.raw_replies, outcome.errors, round(outcome.duration_s, 4))

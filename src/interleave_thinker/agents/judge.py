@@ -7,24 +7,125 @@ Inputs are prepared as the release's judge prepares them (``GeminiEditScorer.sco
 RGB, the "after" image resized to the "before" image's size with Pillow's default filter for RGB
 (bicubic) *before* either judgement, so SC and PQ both see the resized image; the instruction is
 stripped, and an empty one is an error without asking the judge.
+
+Templates: SC joins ``judge_context``, ``judge_edit_rule`` and ``judge_edit_sc`` by newlines (with
+``<instruction>`` filled) over ``[before, after]``; PQ joins ``judge_context`` and ``judge_pq`` over
+``[after]``. A judgement is a JSON block, with or without the ``||V^=^V||`` delimiters, a bare score
+list or a bare number (:func:`parse_judgement`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
 
 from PIL import Image
 
-from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends.protocols import VLMBackend
-from interleave_thinker.core.messages import judge_quality_messages, judge_semantic_messages
-from interleave_thinker.core.parsing import parse_judgement
+from interleave_thinker.agents.base import Agent
+from interleave_thinker.agents.messages import Message, image_part, text_part, user_turn
+from interleave_thinker.agents.reply import prepare_reply, read_answer, show
+from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
+from interleave_thinker.core.sanitize import clean_text
+
+SEMANTIC_TEMPLATES = ("judge_context", "judge_edit_rule", "judge_edit_sc")
+QUALITY_TEMPLATES = ("judge_context", "judge_pq")
+
+# -- messages -----------------------------------------------------------------------------------------
+
+
+def judge_semantic_messages(
+    templates: TemplateSet, *, before: Image.Image, after: Image.Image, instruction: str
+) -> list[Message]:
+    """SC: context + rule + SC texts joined by newlines, ``<instruction>`` filled; images ``[before, after]``.
+
+    The "after" image is resized to the "before" image's size, as the release's judge does.
+    """
+    text = "\n".join(templates.get(name) for name in SEMANTIC_TEMPLATES).replace("<instruction>", instruction)
+    if after.size != before.size:
+        after = after.resize(before.size, Image.Resampling.BICUBIC)
+    return user_turn(image_part(before), image_part(after), text_part(text))
+
+
+def judge_quality_messages(templates: TemplateSet, *, after: Image.Image) -> list[Message]:
+    """PQ: context + PQ texts joined by a newline; image ``[after]``."""
+    text = "\n".join(templates.get(name) for name in QUALITY_TEMPLATES)
+    return user_turn(image_part(after), text_part(text))
+
+
+# -- the reply ----------------------------------------------------------------------------------------
+
+MAX_SCORES = 10
+JUDGE_DELIMITER = "||V^=^V||"
+_NUMBER = re.compile(r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?")
+
+
+def _without_fence(text: str) -> str:
+    """The text without a Markdown code fence around it (text before the answer is skipped anyway)."""
+    if text.startswith("```"):
+        text = text[4:] if text[3:4] == "\n" else text[7:] if text[3:7].lower() == "json" else text[3:]
+    return text[:-3].strip() if text.endswith("```") else text.strip()
+
+
+def _score(item: Any, raw: str) -> float:
+    if isinstance(item, str) and _NUMBER.fullmatch(item.strip()):
+        item = float(item)
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        raise ParseError(f"score {show(item)} is not a number", raw=raw)
+    if not 0 <= item <= 10:
+        raise ParseError(f"score {show(item)} is outside 0-10", raw=raw)
+    return float(item)
+
+
+def _scores_from(value: Any, raw: str, cut: set[int] | None = None) -> list[float]:
+    if isinstance(value, dict):
+        if "score" not in value:
+            raise ParseError("the judgement has no 'score' key", raw=raw)
+        value = value["score"]
+    if isinstance(value, bool):
+        raise ParseError("the score is a bool, not a number", raw=raw)
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ParseError(f"the score must be a non-empty list of numbers, got {show(value)}", raw=raw)
+    if cut and id(value) in cut:
+        raise ParseError("the score list is cut off by the end of the reply", raw=raw)
+    if len(value) > MAX_SCORES:
+        raise ParseError(f"the score list has {len(value)} numbers, more than {MAX_SCORES}", raw=raw)
+    return [_score(item, raw) for item in value]
+
+
+def parse_judgement(reply: str) -> tuple[list[float], str | None]:
+    """Scores (0-10) and reasoning from a judge reply: a JSON block with or without the ``||V^=^V||``
+    delimiters, a bare score list, or a bare number. Never guesses: unparsable -> :class:`ParseError`.
+
+    The score list holds 1 to :data:`MAX_SCORES` numbers from 0 to 10 (numbers or numeric strings)
+    and must be complete: a list the end of the reply cut off is an error, never a shorter list.
+    """
+    reply = prepare_reply(reply)
+    text = reply.strip()
+    if JUDGE_DELIMITER in text:
+        pieces = text.split(JUDGE_DELIMITER)
+        text = pieces[1] if len(pieces) >= 3 else pieces[-1]
+    text = _without_fence(text.strip())
+    if _NUMBER.fullmatch(text):
+        return _scores_from(float(text), reply), None
+    result = read_answer(text, raw=reply)
+    value = result.value
+    reasoning = value.get("reasoning") if isinstance(value, dict) else None
+    scores = _scores_from(value, reply, result.cut)
+    return scores, clean_text(reasoning) if isinstance(reasoning, str) else None
+
+
+# -- the agent ----------------------------------------------------------------------------------------
 
 
 @dataclass
 class Judgement:
+    """SC and PQ (each the lowest of its scores), their scores, reasons and raw replies, or the error."""
+
     sc: float | None = None
     pq: float | None = None
     sc_scores: list[float] = field(default_factory=list)
@@ -43,17 +144,8 @@ class Judgement:
         return math.sqrt(self.sc * self.pq) if self.sc is not None and self.pq is not None else None
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "sc": self.sc,
-            "pq": self.pq,
-            "overall": self.overall,
-            "sc_scores": self.sc_scores,
-            "pq_scores": self.pq_scores,
-            "sc_reasoning": self.sc_reasoning,
-            "pq_reasoning": self.pq_reasoning,
-            "raw_replies": self.raw_replies,
-            "error": self.error,
-        }
+        fields = asdict(self)
+        return {"sc": fields.pop("sc"), "pq": fields.pop("pq"), "overall": self.overall, **fields}
 
 
 EMPTY_INSTRUCTION = "empty instruction: the judge is not asked (the release scores it 0 with an error)"
@@ -67,61 +159,38 @@ def judge_inputs(before: Image.Image, after: Image.Image) -> tuple[Image.Image, 
     return before, after
 
 
-class Judge:
-    def __init__(
-        self,
-        backend: VLMBackend,
-        templates: TemplateSet,
-        *,
-        retry: RetryPolicy | None = None,
-        max_new_tokens: int = 1024,
-    ) -> None:
-        self.backend = backend
-        self.templates = templates
-        self.retry = retry or RetryPolicy()
-        self.max_new_tokens = max_new_tokens
+class Judge(Agent):
+    DEFAULT_MAX_NEW_TOKENS = 1024
 
-    def _ask(
-        self, messages: list[dict[str, object]]
-    ) -> tuple[tuple[list[float], str | None] | None, list[str], list[str]]:
-        outcome = self.retry.run(
-            lambda temperature: self.backend.chat(
-                messages, max_new_tokens=self.max_new_tokens, temperature=temperature
-            ),
-            parse_judgement,
-        )
-        return outcome.value, outcome.raw_replies, outcome.errors
+    def _judgement(self, kind: Literal["sc", "pq"], messages: list[Message]) -> Judgement:
+        """One judgement: the lowest of its scores, or an error carried in the result after the retries."""
+        outcome = self.ask(messages, parse_judgement)
+        result = Judgement(raw_replies={kind: outcome.raw_replies})
+        if outcome.value is None:
+            last = outcome.errors[-1] if outcome.errors else "no reply"
+            result.error = (
+                f"{kind.upper()} judgement unparsable after {len(outcome.raw_replies)} replies: {last}"
+            )
+            return result
+        scores, reasoning = outcome.value
+        setattr(result, kind, min(scores))
+        setattr(result, f"{kind}_scores", scores)
+        setattr(result, f"{kind}_reasoning", reasoning)
+        return result
 
     def semantic(self, before: Image.Image, after: Image.Image, instruction: str) -> Judgement:
         """SC of ``after`` against ``before`` for ``instruction`` (stripped; empty is an error, no call)."""
         instruction = instruction.strip()
         if not instruction:
             return Judgement(raw_replies={"sc": []}, error=EMPTY_INSTRUCTION)
-        value, raws, errors = self._ask(
-            judge_semantic_messages(self.templates, before=before, after=after, instruction=instruction)
+        messages = judge_semantic_messages(
+            self.templates, before=before, after=after, instruction=instruction
         )
-        result = Judgement(raw_replies={"sc": raws})
-        if value is None:
-            result.error = (
-                f"SC judgement unparsable after {len(raws)} replies: {errors[-1] if errors else 'no reply'}"
-            )
-        else:
-            result.sc_scores, result.sc_reasoning = value
-            result.sc = min(result.sc_scores)
-        return result
+        return self._judgement("sc", messages)
 
     def quality(self, after: Image.Image) -> Judgement:
         """PQ of ``after`` as given: callers that judge an edit pass it through :func:`judge_inputs` first."""
-        value, raws, errors = self._ask(judge_quality_messages(self.templates, after=after))
-        result = Judgement(raw_replies={"pq": raws})
-        if value is None:
-            result.error = (
-                f"PQ judgement unparsable after {len(raws)} replies: {errors[-1] if errors else 'no reply'}"
-            )
-        else:
-            result.pq_scores, result.pq_reasoning = value
-            result.pq = min(result.pq_scores)
-        return result
+        return self._judgement("pq", judge_quality_messages(self.templates, after=after))
 
     def judge(self, before: Image.Image, after: Image.Image, instruction: str) -> Judgement:
         """Both judgements on the release's inputs; the result carries an error when either failed."""
@@ -130,12 +199,10 @@ class Judge:
         if sc.error == EMPTY_INSTRUCTION:
             return sc
         pq = self.quality(after)
-        return Judgement(
-            sc=sc.sc,
+        return replace(
+            sc,
             pq=pq.pq,
-            sc_scores=sc.sc_scores,
             pq_scores=pq.pq_scores,
-            sc_reasoning=sc.sc_reasoning,
             pq_reasoning=pq.pq_reasoning,
             raw_replies={**sc.raw_replies, **pq.raw_replies},
             error="; ".join(e for e in (sc.error, pq.error) if e) or None,

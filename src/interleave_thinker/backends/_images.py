@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from PIL import Image
+from PIL import Image, ImageOps
 
 from interleave_thinker.backends.protocols import Message
 
@@ -44,3 +44,12 @@ def apply_max_pixels(messages: list[Message], factor: int = 32) -> list[Message]
                 parts.append(dict(part))
         result.append({**message, "content": parts})
     return result
+
+
+def fit_to_size(image: Image.Image, width: int, height: int) -> Image.Image:
+    """RGB ``image`` center-cropped to the requested aspect and resized, so a service that only offers a
+    few sizes or aspect ratios never returns a distorted picture or another size than asked for."""
+    image = image.convert("RGB")
+    if image.size == (width, height):
+        return image
+    return ImageOps.fit(image, (width, height), Image.Resampling.LANCZOS)

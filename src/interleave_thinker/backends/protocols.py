@@ -6,7 +6,8 @@ new model or service is one file. Agents and the runtime only ever see these pro
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, Self, runtime_checkable
 
 from PIL import Image
 
@@ -30,30 +31,57 @@ class VLMBackend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ImageRequest:
+    """One image generation: text-to-image when ``image`` is None, an edit of ``image`` otherwise.
+
+    Why a value and not keywords: the same seven fields travel through the loop, the limiter, the
+    micro-batcher, the generator service and the rewards; one frozen object keeps them together and
+    lets batches be lists of requests instead of dicts. ``steps``/``guidance`` None means the model's
+    own default (``backends.model_defaults``)."""
+
+    prompt: str
+    image: Image.Image | None = None
+    width: int = 1024
+    height: int = 1024
+    seed: int = 0
+    steps: int | None = None
+    guidance: float | None = None
+
+    @property
+    def settings(self) -> tuple[int, int, int | None, float | None]:
+        """(width, height, steps, guidance): text-to-image requests equal here can share one batch."""
+        return self.width, self.height, self.steps, self.guidance
+
+
 @runtime_checkable
 class ImageBackend(Protocol):
-    """An image generator: text-to-image when ``image`` is None, an edit of ``image`` otherwise."""
+    """An image generator: one :class:`ImageRequest` in, one image of its size out."""
 
     name: str
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image: ...
+    def generate(self, request: ImageRequest) -> Image.Image: ...
 
-    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
-        """Several generations; each dict holds :meth:`generate`'s keyword arguments plus ``prompt``."""
+    def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
+        """Several generations, in order."""
         ...
 
 
-class VLMBatchMixin:
+class Closeable:
+    """``close`` (nothing to release by default) and use as a context manager, so every backend can be
+    closed the same way whether or not it holds a connection, a process or a scratch folder."""
+
+    def close(self) -> None:
+        """Release what the backend holds; calling it twice is harmless."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class VLMBatchMixin(Closeable):
     """Default ``chat_batch``: one ``chat`` call per conversation."""
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
@@ -65,21 +93,11 @@ class VLMBatchMixin:
         return [self.chat(c, max_new_tokens=max_new_tokens, temperature=temperature) for c in conversations]
 
 
-class ImageBatchMixin:
+class ImageBatchMixin(Closeable):
     """Default ``generate_batch``: one ``generate`` call per request."""
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         raise NotImplementedError
 
-    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
-        return [self.generate(**request) for request in requests]
+    def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
+        return [self.generate(request) for request in requests]

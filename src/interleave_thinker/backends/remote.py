@@ -11,6 +11,7 @@ import email.utils
 import logging
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60.0
 """The longest a server's ``Retry-After`` makes us wait (its value is outside input: 1e6 or ``inf``
 must not put a caller to sleep for days)."""
@@ -80,6 +80,68 @@ class RetrySettings:
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else 1.0
         wanted = retry_after if retry_after is not None and math.isfinite(retry_after) else 0.0
         return max(base * spread, min(max(wanted, 0.0), self.max_retry_after))
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _printable(text: str) -> str:
+    """Server text made safe to print and store: no control characters, no lone surrogates. Not cut
+    here: a message is scrubbed of secrets first and cut after, so no prefix of a key survives."""
+    return _CONTROL.sub(" ", text.encode("utf-8", "replace").decode("utf-8", "replace")).strip()
+
+
+def error_message(response: httpx.Response) -> str:
+    """The server's own message in an error reply, whichever of the usual shapes it has: OpenAI and
+    vLLM ``{"error": {"message"}}``, ``{"error": "..."}`` ("/edit", ``--api-key`` rejections), older
+    vLLM ``{"message"}``, FastAPI ``{"detail": str | [pydantic errors]}``; else the body."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return _printable(str(error["message"]))
+        if isinstance(error, str) and error:
+            return _printable(error)
+        if body.get("message"):
+            return _printable(str(body["message"]))
+        detail = body.get("detail")
+        if isinstance(detail, str):
+            return _printable(detail)
+        if isinstance(detail, list):  # pydantic errors: "body.size: message"
+            parts = [
+                ".".join(str(p) for p in d.get("loc", ())) + ": " + str(d.get("msg", ""))
+                for d in detail
+                if isinstance(d, dict)
+            ]
+            return _printable("; ".join(parts))
+    return _printable(response.text)
+
+
+def is_retryable_status(status: int) -> bool:
+    """The one rule for every served backend, HTTP reply or SDK error code alike: 408, 429 and every
+    5xx except 501 are worth another try (on the next endpoint); 501 Not Implemented and other 4xx are
+    answers about the request or the server that a retry cannot change.
+
+    >>> [s for s in (400, 404, 408, 429, 500, 501, 502, 503, 504, 599) if is_retryable_status(s)]
+    [408, 429, 500, 502, 503, 504, 599]
+    """
+    return status in (408, 429) or (500 <= status < 600 and status != 501)
+
+
+def check_status(response: httpx.Response, *, name: str, detail: str, hint: str = "") -> None:
+    """Classify one HTTP reply: below 400 passes; a retryable status raises :class:`RetryableError`
+    (with the server's ``Retry-After``); any other error raises :class:`BackendError` naming the URL.
+    ``detail`` (the server's own message) must already be scrubbed and bounded; ``hint`` says the fix."""
+    status = response.status_code
+    if status < 400:
+        return
+    if is_retryable_status(status):
+        raise RetryableError(f"HTTP {status}: {detail}", parse_retry_after(response))
+    message = f"{name}: HTTP {status} from {response.request.url}: {detail}"
+    raise BackendError(f"{message.rstrip('.')}. {hint}" if hint else message)
 
 
 class EndpointPool:
@@ -236,16 +298,11 @@ class RemoteCaller:
             f"{self.name}: {reason}; last error: {problems[-1] if problems else 'none'}"
         ) from self.safe_cause(last)
 
-    def check_status(self, response: httpx.Response) -> None:
-        """Retryable statuses raise :class:`RetryableError`; other errors raise :class:`BackendError`."""
-        if response.status_code in RETRYABLE_STATUS:
-            raise RetryableError(
-                f"HTTP {response.status_code}: {self.scrub(response.text[:200])}", parse_retry_after(response)
-            )
-        if response.status_code >= 400:
-            raise BackendError(
-                f"{self.name}: HTTP {response.status_code} from {response.url}: {self.scrub(response.text[:300])}"
-            )
+    def check_status(self, response: httpx.Response, detail: str | None = None, hint: str = "") -> None:
+        """:func:`check_status` with this caller's name; ``detail`` (default: the body's start) is
+        scrubbed of secrets first and then cut, so no prefix of a key survives."""
+        text = self.scrub(response.text if detail is None else detail)
+        check_status(response, name=self.name, detail=text[:500] or "(empty body)", hint=hint)
 
     def close(self) -> None:
         self.client.close()

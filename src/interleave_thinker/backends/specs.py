@@ -1,7 +1,9 @@
 """Backend specs: one URL-like string picks a backend, e.g. ``transformers:Qwen/Qwen3-VL-8B-Instruct``.
 
 The registries below are plain dicts from kind to a loader; later backends (``openai:``, ``http:``,
-``gemini:``...) are one entry each.
+``gemini:``...) are one entry each. Kinds that live above this layer (``tiny:``, in ``testing``) are added
+with :func:`register_kind` by the package root, so this module imports nothing above ``backends`` and
+nothing heavy: a bad spec is reported before torch or diffusers load.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
@@ -62,38 +65,10 @@ def _transformers_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> 
     )
 
 
-def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBackend:
-    from interleave_thinker.core.tiny import ensure_tiny_models
-
-    which = spec.target or role
-    if which not in ("planner", "critic", "judge", "planner-sft", "critic-sft", "judge-sft"):
-        raise ConfigError(
-            f"tiny VLM spec {spec.raw!r}: target must be planner, critic, judge, planner-sft or critic-sft."
-        )
-    if which.endswith("-sft") or which == "judge":
-        # The one upward reference of the layers: the format-trained tiny models are made by our own SFT
-        # (train/), built once and cached; imported only when asked for. A random judge could never
-        # score, so the tiny judge is always the format-trained one (`tiny:critic` is a random model).
-        from interleave_thinker.train.tiny_format import ensure_format_trained
-
-        path = ensure_format_trained(which.removesuffix("-sft"))  # builds only the model asked for
-        return _transformers_vlm(BackendSpec("transformers", str(path), spec.raw), options, role)
-    paths = ensure_tiny_models()
-    return _transformers_vlm(BackendSpec("transformers", str(getattr(paths, which)), spec.raw), options, role)
-
-
 def _diffusers_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
     from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
 
     return DiffusersImageBackend(spec.target, device=options.device, dtype=options.dtype)
-
-
-def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
-    from interleave_thinker.core.tiny import ensure_tiny_models
-
-    if spec.target not in ("", "generator"):
-        raise ConfigError(f"tiny image spec {spec.raw!r}: target must be 'generator' or empty.")
-    return _diffusers_image(BackendSpec("diffusers", str(ensure_tiny_models().generator), spec.raw), options)
 
 
 def _lazy(module: str, cls: str) -> Callable[..., Any]:
@@ -108,13 +83,11 @@ def _lazy(module: str, cls: str) -> Callable[..., Any]:
 
 VLM_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions, str], VLMBackend]] = {
     "transformers": _transformers_vlm,
-    "tiny": _tiny_vlm,
     "openai": _lazy("vlm.openai_backend", "OpenAIVLMBackend"),
     "gemini": _lazy("vlm.gemini_backend", "GeminiVLMBackend"),
 }
 IMAGE_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions], ImageBackend]] = {
     "diffusers": _diffusers_image,
-    "tiny": _tiny_image,
     "http": _lazy("image.http_backend", "HTTPImageBackend"),
     "openai-images": _lazy("image.openai_images_backend", "OpenAIImagesBackend"),
     "gemini-image": _lazy("image.gemini_image_backend", "GeminiImageBackend"),
@@ -122,6 +95,42 @@ IMAGE_BACKENDS: dict[str, Callable[[BackendSpec, BackendOptions], ImageBackend]]
     "vllm-omni": _lazy("image.omni_backend", "OmniImagesBackend"),
     "sglang-diffusion": _lazy("image.omni_backend", "SGLangDiffusionBackend"),
 }
+
+
+CHECKPOINT_KINDS: dict[str, Callable[[str], Path]] = {}
+"""Kinds whose targets name local checkpoint folders (``tiny:planner-sft`` -> its cached folder), for callers
+that load a checkpoint themselves (SFT and GRPO start from one)."""
+
+
+def register_kind(
+    kind: str,
+    *,
+    vlm: Callable[[BackendSpec, BackendOptions, str], VLMBackend] | None = None,
+    image: Callable[[BackendSpec, BackendOptions], ImageBackend] | None = None,
+    checkpoint: Callable[[str], Path] | None = None,
+) -> None:
+    """Add a backend kind: its chat loader, image loader and (for local checkpoints) folder resolver.
+
+    Loaders must import heavy libraries inside themselves. Registering the same loader again is a no-op;
+    another loader under a taken kind is refused, so two wings cannot silently shadow each other.
+    """
+    entries: list[tuple[dict[str, Any], Any]] = [
+        (VLM_BACKENDS, vlm),
+        (IMAGE_BACKENDS, image),
+        (CHECKPOINT_KINDS, checkpoint),
+    ]
+    for registry, loader in entries:
+        if loader is not None and registry.get(kind, loader) is not loader:
+            raise ConfigError(f"Backend kind '{kind}' is registered twice; pick another kind name.")
+    for registry, loader in entries:
+        if loader is not None:
+            registry[kind] = loader
+
+
+def checkpoint_folder(spec: str) -> Path:
+    """The local folder a checkpoint spec such as ``tiny:critic-sft`` names (built when missing)."""
+    parsed = parse_spec(spec, CHECKPOINT_KINDS)  # type: ignore[arg-type]
+    return CHECKPOINT_KINDS[parsed.kind](parsed.target)
 
 
 def load_vlm_backend(

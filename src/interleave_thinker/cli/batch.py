@@ -5,38 +5,26 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from interleave_thinker.cli.options import (
-    ConfigOption,
-    CriticOnLastAttemptOption,
-    CriticOption,
-    DeviceOption,
-    FallbackOption,
-    GeneratorOption,
-    MaxAttemptsOption,
-    PlannerOption,
-    PresetOption,
-    SeedOption,
-    TextStepsOption,
-    build_config,
+    ConcurrencyOption,
+    LimitOption,
+    MicroBatchOption,
+    PerBackendLimitOption,
+    QuietOption,
+    SettingsFlags,
+    ShardOption,
     quiet_diffusers,
+    with_settings,
 )
+from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.core.config import PipelineConfig
-from interleave_thinker.core.errors import ConfigError, InputError
+from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
     from interleave_thinker.core.types import Trace
@@ -67,22 +55,6 @@ def read_summary(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def check_device(device: str | None) -> None:
-    """Refuse a device torch cannot use here, before any model loads (instead of a traceback later)."""
-    if device is None or device in ("cpu", "auto"):
-        return
-    if not re.fullmatch(r"cuda(:\d+)?", device):
-        raise ConfigError(f"--device {device}: use cpu, cuda, cuda:N or auto (model.device).")
-    import torch
-
-    index = int(device.partition(":")[2] or 0)
-    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-        raise ConfigError(
-            f"--device {device}: no such CUDA device on this machine "
-            f"({torch.cuda.device_count()} visible); use --device cpu or auto."
-        )
-
-
 def parse_limits(values: list[str], micro_batch: list[str] | None = None) -> dict[str, int]:
     """``--per-backend-limit ROLE=N`` values (and the roles of ``--micro-batch``), checked."""
     for role in micro_batch or []:
@@ -99,24 +71,20 @@ def parse_limits(values: list[str], micro_batch: list[str] | None = None) -> dic
     return limits
 
 
+@with_settings(pipeline=True)
 def batch(
+    settings: SettingsFlags,
     input: Annotated[
         str, typer.Option("--input", help="JSONL, JSON list, CSV, Parquet, or hf:DATASET[:split].")
     ],
     out: Annotated[
         Path, typer.Option(help="Batch folder: requests/<id>/, journal, summary, results, report.")
     ],
-    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 16,
-    per_backend_limit: Annotated[
-        list[str] | None, typer.Option(help="ROLE=N calls in flight for one backend.")
-    ] = None,
-    micro_batch: Annotated[
-        list[str] | None, typer.Option(help="ROLE whose local model batches calls across requests.")
-    ] = None,
-    shard: Annotated[
-        str | None, typer.Option(help="I/N: run every N-th request starting at I (0-based).")
-    ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")] = None,
+    concurrency: ConcurrencyOption = 16,
+    per_backend_limit: PerBackendLimitOption = None,
+    micro_batch: MicroBatchOption = None,
+    shard: ShardOption = None,
+    limit: LimitOption = None,
     resume: Annotated[bool, typer.Option(help="Continue a batch in --out: skip finished requests.")] = True,
     retry_failed: Annotated[
         bool,
@@ -124,40 +92,16 @@ def batch(
             help="When resuming, run the requests that failed again (--no-retry-failed keeps them)."
         ),
     ] = True,
-    quiet: Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")] = False,
-    preset: PresetOption = None,
-    config: ConfigOption = None,
-    planner: PlannerOption = None,
-    critic: CriticOption = None,
-    generator: GeneratorOption = None,
-    max_attempts: MaxAttemptsOption = None,
-    seed: SeedOption = None,
-    device: DeviceOption = None,
-    planner_fallback: FallbackOption = None,
-    text_steps: TextStepsOption = None,
-    critic_on_last_attempt: CriticOnLastAttemptOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Run many requests concurrently; a restarted batch skips finished requests and resumes the rest."""
     from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
     from interleave_thinker.runtime.outlock import folder_lock
 
     # 1. Check everything cheap before loading a model.
+    cfg = settings.resolve()
     items = select(read_batch_input(input), shard=parse_shard(shard) if shard else None, limit=limit)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
-    cfg = build_config(
-        preset,
-        config,
-        planner,
-        critic,
-        generator,
-        max_attempts,
-        seed,
-        device,
-        planner_fallback,
-        text_steps,
-        critic_on_last_attempt,
-    )
-    check_device(cfg.model.device)
     with folder_lock(out):
         _run_batch(
             input, out, items, cfg, limits, micro_batch or [], concurrency, resume, retry_failed, quiet
@@ -192,12 +136,7 @@ def _run_batch(
     settings = BatchSettings(
         concurrency=concurrency, limits=limits, micro_batch=set(micro_batch), retry_failed=retry_failed
     )
-    progress = Progress(
-        *(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()),
-        *(TimeElapsedColumn(), TimeRemainingColumn()),
-        console=console,
-        disable=quiet,
-    )
+    progress = counter_bar(console, quiet=quiet)
     counts = {"succeeded": 0, "failed": 0}
     runner = BatchRunner(pipe, store, settings)
     task = progress.add_task("requests", total=len(items), completed=len(items) - len(runner.todo(items)))

@@ -6,29 +6,28 @@ import dataclasses
 import json
 import tempfile
 from collections import Counter
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
+from interleave_thinker.cli.options import SettingsFlags, deprecated, with_flags, with_settings
+from interleave_thinker.cli.scoring import JudgeTokensOption, load_judge
+from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.train.data.issues import DatasetError
 
 app = typer.Typer(help="Validate, build and count training data.", no_args_is_help=True)
 MAX_ERRORS = 20
-
-
-class DataKind(StrEnum):
-    planner_sft = "planner_sft"
-    critic_sft = "critic_sft"
-    critic_rl = "critic_rl"
-    record = "record"
+DataKind = Literal["planner_sft", "critic_sft", "critic_rl", "record"]
+SynthRole = Literal["planner", "critic", "judge"]
 
 
 def summarize(kind: str, examples: list[Any]) -> list[str]:
     """A few lines that tell whether a file holds what it should."""
-    from interleave_thinker.core.parsing import parse_plan, parse_verdict
+    from interleave_thinker.agents.critic import parse_verdict
+    from interleave_thinker.agents.planner import parse_plan
 
     lines = [f"{len(examples)} {kind} record(s)"]
     if kind in ("planner_sft", "critic_sft"):
@@ -74,14 +73,14 @@ def validate(
     from interleave_thinker.train.data.loaders import load_kind
 
     try:
-        examples = load_kind(file, kind.value, image_dir=image_dir)
+        examples = load_kind(file, kind, image_dir=image_dir)
     except DatasetError as exc:
         for issue in exc.issues[:MAX_ERRORS]:
             typer.echo(str(issue), err=True)
         if len(exc.issues) > MAX_ERRORS:
             typer.echo(f"... and {len(exc.issues) - MAX_ERRORS} more problem(s)", err=True)
         raise typer.Exit(1) from None
-    for line in summarize(kind.value, examples):
+    for line in summarize(kind, examples):
         typer.echo(line)
 
 
@@ -98,15 +97,12 @@ class JudgePass:
 
 
 def _score(
-    trajectories: list[Any], judge: str, max_new_tokens: int
+    trajectories: list[Any], judge: str, cfg: PipelineConfig, max_new_tokens: int
 ) -> tuple[dict[str, tuple[float, float]], JudgePass]:
     """Score the unscored attempts with a progress bar on stderr; replies stay off the terminal."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from interleave_thinker.agents.judge import Judge
-    from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
-    from interleave_thinker.core.prompt_store import TemplateStore
+    from interleave_thinker.cli.progress import counter_bar
     from interleave_thinker.train.data.scoring import score_missing, unscored
 
     pending = len(unscored(trajectories))
@@ -114,19 +110,13 @@ def _score(
         return {}, JudgePass()
     console = Console(stderr=True)
     with console.status(f"loading the judge {judge} (a tiny one is built once, about 2 minutes)"):
-        backend = load_vlm_backend(judge, BackendOptions(), role="judge")
-    progress = Progress(
-        TextColumn("judging attempts"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-    )
+        scorer = load_judge(judge, cfg, max_new_tokens)
+    progress = counter_bar(console, "judging attempts")
     with progress:
         task = progress.add_task("judge", total=pending)
         scores, errors = score_missing(
             trajectories,
-            Judge(backend, TemplateStore().load(), max_new_tokens=max_new_tokens),
+            scorer,
             lambda: progress.advance(task),
         )
     return scores, JudgePass(pending, errors)
@@ -138,6 +128,7 @@ def _gather(
     rules_file: Path | None,
     judge: str | None,
     cache: Path | None,
+    cfg: PipelineConfig,
     judge_tokens: int = 1024,
 ) -> tuple[Any, Any, JudgePass]:
     from interleave_thinker.train.data.rules import BuildRules
@@ -150,7 +141,7 @@ def _gather(
         apply_scores(trajectories, load_cache(cache))
     judged = JudgePass()
     if judge:
-        scores, judged = _score(trajectories, judge, judge_tokens)
+        scores, judged = _score(trajectories, judge, cfg, judge_tokens)
         if cache is not None and scores:
             save_cache(cache, scores)
     return trajectories, rules, judged
@@ -184,6 +175,13 @@ def _fail_if_useless(judged: JudgePass, examples: int) -> None:
         raise typer.Exit(1)
 
 
+def _settings(settings: SettingsFlags, judge: str | None) -> PipelineConfig:
+    """The settings, with the judge spec checked first (before anything heavy is imported)."""
+    if judge:
+        check_spec("--judge", judge, "vlm")
+    return settings.resolve()
+
+
 def _print_stats(stats: Any) -> None:
     data = dataclasses.asdict(stats)
     typer.echo(
@@ -196,12 +194,30 @@ def _print_stats(stats: Any) -> None:
         typer.echo(f"labels {name}: true {counts['true']}, false {counts['false']}")
 
 
-FromOpt = Annotated[
-    Path,
-    typer.Option(
-        "--from", help="A run folder, a folder of runs, a batch folder, or a folder of execution records."
-    ),
-]
+SOURCE_HELP = "A run folder, a folder of runs, a batch folder, or a folder of execution records."
+
+
+def _source(given: dict[str, Path | None]) -> Path:
+    source = given["input"] or given["from_"]
+    if source is None:
+        raise InputError(f"Missing option --input: {SOURCE_HELP[0].lower()}{SOURCE_HELP[1:]}")
+    return source
+
+
+with_input = with_flags(
+    {
+        "input": (Annotated[Path | None, typer.Option("--input", help=SOURCE_HELP)], None),
+        "from_": (
+            Annotated[
+                Path | None, typer.Option("--from", hidden=True, callback=deprecated("--from", "--input"))
+            ],
+            None,
+        ),
+    },
+    "source",
+    _source,
+)
+"""``--input`` as in `batch` and `reward`; ``--from`` is its old, hidden spelling."""
 ImageDirOpt = Annotated[
     Path | None, typer.Option(help="Base folder of record image paths \\[default: each record's folder].")
 ]
@@ -211,34 +227,40 @@ RulesOpt = Annotated[
 JudgeOpt = Annotated[
     str | None, typer.Option(help="VLM spec of a judge that scores attempts without scores.")
 ]
-JudgeTokensOpt = Annotated[int, typer.Option(min=1, help="Judge reply length bound (tokens).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (cuts, resampling).")]
 
 
 @app.command()
+@with_settings()
+@with_input
 def build(
-    source: FromOpt,
+    settings: SettingsFlags,
+    source: Path,
     out: Annotated[Path, typer.Option(help="Output folder (created).")],
     judge: JudgeOpt = None,
     seed: SeedOpt = 0,
     rules: RulesOpt = None,
     image_dir: ImageDirOpt = None,
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the TRL save_to_disk copies.")] = False,
-    judge_max_new_tokens: JudgeTokensOpt = 1024,
+    judge_max_new_tokens: JudgeTokensOption = 1024,
 ) -> None:
     """Build planner SFT, critic SFT and critic RL data; write ShareGPT, EasyR1 and TRL copies."""
-    from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
     from interleave_thinker.train.data.export import export
     from interleave_thinker.train.data.scoring import save_errors
 
+    cfg = _settings(settings, judge)
     out.mkdir(parents=True, exist_ok=True)
-    trajectories, build_rules, judged = _gather(source, image_dir, rules, judge, out, judge_max_new_tokens)
+    trajectories, build_rules, judged = _gather(
+        source, image_dir, rules, judge, out, cfg, judge_max_new_tokens
+    )
     _report_judge(judged, save_errors(out, judged.errors) if judged.asked else None)
     with tempfile.TemporaryDirectory() as tmp:
         canvas = write_canvas(Path(tmp) / "white.png")
-        result = build_examples(trajectories, TemplateStore().load(), canvas, rules=build_rules, seed=seed)
+        result = build_examples(
+            trajectories, cfg.prompts.store().load(), canvas, rules=build_rules, seed=seed
+        )
         export(result, out, trl=not no_trl)
     _print_stats(result.stats)
     typer.echo(f"wrote {out}")
@@ -246,8 +268,11 @@ def build(
 
 
 @app.command()
+@with_settings()
+@with_input
 def stats(
-    source: FromOpt,
+    settings: SettingsFlags,
+    source: Path,
     judge: JudgeOpt = None,
     seed: SeedOpt = 0,
     rules: RulesOpt = None,
@@ -256,18 +281,22 @@ def stats(
         Path | None, typer.Option(help="A build folder whose judge_scores.json to reuse.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
-    judge_max_new_tokens: JudgeTokensOpt = 1024,
+    judge_max_new_tokens: JudgeTokensOption = 1024,
 ) -> None:
     """Count what `data build` would keep, per rule, without writing anything."""
-    from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
 
-    trajectories, build_rules, judged = _gather(source, image_dir, rules, judge, scores, judge_max_new_tokens)
+    cfg = _settings(settings, judge)
+    trajectories, build_rules, judged = _gather(
+        source, image_dir, rules, judge, scores, cfg, judge_max_new_tokens
+    )
     _report_judge(judged, None)
     with tempfile.TemporaryDirectory() as tmp:
         canvas = write_canvas(Path(tmp) / "white.png")
-        result = build_examples(trajectories, TemplateStore().load(), canvas, rules=build_rules, seed=seed)
+        result = build_examples(
+            trajectories, cfg.prompts.store().load(), canvas, rules=build_rules, seed=seed
+        )
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(result.stats), indent=2))
     else:
@@ -278,14 +307,10 @@ def stats(
 __all__ = ["InputError", "app"]
 
 
-class SynthRole(StrEnum):
-    planner = "planner"
-    critic = "critic"
-    judge = "judge"
-
-
 @app.command()
+@with_settings()
 def synth(
+    settings: SettingsFlags,
     role: Annotated[SynthRole, typer.Option(help="Which agent's conversations to generate.")],
     out: Annotated[Path, typer.Option(help="Output folder: <role>_sft.json and images/.")],
     n: Annotated[int, typer.Option(min=1, help="Number of conversations.")] = 64,
@@ -293,20 +318,19 @@ def synth(
 ) -> None:
     """Generate a small synthetic SFT set in the release's formats (for the tiny configs and tests)."""
     from interleave_thinker.core.paths import write_atomic
-    from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.train.data.export import sharegpt_record
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
-    templates = TemplateStore().load()
+    templates = settings.resolve().prompts.store().load()
     out = out.resolve()
-    if role is SynthRole.planner:
+    if role == "planner":
         examples = planner_examples(templates, n, seed=seed)
-    elif role is SynthRole.critic:
+    elif role == "critic":
         examples = critic_examples(templates, n, out / "images", seed=seed)
     else:
         examples = judge_examples(templates, n, out / "images", seed=seed)
-    path = out / f"{role.value}_sft.json"
+    path = out / f"{role}_sft.json"
     write_atomic(
         path, json.dumps([sharegpt_record(e, out) for e in examples], ensure_ascii=False, indent=2) + "\n"
     )
-    typer.echo(f"wrote {len(examples)} {role.value} conversations ({templates.kind} templates) to {path}")
+    typer.echo(f"wrote {len(examples)} {role} conversations ({templates.kind} templates) to {path}")

@@ -8,30 +8,15 @@ from typing import Annotated
 
 import typer
 
-from interleave_thinker.cli.options import (
-    ConfigOption,
-    CriticOption,
-    DeviceOption,
-    FallbackOption,
-    GeneratorOption,
-    PlannerOption,
-    PresetOption,
-    build_config,
-    quiet_diffusers,
-)
+from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.core.errors import ConfigError
 
 INSTALL_HINT = "The demo needs Gradio: pip install 'interleave-thinker[demo]' (or run `make install`)."
 
 
+@with_settings(pipeline=True)
 def demo(
-    preset: PresetOption = None,
-    config: ConfigOption = None,
-    planner: PlannerOption = None,
-    critic: CriticOption = None,
-    generator: GeneratorOption = None,
-    device: DeviceOption = None,
-    planner_fallback: FallbackOption = None,
+    settings: SettingsFlags,
     host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every one).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the page.")] = 7860,
     share: Annotated[bool, typer.Option(help="Also open a public Gradio share link.")] = False,
@@ -46,15 +31,13 @@ def demo(
     max_upload_mb: Annotated[float, typer.Option(min=0.1, help="Size limit of each uploaded image.")] = 10.0,
 ) -> None:
     """Serve the web demo: the plan, every attempt and the critic's verdicts stream into the page."""
+    cfg = settings.resolve()
     try:
         from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
     except ImportError as exc:
         if exc.name and exc.name.split(".")[0] == "gradio":
             raise ConfigError(INSTALL_HINT) from None
         raise
-    cfg = build_config(
-        preset, config, planner, critic, generator, None, None, device, planner_fallback, None, None
-    )
     options = DemoOptions(
         ttl_s=ttl_minutes * 60,
         concurrency=concurrency,

@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 import logging
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from interleave_thinker.cli import eval_score
-from interleave_thinker.cli.batch import ROLES, parse_limits
-from interleave_thinker.cli.options import (
-    ConfigOption,
-    CriticOnLastAttemptOption,
-    CriticOption,
-    DeviceOption,
-    FallbackOption,
-    GeneratorOption,
-    MaxAttemptsOption,
-    PlannerOption,
-    PresetOption,
-    SeedOption,
-    TextStepsOption,
-    build_config,
-    quiet_diffusers,
-)
-from interleave_thinker.core.errors import InputError
+from interleave_thinker.cli import options as flags
+from interleave_thinker.cli.batch import parse_limits
+from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
+from interleave_thinker.cli.progress import counter_bar
 
 if TYPE_CHECKING:
     from interleave_thinker.eval.generate import GenerationRun
@@ -43,29 +28,8 @@ app = typer.Typer(
 app.command("score")(eval_score.score)
 console = Console(stderr=True)
 logger = logging.getLogger("interleave_thinker.eval")
-
-
-class GenBenchmark(StrEnum):
-    ueval = "ueval"
-    wise = "wise"
-    rise = "rise"
-
-
-class Mode(StrEnum):
-    agentic = "agentic"
-    base = "base"
-
-
-def _progress(quiet: bool, total: int, finished: int) -> tuple[Progress, TaskID]:
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=quiet,
-    )
-    return progress, progress.add_task("items", total=total, completed=finished)
+GenBenchmark = Literal["ueval", "wise", "rise"]
+Mode = Literal["agentic", "base"]
 
 
 def _run_with_progress(
@@ -74,7 +38,8 @@ def _run_with_progress(
     from interleave_thinker.eval.generate import execute
 
     already = store.finished()
-    progress, task = _progress(quiet, len(run.items), sum(1 for i in run.items if i.id in already))
+    progress = counter_bar(console, quiet=quiet)
+    task = progress.add_task("items", total=len(run.items), completed=sum(i.id in already for i in run.items))
     counts = {"succeeded": 0, "failed": 0}
 
     def on_done(item_id: str, status: str) -> None:
@@ -89,64 +54,44 @@ def _run_with_progress(
 
 
 @app.command("generate")
+@with_settings(pipeline=True)
 def generate(
     benchmark: Annotated[GenBenchmark, typer.Argument(help="ueval, wise or rise.")],
+    settings: SettingsFlags,
     data: Annotated[
         str, typer.Option(help="The benchmark's official local files (folder or file), or hf:ID[:split].")
     ],
     out: Annotated[Path, typer.Option(help="Run folder: official layout, requests/<id>/, eval.json.")],
     mode: Annotated[
         Mode, typer.Option(help="agentic: planner + critic; base: the generator alone.")
-    ] = Mode.agentic,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N items.")] = None,
-    shard: Annotated[str | None, typer.Option(help="I/N: every N-th item starting at I (0-based).")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Items in flight at once.")] = 16,
-    per_backend_limit: Annotated[
-        list[str] | None, typer.Option(help="ROLE=N calls in flight for one backend.")
-    ] = None,
-    micro_batch: Annotated[
-        list[str] | None, typer.Option(help="ROLE whose local model batches calls across items.")
-    ] = None,
+    ] = "agentic",
+    limit: flags.LimitOption = None,
+    shard: flags.ShardOption = None,
+    concurrency: flags.ConcurrencyOption = 16,
+    per_backend_limit: flags.PerBackendLimitOption = None,
+    micro_batch: flags.MicroBatchOption = None,
     resume: Annotated[bool, typer.Option(help="Continue a run in --out: skip finished items.")] = True,
-    quiet: Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")] = False,
-    preset: PresetOption = None,
-    config: ConfigOption = None,
-    planner: PlannerOption = None,
-    critic: CriticOption = None,
-    generator: GeneratorOption = None,
-    max_attempts: MaxAttemptsOption = None,
-    seed: SeedOption = None,
-    device: DeviceOption = None,
-    planner_fallback: FallbackOption = None,
-    text_steps: TextStepsOption = None,
-    critic_on_last_attempt: CriticOnLastAttemptOption = None,
+    quiet: flags.QuietOption = False,
 ) -> None:
     """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
-    from interleave_thinker.eval.datasets import load_items, parse_shard, select_items
+    from interleave_thinker.eval.datasets import load_items
     from interleave_thinker.eval.generate import GenerationRun, load_pipeline, open_store
+    from interleave_thinker.runtime.batch_inputs import parse_shard, select
     from interleave_thinker.runtime.scheduler import BatchSettings
 
     # 1. Check everything cheap before loading a model.
-    items = select_items(
-        load_items(benchmark.value, data), limit=limit, shard=parse_shard(shard) if shard else None
-    )
-    limits = parse_limits(per_backend_limit or [])
-    for role in micro_batch or []:
-        if role not in ROLES:
-            raise InputError(f"--micro-batch {role!r}: choose from {', '.join(ROLES)}.")
-    cfg = build_config(
-        preset, config, planner, critic, generator, max_attempts, seed, device,
-        planner_fallback, text_steps, critic_on_last_attempt,
-    )  # fmt: skip
-    run = GenerationRun(benchmark.value, mode.value, data, out, items, cfg)
+    cfg = settings.resolve()
+    items = select(load_items(benchmark, data), limit=limit, shard=parse_shard(shard) if shard else None)
+    limits = parse_limits(per_backend_limit or [], micro_batch or [])
+    run = GenerationRun(benchmark, mode, data, out, items, cfg)
     store = open_store(run, resume=resume)
 
     # 2. Load the models and run.
     quiet_diffusers()
-    with console.status(f"loading models ({mode.value} mode)"):
+    with console.status(f"loading models ({mode} mode)"):
         pipeline = load_pipeline(run)
-    settings = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))
-    record = _run_with_progress(run, store, pipeline, settings, quiet)
+    scheduling = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))
+    record = _run_with_progress(run, store, pipeline, scheduling, quiet)
 
     # 3. Say where the outputs are and what is missing.
     missing = record["missing"]

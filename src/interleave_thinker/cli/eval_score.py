@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 
+from interleave_thinker.cli.specs import check_spec
+
 console = Console(stderr=True)
-
-
-class Protocol(StrEnum):
-    ueval = "ueval"
-    wise = "wise"
-    wise_legacy = "wise-legacy"
-    rise = "rise"
-
-
-class ScorerVersion(StrEnum):
-    current = "current"
-    pre_fix = "pre-2026-04-13"
-
-
-class UEvalMode(StrEnum):
-    cached = "cached"
-    direct = "direct"
+JudgeAttemptsOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Attempts per question on unparsable replies (default: official; UEval 500)."),
+]
+Protocol = Literal["ueval", "wise", "wise-legacy", "rise"]
+ScorerVersion = Literal["current", "pre-2026-04-13"]
+UEvalMode = Literal["cached", "direct"]
 
 
 def score(
@@ -44,39 +36,27 @@ def score(
     out: Annotated[Path, typer.Option(help="Scoring folder: scores.jsonl, summary.json, replies, cache.")],
     scorer_version: Annotated[
         ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
-    ] = ScorerVersion.current,
+    ] = "current",
     judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
-    judge_attempts: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Attempts per question on unparsable replies (default: official; UEval 500)."
-        ),
-    ] = None,
+    judge_attempts: JudgeAttemptsOption = None,
     ueval_mode: Annotated[
         UEvalMode,
         typer.Option(help="ueval only: cached (official default, with system instruction) or direct."),
-    ] = UEvalMode.cached,
+    ] = "cached",
     judge_cache: Annotated[
         Path | None,
         typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),
     ] = None,
 ) -> None:
     """Score with the official protocol; prints the summary, writes scores.jsonl and summary.json."""
+    check_spec("--judge", judge, "vlm")
     from interleave_thinker.eval.score_run import ScoreOptions, run_score
 
-    options = ScoreOptions(
-        protocol=protocol.value,
-        outputs=outputs,
-        data=data,
-        judge=judge,
-        out=out,
-        scorer_version=scorer_version.value,
-        judge_concurrency=judge_concurrency,
-        judge_attempts=judge_attempts,
-        ueval_mode=ueval_mode.value,
-        judge_cache=judge_cache,
+    options = ScoreOptions(protocol, outputs, data, judge, out, scorer_version, judge_concurrency)
+    options = dataclasses.replace(
+        options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, judge_cache=judge_cache
     )
-    with console.status(f"scoring {protocol.value} with {judge}"):
+    with console.status(f"scoring {protocol} with {judge}"):
         summary = run_score(options)
     note = summary["judge"].get("note")
     if note:

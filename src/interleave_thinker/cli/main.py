@@ -18,21 +18,8 @@ from rich.console import Console
 from interleave_thinker.cli import batch, data, scoring, serve_generator, serve_vlm, train, train_grpo
 from interleave_thinker.cli import demo as demo_cli
 from interleave_thinker.cli import eval as eval_cli
-from interleave_thinker.cli.options import (
-    ConfigOption,
-    CriticOnLastAttemptOption,
-    CriticOption,
-    DeviceOption,
-    FallbackOption,
-    GeneratorOption,
-    MaxAttemptsOption,
-    PlannerOption,
-    PresetOption,
-    SeedOption,
-    TextStepsOption,
-    build_config,
-    quiet_diffusers,
-)
+from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
+from interleave_thinker.core.config import field_help
 from interleave_thinker.core.errors import (
     ConfigError,
     InputError,
@@ -89,51 +76,28 @@ def run_folder(out: Path | None, prompt: str, resume: bool) -> Path:
 
 
 @app.command()
+@with_settings(pipeline=True)
 def run(
     prompt: Annotated[str, typer.Argument(help="The request. Mark input image positions with <image>.")],
+    settings: SettingsFlags,
     image: Annotated[list[Path] | None, typer.Option("--image", help="Input image, repeat in order.")] = None,
-    preset: PresetOption = None,
-    config: ConfigOption = None,
-    planner: PlannerOption = None,
-    critic: CriticOption = None,
-    generator: GeneratorOption = None,
     out: Annotated[
         Path | None, typer.Option(help="Output folder \\[default: runs/<timestamp>-<slug>].")
     ] = None,
-    max_attempts: MaxAttemptsOption = None,
-    seed: SeedOption = None,
-    device: DeviceOption = None,
-    planner_fallback: FallbackOption = None,
-    text_steps: TextStepsOption = None,
-    critic_on_last_attempt: CriticOnLastAttemptOption = None,
     resume: Annotated[
         bool, typer.Option(help="Continue the interrupted run in --out after its last complete step.")
     ] = False,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
-    from interleave_thinker.cli.batch import check_device
     from interleave_thinker.cli.progress import RichObserver
     from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
-    from interleave_thinker.runtime.store import reopen_if_failed
+    from interleave_thinker.runtime.resume import reopen_if_failed
 
     out_dir = run_folder(out, prompt, resume)
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
-    cfg = build_config(
-        preset,
-        config,
-        planner,
-        critic,
-        generator,
-        max_attempts,
-        seed,
-        device,
-        planner_fallback,
-        text_steps,
-        critic_on_last_attempt,
-    )
-    check_device(cfg.model.device)
+    cfg = settings.resolve()
     quiet_diffusers()
     # SIGTERM unwinds like Ctrl-C: the trace is written and no temporary file is left behind.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -153,14 +117,14 @@ def run(
 
 
 @prompts_app.command("download")
+@with_settings()
 def prompts_download(
+    settings: SettingsFlags,
     force: Annotated[bool, typer.Option(help="Download again even when the cache is complete.")] = False,
-    base_url: Annotated[str | None, typer.Option(help="Mirror of the authors' repository raw files.")] = None,
+    base_url: Annotated[str | None, typer.Option(help=field_help("prompts.base_url"))] = None,
 ) -> None:
     """Fetch the released templates at the pinned commit, verify their digests, and cache them."""
-    from interleave_thinker.core.prompt_store import TemplateStore
-
-    store = TemplateStore(base_url=base_url)
+    store = settings.resolve(base_url=base_url).prompts.store()
     if not force and store.load_cache() is not None:
         typer.echo(f"cached and verified: {store.commit_cache}")
         return
@@ -169,15 +133,16 @@ def prompts_download(
 
 
 @prompts_app.command("check")
+@with_settings()
 def prompts_check(
+    settings: SettingsFlags,
     folder: Annotated[
-        Path | None, typer.Option(help="Also look in this folder (else $INTERLEAVE_THINKER_PROMPTS).")
+        Path | None,
+        typer.Option(help=field_help("prompts.folder") + " \\[default: $INTERLEAVE_THINKER_PROMPTS]"),
     ] = None,
 ) -> None:
     """Show where each released template is found and whether its SHA-256 matches; exit 1 if any is not ok."""
-    from interleave_thinker.core.prompt_store import TemplateStore
-
-    rows = TemplateStore(folder=folder).check()
+    rows = settings.resolve(folder=folder).prompts.store().check()
     for name, where, status in rows:
         typer.echo(f"{name:18} {status:16} {where}")
     if any(status != "ok" for _, _, status in rows):

@@ -1,85 +1,182 @@
-"""Options shared by the commands that build a pipeline (`run`, `batch`)."""
+"""The settings flags every command shares, declared once from the settings fields.
+
+A flag's help is its field's description (``core/config.py``), as TRL builds its CLI from its config
+fields; :func:`with_settings` adds the flags to a command and hands it one :class:`SettingsFlags`, so
+presets, ``--config`` YAML, environment and flags merge the same way in every command.
+"""
 
 from __future__ import annotations
 
-from enum import StrEnum
+import functools
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from interleave_thinker.core.config import PipelineConfig
-
-
-class Preset(StrEnum):
-    official = "official"
-    official_sft_critic = "official-sft-critic"
-    tiny = "tiny"
-
-
-class Fallback(StrEnum):
-    error = "error"
-    single_step = "single-step"
-
-
-class TextSteps(StrEnum):
-    text = "text"
-    generate = "generate"
-
+from interleave_thinker.core.config import PipelineConfig, PlannerFallback, PresetName, TextSteps, field_help
+from interleave_thinker.core.errors import ConfigError
 
 PresetOption = Annotated[
-    Preset | None, typer.Option(help="Backends and settings to start from \\[default: official].")
+    PresetName | None, typer.Option(help=field_help("preset") + " \\[default: official]")
 ]
 ConfigOption = Annotated[
-    Path | None, typer.Option(help="YAML config file (keys as in docs/configuration.md).")
+    Path | None, typer.Option(help="YAML settings file (keys as in docs/configuration.md).")
 ]
-PlannerOption = Annotated[str | None, typer.Option(help="Planner backend spec, e.g. transformers:ID.")]
-CriticOption = Annotated[str | None, typer.Option(help="Critic backend spec.")]
-GeneratorOption = Annotated[str | None, typer.Option(help="Generator backend spec, e.g. diffusers:ID.")]
-MaxAttemptsOption = Annotated[int | None, typer.Option(min=1, help="Generator calls per step.")]
-SeedOption = Annotated[int | None, typer.Option(help="Seed base: seed = base + step*100 + attempt.")]
-DeviceOption = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")]
-FallbackOption = Annotated[Fallback | None, typer.Option(help="When no valid plan: error or single-step.")]
-TextStepsOption = Annotated[
-    TextSteps | None, typer.Option(help="Task-A steps: text answer, or generate an image.")
-]
+PlannerOption = Annotated[str | None, typer.Option(help=field_help("planner"))]
+CriticOption = Annotated[str | None, typer.Option(help=field_help("critic"))]
+GeneratorOption = Annotated[str | None, typer.Option(help=field_help("generator"))]
+MaxAttemptsOption = Annotated[int | None, typer.Option(min=1, help=field_help("loop.max_attempts"))]
+SeedOption = Annotated[int | None, typer.Option(help=field_help("loop.seed_base"))]
+DeviceOption = Annotated[str | None, typer.Option(help=field_help("model.device"))]
+DtypeOption = Annotated[str | None, typer.Option(help=field_help("model.dtype"))]
+FallbackOption = Annotated[PlannerFallback | None, typer.Option(help=field_help("loop.planner_fallback"))]
+TextStepsOption = Annotated[TextSteps | None, typer.Option(help=field_help("loop.text_steps"))]
 CriticOnLastAttemptOption = Annotated[
-    bool | None, typer.Option(help="Ask the critic about the last attempt too.")
+    bool | None, typer.Option(help=field_help("loop.critic_on_last_attempt"))
 ]
-"""The declarations of the pipeline options, shared so `run` and `batch` spell them the same."""
+
+ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Requests (benchmark items) in flight at once.")]
+PerBackendLimitOption = Annotated[
+    list[str] | None, typer.Option(help="ROLE=N calls in flight for one backend.")
+]
+MicroBatchOption = Annotated[
+    list[str] | None, typer.Option(help="ROLE whose local model batches calls across requests.")
+]
+ShardOption = Annotated[str | None, typer.Option(help="I/N: run every N-th request starting at I (0-based).")]
+LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")]
+QuietOption = Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")]
+"""The scheduling flags of `batch` and `eval generate` (both run on the batch scheduler)."""
+
+SETTINGS_FLAGS: dict[str, tuple[str, Any]] = {
+    "preset": ("preset", PresetOption),
+    "config": ("", ConfigOption),
+    "device": ("model.device", DeviceOption),
+}
+"""Flags of every command that reads settings: name -> (settings key, declaration)."""
+PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
+    "planner": ("planner", PlannerOption),
+    "critic": ("critic", CriticOption),
+    "generator": ("generator", GeneratorOption),
+    "max_attempts": ("loop.max_attempts", MaxAttemptsOption),
+    "seed": ("loop.seed_base", SeedOption),
+    "planner_fallback": ("loop.planner_fallback", FallbackOption),
+    "text_steps": ("loop.text_steps", TextStepsOption),
+    "critic_on_last_attempt": ("loop.critic_on_last_attempt", CriticOnLastAttemptOption),
+}
+"""Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
 
 
-def build_config(
-    preset: Preset | None,
-    config: Path | None,
-    planner: str | None,
-    critic: str | None,
-    generator: str | None,
-    max_attempts: int | None,
-    seed: int | None,
-    device: str | None,
-    planner_fallback: Fallback | None,
-    text_steps: TextSteps | None,
-    critic_on_last_attempt: bool | None,
-) -> PipelineConfig:
-    """The options shared by `run` and `batch`, merged over the preset and config file."""
-    loop = {
-        "max_attempts": max_attempts,
-        "seed_base": seed,
-        "planner_fallback": planner_fallback.value if planner_fallback else None,
-        "text_steps": text_steps.value if text_steps else None,
-        "critic_on_last_attempt": critic_on_last_attempt,
-    }
-    overrides = {
-        "planner": planner,
-        "critic": critic,
-        "generator": generator,
-        "loop": {k: v for k, v in loop.items() if v is not None},
-        "model": {"device": device} if device else {},
-    }
-    return PipelineConfig.resolve(
-        preset=preset.value if preset else None, config_file=config, overrides=overrides
-    )
+@dataclass(frozen=True)
+class SettingsFlags:
+    """The settings flags one command was given; :meth:`resolve` merges them over preset, file and env."""
+
+    values: dict[str, Any]
+    pipeline: bool = False
+
+    def resolve(self, **extra: Any) -> PipelineConfig:
+        """The settings (specs and device checked, nothing heavy imported); ``extra`` are more flags."""
+        from interleave_thinker.cli.specs import check_pipeline_specs
+
+        flags = {**self.values, **{k: v for k, v in extra.items() if v is not None}}
+        keys = {**SETTINGS_FLAGS, **PIPELINE_FLAGS, **EXTRA_KEYS}
+        overrides: dict[str, Any] = {}
+        for name, value in flags.items():
+            if value is None or name in ("preset", "config"):
+                continue
+            *sections, leaf = keys[name][0].split(".")
+            target = overrides
+            for section in sections:
+                target = target.setdefault(section, {})
+            target[leaf] = value
+        cfg = PipelineConfig.resolve(
+            preset=flags.get("preset"),
+            config_file=flags.get("config"),
+            overrides=overrides,
+        )
+        if self.pipeline:
+            check_pipeline_specs(cfg.model_dump(include={"planner", "critic", "generator"}), flags)
+        check_device(cfg.model.device, "--device" if flags.get("device") else "config key 'model.device'")
+        return cfg
+
+
+EXTRA_KEYS: dict[str, tuple[str, Any]] = {
+    "dtype": ("model.dtype", DtypeOption),
+    "base_url": ("prompts.base_url", None),
+    "folder": ("prompts.folder", None),
+}
+"""Settings flags only some commands take, passed to :meth:`SettingsFlags.resolve` by name."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
+    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags) to a command.
+
+    The command declares a ``settings: SettingsFlags`` parameter instead of the flags themselves.
+    """
+    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {})}
+    declarations = {name: (declaration, None) for name, (_, declaration) in flags.items()}
+    return with_flags(declarations, "settings", lambda given: SettingsFlags(given, pipeline=pipeline))
+
+
+def with_flags(
+    declarations: dict[str, tuple[Any, Any]], into: str, make: Callable[[dict[str, Any]], Any]
+) -> Callable[[F], F]:
+    """Add the flags ``name -> (declaration, default)`` to a command; it receives ``make(values)`` as ``into``.
+
+    One declaration serves every command that takes the flags, so their spelling and help cannot drift.
+    """
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != into]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=declaration)
+            for name, (declaration, default) in declarations.items()
+        ]
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in declarations}
+            return func(**kwargs, **{into: make(given)})
+
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + added
+        command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
+def check_device(device: str | None, source: str = "--device") -> None:
+    """Refuse a device torch cannot use here, before any model loads (instead of a traceback later)."""
+    if device is None or device in ("cpu", "auto"):
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ConfigError(f"{source} {device}: use cpu, cuda, cuda:N or auto (model.device).")
+    import torch
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"{source} {device}: no such CUDA device on this machine "
+            f"({torch.cuda.device_count()} visible); use --device cpu or auto."
+        )
+
+
+def deprecated(old: str, new: str) -> Callable[[Any], Any]:
+    """A hidden old flag's callback: it still works, and says once which flag replaces it."""
+
+    def note(value: Any) -> Any:
+        if value not in (None, False, []):
+            typer.echo(f"note: {old} is deprecated; use {new}.", err=True)
+        return value
+
+    return note
 
 
 def quiet_diffusers() -> None:

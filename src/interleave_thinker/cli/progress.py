@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
 from interleave_thinker.runtime.observer import Observer
+
+
+def counter_bar(console: Console, label: str = "{task.description}", *, quiet: bool = False) -> Progress:
+    """The bar of the commands that work through many things (requests, items, rollouts, attempts)."""
+    return Progress(
+        *(TextColumn(label), BarColumn(), MofNCompleteColumn()),
+        *(TimeElapsedColumn(), TimeRemainingColumn()),
+        console=console,
+        disable=quiet,
+    )
 
 
 class RichObserver(Observer):

@@ -8,38 +8,47 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
 
 console = Console(stderr=True)
 REQUIRED = ("response", "ground_truth", "origin_prompt", "origin_image_path", "previous_prompt")
 
 
-def _judge(spec: str, device: str | None, max_new_tokens: int) -> Any:
+def load_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int) -> Any:
+    """A judge on the settings' device, transport and templates (shared with `data build`)."""
     from interleave_thinker.agents.judge import Judge
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
-    from interleave_thinker.core.prompt_store import TemplateStore
 
-    templates = TemplateStore().load()
-    backend = load_vlm_backend(spec, BackendOptions(device=device), role="judge")
+    templates = cfg.prompts.store().load()
+    backend = load_vlm_backend(spec, BackendOptions.from_config(cfg), role="judge")
     return Judge(backend, templates, max_new_tokens=max_new_tokens)
 
 
+JudgeTokensOption = Annotated[int, typer.Option(min=1, help="Judge reply length bound (tokens).")]
+
+
+@with_settings()
 def judge(
+    settings: SettingsFlags,
     before: Annotated[Path, typer.Option(help="Image before the step (a white canvas for text-to-image).")],
     after: Annotated[Path, typer.Option(help="Image after the step.")],
     instruction: Annotated[str, typer.Option(help="The step's planned prompt.")],
     judge: Annotated[str, typer.Option("--judge", help="VLM backend spec of the judge.")] = "tiny:judge",
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Judge reply length bound.")] = 1024,
+    max_new_tokens: JudgeTokensOption = 1024,
 ) -> None:
     """Score one edit: semantic consistency (SC), perceptual quality (PQ) and sqrt(SC*PQ), as JSON."""
     from interleave_thinker.runtime.pipeline import load_input_images
 
+    check_spec("--judge", judge, "vlm")
+    cfg = settings.resolve()
     before_image, after_image = load_input_images([before, after])
     with console.status(f"loading the judge {judge}"):
-        scorer = _judge(judge, device, max_new_tokens)
+        scorer = load_judge(judge, cfg, max_new_tokens)
     with console.status("judging: semantic consistency, then perceptual quality"):
         result = scorer.judge(before_image, after_image, instruction)
     typer.echo(json.dumps(result.as_dict(), indent=2))
@@ -76,7 +85,9 @@ def read_rollouts(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@with_settings()
 def reward(
+    settings: SettingsFlags,
     input: Annotated[
         Path, typer.Option("--input", help="JSONL of critic rollouts (release reward-input fields).")
     ],
@@ -85,31 +96,31 @@ def reward(
     out: Annotated[Path, typer.Option(help="Output JSONL: each input line plus overall and its components.")],
     batch_size: Annotated[int, typer.Option(min=1, help="Rollouts scored concurrently.")] = 64,
     deadline: Annotated[float, typer.Option(help="Seconds per sample before it scores 0.5/0.5.")] = 70.0,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Judge reply length bound.")] = 1024,
+    max_new_tokens: JudgeTokensOption = 1024,
 ) -> None:
     """Score saved critic rollouts offline with the release's critic reward, in input order."""
     from interleave_thinker.backends.specs import BackendOptions, load_image_backend
     from interleave_thinker.core.paths import write_atomic
     from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
 
+    check_spec("--generator", generator, "image")
+    check_spec("--judge", judge, "vlm")
+    cfg = settings.resolve()
     rows = read_rollouts(input)
     if not rows:
         console.print(f"error: {input} holds no rollouts; nothing to score.")
         raise typer.Exit(1)
     with console.status(f"loading the generator {generator} and the judge {judge}"):
         scorer = StepwiseScorer(
-            load_image_backend(generator, BackendOptions(device=device)),
-            _judge(judge, device, max_new_tokens),
+            load_image_backend(generator, BackendOptions.from_config(cfg)),
+            load_judge(judge, cfg, max_new_tokens),
             deadline=deadline,
             base_dir=input.parent,
         )
     reward_fn = CriticReward(scorer)
     lines: list[str] = []
     judged = failed = 0
-    progress = Progress(
-        TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
-    )
+    progress = counter_bar(console, "scoring")
     with progress:
         task = progress.add_task("score", total=len(rows))
         for start in range(0, len(rows), batch_size):

@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import logging
-from enum import StrEnum
+import re
 from typing import Annotated
 
 import typer
 
+from interleave_thinker.cli import serve_options as shared
+from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.config import PipelineConfig
 
-class Device(StrEnum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
 
-
+@with_settings()
 def command(
+    settings: SettingsFlags,
     generator: Annotated[
-        str, typer.Option(help="Image backend spec to serve, e.g. tiny:generator or diffusers:PATH_OR_ID.")
-    ],
-    host: Annotated[
-        str, typer.Option(help="Interface to bind (127.0.0.1: this machine only).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8011,
+        str | None,
+        typer.Option(
+            help="Image backend spec to serve, e.g. tiny:generator or diffusers:PATH_OR_ID "
+            "\\[default: the settings' generator]."
+        ),
+    ] = None,
+    host: shared.HostOption = "127.0.0.1",
+    port: shared.PortOption = 8011,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -38,36 +41,23 @@ def command(
     api_key_env: Annotated[
         str | None, typer.Option(help="Require 'Authorization: Bearer $NAME' on /edit and /metrics.")
     ] = None,
-    device: Annotated[
-        Device, typer.Option(help="Where workers run; auto = CUDA when available.")
-    ] = Device.auto,
-    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body; larger: 413.")] = 20.0,
-    max_pixels: Annotated[
-        int, typer.Option(min=1, help="Largest input image and output size in pixels; larger: 400.")
-    ] = 4096 * 4096,
+    max_body_mb: shared.MaxBodyOption = 20.0,
+    max_pixels: shared.MaxPixelsOption = 4096 * 4096,
     max_prompt_chars: Annotated[
         int, typer.Option(min=1, help="Longest prompt in characters; longer: 400.")
     ] = 16_384,
-    read_timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.001, help="Seconds to send the request headers, and at most between two body chunks."
-        ),
-    ] = 30.0,
-    log_level: Annotated[
-        str, typer.Option(help="debug (adds the access log), info, warning, error.")
-    ] = "info",
+    read_timeout: shared.ReadTimeoutOption = 30.0,
+    log_level: shared.LogLevelOption = "info",
 ) -> None:
     """Serve an image backend over "/edit" (POST /edit, GET /health, GET /metrics), one worker process per device.
-
-    SIGTERM or Ctrl-C stops accepting requests, finishes the ones in flight, stops the workers and exits 0.
-    """
-    from interleave_thinker.server.generator import ServiceSettings, api_key_from_env, serve, worker_devices
+    SIGTERM or Ctrl-C stops accepting requests, finishes the ones in flight, stops the workers and exits 0."""
+    cfg = _settings(settings, generator)
+    from interleave_thinker.server.generator import ServiceSettings, api_key_from_env, serve
 
     logging.getLogger("interleave_thinker").setLevel(log_level.upper())
-    settings = ServiceSettings(
-        generator=generator,
-        devices=worker_devices(device.value, workers),
+    service = ServiceSettings(
+        generator=cfg.generator,
+        devices=_devices(cfg.model.device, workers),
         host=host,
         port=port,
         queue_size=queue_size,
@@ -79,8 +69,27 @@ def command(
         read_timeout=read_timeout,
         log_level=log_level.lower(),
     )
-    if settings.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+    if service.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(
             f"warning: binding {host} without --api-key-env: anyone who can reach it can use it.", err=True
         )
-    serve(settings)
+    serve(service)
+
+
+def _settings(settings: SettingsFlags, generator: str | None) -> PipelineConfig:
+    """The settings, the spec to serve checked first: ``--generator``, else the settings' generator."""
+    if generator is not None:
+        check_spec("--generator", generator, "image")
+    cfg = settings.resolve(generator=generator)
+    if generator is None:
+        check_spec("config key 'generator'", cfg.generator, "image")
+    return cfg
+
+
+def _devices(device: str | None, workers: int | None) -> tuple[str, ...]:
+    """Worker devices from ``model.device``: one named GPU for every worker, else spread (auto/cpu/cuda)."""
+    from interleave_thinker.server.generator import worker_devices
+
+    if device is not None and re.fullmatch(r"cuda:\d+", device):
+        return (device,) * (workers or 1)
+    return worker_devices(device or "auto", workers)

@@ -7,55 +7,55 @@ from typing import Annotated
 
 import typer
 
+from interleave_thinker.cli import serve_options as shared
+from interleave_thinker.cli.options import DtypeOption, SettingsFlags, with_settings
+from interleave_thinker.cli.specs import check_spec
+
 LOOPBACK_NAMES = ("localhost",)
 SHUTDOWN_GRACE_S = 3
 """On SIGTERM, requests in flight get this long; then their generations are stopped at the next token."""
 
 
+@with_settings()
 def command(
+    settings: SettingsFlags,
     model: Annotated[
         str,
         typer.Option(help="VLM backend spec to serve, e.g. tiny:planner or transformers:PATH_OR_ID."),
     ],
-    host: Annotated[
-        str, typer.Option(help="Interface to bind; anything but loopback exposes an unauthenticated API.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    host: shared.HostOption = "127.0.0.1",
+    port: shared.PortOption = 8000,
     served_name: Annotated[
         str | None, typer.Option(help="Model name clients send and /v1/models lists \\[default: the spec].")
     ] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:N or auto.")] = None,
-    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32, ...")] = "auto",
+    dtype: DtypeOption = None,
     max_tokens: Annotated[
         int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
     ] = 8192,
-    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body; larger: 413.")] = 64.0,
-    max_pixels: Annotated[
-        int, typer.Option(min=1, help="Largest image in pixels, read from its header; larger: 400.")
-    ] = 4096 * 4096,
-    read_timeout: Annotated[
-        float,
-        typer.Option(min=0.001, help="Seconds to send the request headers, and at most between body chunks."),
-    ] = 30.0,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    max_body_mb: shared.MaxBodyOption = 64.0,
+    max_pixels: shared.MaxPixelsOption = 4096 * 4096,
+    read_timeout: shared.ReadTimeoutOption = 30.0,
+    log_level: shared.LogLevelOption = "info",
 ) -> None:
     """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, /v1/models, /health).
 
     For CPU users and tests: one model, one request at a time; a request whose client disconnects is stopped at its next token, and SIGTERM stops within a few seconds. The production server is vLLM (`vllm serve InterleaveThinker/InterleaveThinker-Planner-8B`); point the `openai:` backend at either, they speak the same API.
     """
-    import uvicorn
-
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
     from interleave_thinker.server.generator.run import signals_end_cleanly
     from interleave_thinker.server.limits import read_timeout_protocol
     from interleave_thinker.server.vlm_service import VLMLimits, create_app
 
+    check_spec("--model", model, "vlm")
+    cfg = settings.resolve(dtype=dtype)
     if not _is_loopback(host):
         typer.echo(f"warning: binding {host}: this server has no authentication.", err=True)
-    backend = load_vlm_backend(model, BackendOptions(device=device, dtype=dtype))
+    backend = load_vlm_backend(model, BackendOptions.from_config(cfg))
     limits = VLMLimits(
         max_tokens=max_tokens, max_body_bytes=int(max_body_mb * 1024 * 1024), max_pixels=max_pixels
     )
+    import uvicorn
+
     app = create_app(backend, served_name or model, limits)
     config = uvicorn.Config(
         app,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from interleave_thinker.cli.options import deprecated, with_flags
+from interleave_thinker.train.sft.config import Role
 
 app = typer.Typer(help="Fine-tune the planner or the critic.", no_args_is_help=True)
 
@@ -16,30 +19,52 @@ def _group() -> None:
     """Fine-tune the planner or the critic (kept a command group so `train grpo` can join `train sft`)."""
 
 
-class TrainRole(StrEnum):
-    planner = "planner"
-    critic = "critic"
+RoleOption = Annotated[Role | None, typer.Option(help="planner or critic \\[default: the config's role].")]
+ResumeOption = Annotated[
+    bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")
+]
+OutOption = Annotated[Path | None, typer.Option("--out", help="Overrides output_dir of the config.")]
+OutputDirOption = Annotated[
+    Path | None,
+    typer.Option("--output-dir", hidden=True, callback=deprecated("--output-dir", "--out")),
+]
+
+
+@dataclass(frozen=True)
+class TrainFlags:
+    """The flags `train sft` and `train grpo` share (``--output-dir``: the old name of ``--out``)."""
+
+    role: Role | None
+    resume: bool
+    out: Path | None
+
+
+with_train_flags = with_flags(
+    {
+        "role": (RoleOption, None),
+        "resume": (ResumeOption, False),
+        "out": (OutOption, None),
+        "output_dir": (OutputDirOption, None),
+    },
+    "flags",
+    lambda given: TrainFlags(given["role"], given["resume"], given["out"] or given["output_dir"]),
+)
 
 
 @app.command()
+@with_train_flags
 def sft(
     config: Annotated[
         Path, typer.Option(help="SFT config YAML (see configs/sft_*.yaml and docs/training.md).")
     ],
-    role: Annotated[
-        TrainRole | None, typer.Option(help="planner or critic \\[default: the config's role].")
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")
-    ] = False,
-    output_dir: Annotated[Path | None, typer.Option(help="Overrides output_dir of the config.")] = None,
+    flags: TrainFlags,
 ) -> None:
     """Supervised fine-tuning on TRL's SFTTrainer; multi-GPU under `accelerate launch`."""
     from interleave_thinker.train.sft.config import SFTRunConfig
     from interleave_thinker.train.sft.trainer import run_sft
 
     run_config = SFTRunConfig.load(config)
-    result = run_sft(run_config, role.value if role else None, resume=resume, output_dir=output_dir)
+    result = run_sft(run_config, flags.role, resume=flags.resume, output_dir=flags.out)
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports
     first, last = (result.losses[0], result.losses[-1]) if result.losses else (None, None)
@@ -48,5 +73,5 @@ def sft(
     if result.merged_dir:
         typer.echo(f"merged model saved in {result.merged_dir}")
     typer.echo(
-        f"use it with: --{run_config.role or (role.value if role else 'planner')} transformers:{result.output_dir}"
+        f"use it with: --{run_config.role or (flags.role or 'planner')} transformers:{result.output_dir}"
     )

@@ -7,26 +7,27 @@ from typing import Annotated
 
 import typer
 
-from interleave_thinker.cli.train import TrainRole
+from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.cli.train import TrainFlags, with_train_flags
 
 
+@with_train_flags
 def grpo(
     config: Annotated[
         Path, typer.Option(help="GRPO config YAML (see configs/grpo_*.yaml and docs/training.md).")
     ],
-    role: Annotated[
-        TrainRole | None, typer.Option(help="planner or critic \\[default: the config's role].")
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")
-    ] = False,
-    output_dir: Annotated[Path | None, typer.Option(help="Overrides output_dir of the config.")] = None,
+    flags: TrainFlags,
 ) -> None:
     """GRPO on TRL's GRPOTrainer with our rewards (critic: the release's reward; planner: format + plan)."""
-    from interleave_thinker.train.grpo import GRPORunConfig, run_grpo
+    from interleave_thinker.train.grpo.config import GRPORunConfig
 
-    run_config = GRPORunConfig.load(config, {"output_dir": str(output_dir) if output_dir else None})
-    result = run_grpo(run_config, role.value if role else None, resume=resume)
+    run_config = GRPORunConfig.load(config, {"output_dir": str(flags.out) if flags.out else None})
+    if run_config.reward.stepwise and (flags.role or run_config.role) != "planner":
+        check_spec("config key 'reward.judge'", run_config.reward.judge, "vlm")
+        check_spec("config key 'reward.generator'", run_config.reward.generator, "image")
+    from interleave_thinker.train.grpo import run_grpo
+
+    result = run_grpo(run_config, flags.role, resume=flags.resume)
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports
     rewards = [e["reward"] for e in result.log_history if "reward" in e]

@@ -10,15 +10,22 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from interleave_thinker.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from interleave_thinker.core.prompt_store import TemplateStore
+
 ENV_PREFIX = "INTERLEAVE_THINKER_"
-PRESETS = ("official", "official-sft-critic", "tiny")
+PresetName = Literal["official", "official-sft-critic", "tiny"]
+PlannerFallback = Literal["error", "single-step"]
+TextSteps = Literal["text", "generate"]
+"""The choices of settings fields, also the choices of their flags (one spelling everywhere)."""
+PRESETS: tuple[str, ...] = get_args(PresetName)
 
 
 class _Section(BaseModel):
@@ -28,10 +35,12 @@ class _Section(BaseModel):
 class ModelOptions(_Section):
     device: str | None = Field(
         default=None,
-        description="'cpu', 'cuda', 'cuda:1', or 'auto' (device_map). Default: cuda when present.",
+        description="'cpu', 'cuda', 'cuda:N' or 'auto' (device_map for the VLMs); default: cuda when present, "
+        "else cpu.",
     )
     dtype: str = Field(
-        default="auto", description="'auto' (checkpoint dtype; float32 on CPU), 'bfloat16', ..."
+        default="auto",
+        description="'auto' (the checkpoint's dtype on GPU, float32 on CPU), or 'bfloat16', 'float16', 'float32'.",
     )
     attn_implementation: str | None = Field(
         default=None, description="VLM attention kernel, e.g. 'flash_attention_2' or 'sdpa'."
@@ -40,81 +49,122 @@ class ModelOptions(_Section):
 
 class AgentOptions(_Section):
     max_parse_attempts: int = Field(
-        default=3, ge=1, description="Model calls per agent turn before giving up."
+        default=3, ge=1, description="Model calls per planner/critic turn until a reply parses."
     )
     max_new_tokens: int = Field(default=4096, ge=1, description="Reply length bound for planner and critic.")
-    temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy decoding (the default).")
+    temperature: float = Field(
+        default=0.0, ge=0.0, description="Temperature of a turn's first call; 0 = greedy."
+    )
     retry_temperature: float = Field(
-        default=0.7, ge=0.0, description="Sampling temperature of retries after an unparsable reply."
+        default=0.7,
+        ge=0.0,
+        description="Sampling temperature of retries after an unparsable reply (greedy would repeat itself).",
     )
 
 
 class LoopOptions(_Section):
-    max_attempts: int = Field(default=3, ge=1, description="Generator calls per step (max_step_iterations).")
+    max_attempts: int = Field(
+        default=3, ge=1, description="Generator calls per step (the release's max_step_iterations)."
+    )
     critic_on_last_attempt: bool = Field(
         default=False, description="Ask the critic about the last attempt too (the release force-passes it)."
     )
-    seed_base: int = Field(default=0, description="Added to every seed: seed = base + step*stride + attempt.")
-    seed_stride: int = Field(default=100, ge=1, description="Seed distance between steps (release: 100).")
-    text_steps: Literal["text", "generate"] = Field(
+    seed_base: int = Field(
+        default=0, description="Added to every seed: seed = seed_base + step * seed_stride + attempt."
+    )
+    seed_stride: int = Field(
+        default=100,
+        ge=1,
+        description="Seed distance between steps (the release: step_number * 100 + attempt).",
+    )
+    text_steps: TextSteps = Field(
         default="text",
         description="Guidance Task-A steps (no instruction, no prompt): a text answer, or generate from "
         "auxiliary_text as the authors' demo does.",
     )
-    planner_fallback: Literal["error", "single-step"] = Field(
+    planner_fallback: PlannerFallback = Field(
         default="error",
-        description="When the planner never returns a valid plan: fail, or run a one-step plan.",
+        description="When the planner never returns a valid plan: 'error', or 'single-step' (the request as one "
+        "step, marked in the trace and page).",
     )
 
 
 class GenerationOptions(_Section):
-    width: int = Field(default=1024, ge=16)
-    height: int = Field(default=1024, ge=16)
-    steps: int | None = Field(default=None, ge=1, description="Denoising steps; None = the model's default.")
-    guidance: float | None = Field(default=None, description="Guidance scale; None = the model's default.")
+    width: int = Field(default=1024, ge=16, description="Output width in pixels.")
+    height: int = Field(default=1024, ge=16, description="Output height in pixels.")
+    steps: int | None = Field(
+        default=None, ge=1, description="Denoising steps; none = the model's default (FLUX.2-klein: 4)."
+    )
+    guidance: float | None = Field(
+        default=None, description="Guidance scale; none = the model's default (FLUX.2-klein: 1.0)."
+    )
 
 
 class RemoteOptions(_Section):
     """Transport settings of served backends (openai:, http:, gemini:, ...)."""
 
-    timeout: float = Field(default=300.0, gt=0, description="Seconds per HTTP request.")
+    timeout: float = Field(default=300.0, gt=0, description="Seconds per HTTP request of a served backend.")
     max_retries: int = Field(
-        default=4, ge=0, description="Retries on connection errors, 408/429/5xx, timeouts."
+        default=4,
+        ge=0,
+        description="Retries on connection errors, timeouts and 408/429/5xx except 501 (never other 4xx).",
     )
     backoff_base: float = Field(
-        default=0.5, ge=0, description="First retry delay; doubles each retry (jittered)."
+        default=0.5, ge=0, description="First retry delay in seconds; doubled each retry, with 50 % jitter."
     )
-    backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay.")
+    backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay, seconds.")
     deadline: float | None = Field(
         default=None, gt=0, description="Total seconds per call, retries included."
     )
-    concurrency: int = Field(default=8, ge=1, description="Calls in flight per backend.")
-    cooldown: float = Field(default=30.0, ge=0, description="Seconds an endpoint that failed is skipped.")
+    concurrency: int = Field(default=8, ge=1, description="Calls in flight per served backend.")
+    cooldown: float = Field(
+        default=30.0, ge=0, description="Seconds an endpoint that failed is skipped in a pool."
+    )
     api_key_env: str | None = Field(
         default=None,
-        description="Environment variable holding the API key (default: the service's usual one).",
+        description="Environment variable holding the API key (default: the service's own, e.g. OPENAI_API_KEY, "
+        "GEMINI_API_KEY).",
     )
 
 
 class PromptOptions(_Section):
-    folder: Path | None = Field(default=None, description="Folder with the released templates as <name>.txt.")
-    cache_dir: Path | None = Field(default=None, description="Template cache (default <home>/prompts).")
+    folder: Path | None = Field(
+        default=None,
+        description="Folder holding the released templates as <name>.txt (default: $INTERLEAVE_THINKER_PROMPTS).",
+    )
+    cache_dir: Path | None = Field(default=None, description="Template cache (default: <home>/prompts).")
     base_url: str | None = Field(
-        default=None, description="Where to download the authors' source files from."
+        default=None,
+        description="Mirror to download the authors' source files from (default: their raw GitHub files, or "
+        "$INTERLEAVE_THINKER_PROMPTS_URL).",
     )
     download: bool = Field(default=True, description="Download the released templates when not cached.")
-    verify: bool = Field(default=True, description="Check every released template's SHA-256.")
-    builtin_fallback: bool = Field(
-        default=True, description="Use our own templates when released are missing."
+    verify: bool = Field(
+        default=True,
+        description="Check every released template's SHA-256 (false allows edited templates, recorded as custom).",
     )
+    builtin_fallback: bool = Field(
+        default=True, description="Use our own templates when the released ones are unavailable."
+    )
+
+    def store(self) -> TemplateStore:
+        """The template store these settings describe: the one way every command and trainer builds it.
+
+        The fields are named as ``TemplateStore``'s keyword arguments, so they pass straight through.
+        """
+        from interleave_thinker.core.prompt_store import TemplateStore
+
+        return TemplateStore(**dict(self))
 
 
 class PipelineConfig(_Section):
     """Everything needed to build a :class:`~interleave_thinker.Pipeline`."""
 
-    preset: str | None = None
+    preset: str | None = Field(
+        default=None, description="Backends and settings to start from (official, official-sft-critic, tiny)."
+    )
     planner: str = Field(description="VLM backend spec of the planner, e.g. 'transformers:ID'.")
-    critic: str = Field(description="VLM backend spec of the critic.")
+    critic: str = Field(description="VLM backend spec of the critic (the planner's spec = one shared model).")
     generator: str = Field(
         description="Image backend spec, e.g. 'diffusers:black-forest-labs/FLUX.2-klein-9B'."
     )
@@ -162,6 +212,68 @@ class PipelineConfig(_Section):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ConfigError(f"Invalid {origin}: {format_validation_error(exc)}") from None
+
+
+def field_help(path: str, model: type[BaseModel] = PipelineConfig) -> str:
+    """The description of the settings field at dotted ``path`` (``loop.seed_base``): a flag's help text."""
+    *sections, name = path.split(".")
+    for section in sections:
+        annotation = model.model_fields[section].annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel), path
+        model = annotation
+    description = model.model_fields[name].description
+    if not description:
+        raise ValueError(f"settings field {path} has no description; a flag's help comes from it")
+    return description
+
+
+def documented_keys(model: type[BaseModel] = PipelineConfig, prefix: str = "") -> list[str]:
+    """Every leaf key of the settings, dotted (``remote.timeout``): the rows docs/configuration.md must have."""
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys += documented_keys(annotation, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+DOC_DEFAULTS = {"preset": "`official`", "planner": "preset", "critic": "preset", "generator": "preset"}
+"""Defaults the table shows where the field's own default says less (the required backend specs)."""
+
+
+def config_table() -> str:
+    """The keys table of docs/configuration.md, from the fields: key, default, description (kept in sync
+    by tests/test_config.py; regenerate with ``python -c "from interleave_thinker.core.config import
+    config_table; print(config_table())"``)."""
+    rows = ["| key | default | meaning |", "| --- | --- | --- |"]
+    for key in documented_keys():
+        *sections, name = key.split(".")
+        model: type[BaseModel] = PipelineConfig
+        for section in sections:
+            model = model.model_fields[section].annotation  # type: ignore[assignment]
+        default = model.model_fields[name].default
+        shown = DOC_DEFAULTS.get(key) or (
+            "none"
+            if default is None
+            else f"`{str(default).lower() if isinstance(default, bool) else default}`"
+        )
+        rows.append(f"| `{key}` | {shown} | {field_help(key).replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_model_file(model: type[M], path: Path, overrides: dict[str, Any] | None, what: str) -> M:
+    """A typed config read from YAML with top-level ``overrides`` (None = keep), errors naming the file."""
+    data = load_yaml(path)
+    data.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"Invalid {what} {path}: {format_validation_error(exc)}") from None
 
 
 def format_validation_error(exc: ValidationError) -> str:

@@ -9,6 +9,7 @@ boundary with ``raise ... from exc`` so the original traceback is kept.
     InterleaveThinkerError
     ├── ConfigError            bad config file, key, preset, flag value or backend spec
     ├── InputError             bad request: missing image file, <image> markers vs images
+    │   └── TraceVersionError  a trace.json of a schema version this code does not read
     ├── TemplateError          prompt template missing, unreadable or failing its digest
     ├── BackendError           a model or service failed to load or answer
     │   └── ModelNotFoundError a checkpoint path or id that does not exist
@@ -29,6 +30,10 @@ class ConfigError(InterleaveThinkerError):
 
 class InputError(InterleaveThinkerError):
     """The request itself is invalid (prompt, images, markers)."""
+
+
+class TraceVersionError(InputError):
+    """A ``trace.json`` has a newer or unknown ``schema_version`` (older ones are migrated on read)."""
 
 
 class TemplateError(InterleaveThinkerError):

@@ -2,24 +2,31 @@
 
 The released checkpoints only behave when they see the exact prompts they were trained with, and
 those texts are the authors', so we never ship them. They are resolved, like model weights, in this
-order: a folder the user names; our cache; a download of the authors' source files at a pinned
-commit (string literals read with ``ast``, never executed), each verified by SHA-256. Only when none
-of that is available do we use our own templates (same placeholders and answer format, our words).
+order (:mod:`interleave_thinker.core.pinned_texts`): a folder the user names; our cache; a download of
+the authors' source files at a pinned commit (string literals read with ``ast``, never executed), each
+verified by SHA-256. Only when none of that is available do we use our own templates, the data files
+of :mod:`interleave_thinker.prompts` (same placeholders and answer format, our words).
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import logging
-import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Unpack
 
 from interleave_thinker.core.errors import TemplateError
-from interleave_thinker.core.paths import cache_home, offline, write_atomic
+from interleave_thinker.core.pinned_texts import (
+    PinnedStore,
+    StoreOptions,
+    check_download,
+    extract_literals,
+    fetch_text,
+    read_text,
+    sha256_text,
+    write_cache,
+)
 from interleave_thinker.core.types import TemplateInfo
 
 logger = logging.getLogger(__name__)
@@ -79,10 +86,6 @@ RELEASED: dict[str, ReleasedTemplate] = {
 TEMPLATE_NAMES = tuple(RELEASED)
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 @dataclass
 class TemplateSet:
     """A resolved set of templates and where it came from (recorded in every trace)."""
@@ -108,68 +111,25 @@ class TemplateSet:
         )
 
 
-def fetch_text(url: str, timeout: float = 20.0) -> str:
-    """GET one source file (UTF-8); any transport or HTTP failure is a :class:`TemplateError`."""
-    import httpx
+class TemplateStore(PinnedStore):
+    """Resolves the template set once per process: folder, cache, download, then our own.
 
-    try:
-        response = httpx.get(url, timeout=timeout, follow_redirects=True)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise TemplateError(f"Could not download {url}: {exc}") from exc
-    try:
-        return response.content.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TemplateError(f"{url} is not UTF-8 text ({exc}); is the URL a source file?") from exc
+    ``verify=False`` accepts edited templates in a folder (the set is then ``custom``);
+    ``builtin_fallback=False`` makes unavailable released templates an error instead.
+    """
 
-
-def extract_literals(source: str, names: set[str], *, origin: str) -> dict[str, str]:
-    """Read top-level string assignments from Python source without executing it."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise TemplateError(f"{origin} is not valid Python ({exc}); cannot read templates from it.") from exc
-    found: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets, value = [node.target], node.value
-        else:
-            continue
-        for target in targets:
-            if isinstance(target, ast.Name) and target.id in names:
-                if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
-                    raise TemplateError(f"{origin}: {target.id} is not a plain string literal.")
-                found[target.id] = value.value
-    missing = names - set(found)
-    if missing:
-        raise TemplateError(f"{origin} does not define {', '.join(sorted(missing))}.")
-    return found
-
-
-class TemplateStore:
-    """Resolves the template set once per process: folder, cache, download, then our own."""
+    FOLDER_ENV = FOLDER_ENV
+    BASE_URL_ENV = BASE_URL_ENV
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    CACHE_NAME = "prompts"
+    DEFAULT_TIMEOUT = 20.0
 
     def __init__(
-        self,
-        *,
-        folder: Path | None = None,
-        cache_dir: Path | None = None,
-        base_url: str | None = None,
-        download: bool = True,
-        verify: bool = True,
-        builtin_fallback: bool = True,
-        timeout: float = 20.0,
+        self, *, verify: bool = True, builtin_fallback: bool = True, **where: Unpack[StoreOptions]
     ) -> None:
-        env_folder = os.environ.get(FOLDER_ENV)
-        self.folder = folder if folder is not None else (Path(env_folder) if env_folder else None)
-        self.cache_dir = cache_dir if cache_dir is not None else cache_home() / "prompts"
-        self.base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
-        self.download_allowed = download and not offline()
+        super().__init__(**where)
         self.verify = verify
         self.builtin_fallback = builtin_fallback
-        self.timeout = timeout
         self._resolved: TemplateSet | None = None
 
     @property
@@ -218,8 +178,8 @@ class TemplateStore:
             path = folder / f"{name}.txt"
             if not path.is_file():
                 continue
-            text = path.read_bytes().decode("utf-8")
-            if sha256_text(text) != ref.sha256:
+            text, digest = read_text(path)
+            if digest != ref.sha256:
                 if self.verify:
                     raise TemplateError(
                         f"Template {path} does not match the released '{name}' (SHA-256 differs): the file was "
@@ -241,8 +201,8 @@ class TemplateStore:
         texts = {}
         for name, ref in RELEASED.items():
             path = folder / f"{name}.txt"
-            text = path.read_bytes().decode("utf-8")
-            if sha256_text(text) != ref.sha256:
+            text, digest = read_text(path)
+            if digest != ref.sha256:
                 raise TemplateError(
                     f"Cached template {path} fails its SHA-256 check (the cache was altered). "
                     "Run `interleave-thinker prompts download --force` to fetch it again."
@@ -259,15 +219,9 @@ class TemplateStore:
             wanted = {name: ref for name, ref in RELEASED.items() if ref.source == source}
             literals = extract_literals(source_text, {ref.literal for ref in wanted.values()}, origin=url)
             for name, ref in wanted.items():
-                text = literals[ref.literal]
-                if sha256_text(text) != ref.sha256:
-                    raise TemplateError(
-                        f"Template '{name}' ({ref.literal}) downloaded from {url} fails its SHA-256 check "
-                        f"(expected {ref.sha256}, got {sha256_text(text)}); refusing to use it."
-                    )
-                texts[name] = text
-        for name, text in texts.items():
-            write_atomic(self.commit_cache / f"{name}.txt", text.encode("utf-8"))
+                what = f"Template '{name}' ({ref.literal}) downloaded from {url}"
+                texts[name] = check_download(literals[ref.literal], ref.sha256, what)
+        write_cache({self.commit_cache / f"{name}.txt": text for name, text in texts.items()})
         return TemplateSet(
             kind="released", origin=f"download {self.base_url}@{PINNED_COMMIT[:12]}", texts=texts
         )
@@ -280,7 +234,7 @@ class TemplateStore:
             for place in places:
                 path = place / f"{name}.txt"
                 if path.is_file():
-                    ok = sha256_text(path.read_bytes().decode("utf-8")) == ref.sha256
+                    ok = read_text(path)[1] == ref.sha256
                     rows.append((name, str(path), "ok" if ok else "DIGEST MISMATCH"))
                     break
             else:
@@ -288,9 +242,13 @@ class TemplateStore:
         return rows
 
 
+BUILTIN_PACKAGE = "interleave_thinker.prompts"
+"""Our own templates: the data files of the visible ``prompts/`` package."""
+
+
 def builtin_templates() -> TemplateSet:
     """Our own templates, written for interleave-thinker with the released placeholders and answer format."""
-    root = resources.files("interleave_thinker.core") / "builtin_prompts"
+    root = resources.files(BUILTIN_PACKAGE)
     texts = {
         entry.name.removesuffix(".txt"): entry.read_text(encoding="utf-8")
         for entry in root.iterdir()

@@ -1,7 +1,8 @@
 """Typed records of one interleaved generation: request, plan, verdicts, attempts and the trace.
 
 Everything a run produces is one of these pydantic models, so a trace on disk can be read back
-into the same objects (``Trace.model_validate_json``) by reports, resume and training-data builders.
+into the same objects by reports, resume and training-data builders (``core.run_folder.load_trace``,
+which checks ``schema_version`` and migrates older traces).
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version of ``trace.json``; older ones are migrated on read (``core/run_folder.py``).
+
+2: ``StepRecord.planned_prompt``.
+"""
 WHITE_CANVAS = "white-canvas"
 """Name recorded as the "before" image of a text-to-image attempt (the release's white canvas)."""
 
@@ -101,6 +106,11 @@ class StepRecord(_Model):
     step: PlanStep
     kind: Literal["image", "text"]
     text: str | None = None
+    planned_prompt: str | None = Field(
+        default=None,
+        description="What the planner asked to generate: the first attempt's prompt and the critic's "
+        "original instruction for every attempt (None for a text answer).",
+    )
     attempts: list[Attempt] = Field(default_factory=list)
     accepted_image: str | None = None
     complete: bool = Field(default=False, description="False while the step's attempts are still running.")

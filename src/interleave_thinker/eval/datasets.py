@@ -12,7 +12,7 @@ API (what generation and the scorers use)::
     item.root        # folder that relative paths of ``raw`` resolve against (None when there is none)
     item.protocol    # WISE: "verified" | "legacy" (which protocol the data belongs to); else None
     item.path("reference_img")   # a path field of ``raw`` resolved against ``root`` (None when absent/null)
-    select_items(items, limit=N, shard=(i, n))
+    select(items, limit=N, shard=(i, n))          # runtime.batch_inputs, as ``batch`` selects
 
 Local layouts: WISE a folder of ``*_verified.json`` (WISE_Verified, ``data_verified/``) or of the legacy
 ``cultural_common_sense.json``, ``spatio-temporal_reasoning.json``, ``natural_science.json``
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -38,6 +37,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import cache_home, write_atomic
+from interleave_thinker.runtime.batch_inputs import read_json_list, read_records
 
 RISE_FILES = ("data_total.json", "data_sample.json", "data.json")
 WISE_LEGACY_FILES = ("cultural_common_sense.json", "spatio-temporal_reasoning.json", "natural_science.json")
@@ -89,37 +89,14 @@ def _text(row: dict[str, Any], names: Sequence[str], where: str) -> str:
     raise InputError(f"{where}: {names[0]}: missing or empty.")
 
 
-def _read_json_list(path: Path) -> list[Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
-    except OSError as exc:
-        raise InputError(f"Cannot read {path}: {exc.strerror}.") from None
-    if not isinstance(data, list):
-        raise InputError(f"{path}: must hold a JSON list of records.")
-    return data
+def _json_items(path: Path) -> list[tuple[str, Any]]:
+    """The records of a JSON list file, whatever its suffix, each with where it came from."""
+    return [(f"{path}: item {i}", row) for i, row in enumerate(read_json_list(path), start=1)]
 
 
 def _read_records(path: Path) -> list[tuple[str, Any]]:
     """Records of a .json list, .jsonl or .parquet file, each with where it came from."""
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        return [(f"{path}: item {i}", row) for i, row in enumerate(_read_json_list(path), start=1)]
-    if suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append((f"{path}:{number}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
-        return rows
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return [(f"{path}: row {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
-    raise InputError(f"{path}: unknown data format '{suffix}'; use .json, .jsonl, .parquet or hf:DATASET.")
+    return read_records(path, (".json", ".jsonl", ".parquet"))
 
 
 # --- Hugging Face -------------------------------------------------------------------------------
@@ -235,7 +212,7 @@ def load_wise(data: str) -> list[EvalItem]:
         protocol = "verified" if "verified" in data.lower() else "legacy"
     else:
         files, protocol = _wise_files(Path(data))
-        rows = [(f"{f}: item {i}", r) for f in files for i, r in enumerate(_read_json_list(f), start=1)]
+        rows = [row for f in files for row in _json_items(f)]
         root = files[0].parent.resolve()
     items = []
     for where, row in rows:
@@ -279,10 +256,7 @@ def load_rise(data: str) -> list[EvalItem]:
         rows, root = _hf_records(data)
     else:
         file = _rise_file(Path(data))
-        rows, root = (
-            [(f"{file}: item {i}", r) for i, r in enumerate(_read_json_list(file), start=1)],
-            file.parent.resolve(),
-        )
+        rows, root = _json_items(file), file.parent.resolve()
     items = []
     for where, row in rows:
         if not isinstance(row, dict):
@@ -323,21 +297,3 @@ def load_items(benchmark: str, data: str) -> list[EvalItem]:
     if loader is None:
         raise InputError(f"Unknown benchmark '{benchmark}'; choose one of: {', '.join(LOADERS)}.")
     return loader(data)
-
-
-def parse_shard(value: str) -> tuple[int, int]:
-    index, sep, count = value.partition("/")
-    if not sep or not index.isdigit() or not count.isdigit() or int(count) < 1 or int(index) >= int(count):
-        raise InputError(f"--shard {value!r}: write I/N with 0 <= I < N, e.g. 0/4.")
-    return int(index), int(count)
-
-
-def select_items(
-    items: list[EvalItem], *, limit: int | None = None, shard: tuple[int, int] | None = None
-) -> list[EvalItem]:
-    """``limit`` keeps the first N items (in the loader's order); ``shard`` I/N keeps every N-th from I."""
-    chosen = items[:limit] if limit is not None else items
-    if shard is not None:
-        index, count = shard
-        chosen = [item for position, item in enumerate(chosen) if position % count == index]
-    return chosen

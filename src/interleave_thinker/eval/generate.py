@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.messages import count_image_markers
 from interleave_thinker.core.paths import write_atomic
-from interleave_thinker.core.types import Trace
+from interleave_thinker.core.run_folder import TRACE_FILE, load_trace
 from interleave_thinker.eval.base_mode import base_config, base_pipeline
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.layouts import write_item_image, write_layout
@@ -97,9 +97,9 @@ def execute(
 
     def done(item_id: str, status: str) -> None:
         # The layout grows as items finish, so a killed run already has its finished outputs in place.
-        trace_path = store.request_dir(item_id) / "trace.json"
+        trace_path = store.request_dir(item_id) / TRACE_FILE
         if run.benchmark != "ueval" and status == "succeeded" and trace_path.is_file():
-            trace = Trace.model_validate_json(trace_path.read_text(encoding="utf-8"))
+            trace = load_trace(trace_path)
             write_item_image(run.out, store, by_id[item_id], trace)
         if on_done is not None:
             on_done(item_id, status)

@@ -58,20 +58,29 @@ class JudgeRequest:
     messages: tuple[JudgeMessage, ...]
     settings: dict[str, Any] = field(default_factory=dict)
 
+    def render(self, image_part: Callable[[JudgeImage], dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages as chat dicts: text parts as ``{"type": "text"}``, images by ``image_part``."""
+        return [
+            {
+                "role": message.role,
+                "content": [
+                    {"type": "text", "text": part} if isinstance(part, str) else image_part(part)
+                    for part in message.parts
+                ],
+            }
+            for message in self.messages
+        ]
+
     def openai_messages(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for message in self.messages:
-            content: list[dict[str, Any]] = []
-            for part in message.parts:
-                if isinstance(part, str):
-                    content.append({"type": "text", "text": part})
-                else:
-                    url: dict[str, Any] = {"url": part.data_url()}
-                    if part.detail is not None:
-                        url["detail"] = part.detail
-                    content.append({"type": "image_url", "image_url": url})
-            out.append({"role": message.role, "content": content})
-        return out
+        """Chat-completions messages: images as data URLs, with ``detail`` when the protocol sets one."""
+
+        def image_url(part: JudgeImage) -> dict[str, Any]:
+            url: dict[str, Any] = {"url": part.data_url()}
+            if part.detail is not None:
+                url["detail"] = part.detail
+            return {"type": "image_url", "image_url": url}
+
+        return self.render(image_url)
 
     def fingerprint(self) -> str:
         """A stable hash of everything sent (images by digest)."""
@@ -135,15 +144,7 @@ class ChatTransport:
     def send(self, request: JudgeRequest) -> str:
         from PIL import Image
 
-        messages = []
-        for message in request.messages:
-            content: list[dict[str, Any]] = []
-            for part in message.parts:
-                if isinstance(part, str):
-                    content.append({"type": "text", "text": part})
-                else:
-                    content.append({"type": "image", "image": Image.open(io.BytesIO(part.data))})
-            messages.append({"role": message.role, "content": content})
+        messages = request.render(lambda part: {"type": "image", "image": Image.open(io.BytesIO(part.data))})
         max_tokens = int(request.settings.get("max_tokens", 4096))
         temperature = float(request.settings.get("temperature", 0.0))
         return str(self.backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature))

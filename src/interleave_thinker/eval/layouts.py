@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.types import Trace
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.runtime.recorder import IMAGES_DIR
 from interleave_thinker.runtime.store import RunStore
 
 SUBMISSION = "submission.json"

@@ -1,26 +1,25 @@
 """The benchmarks' official judge prompts, obtained at run time and checked by SHA-256.
 
 The judge prompts of WISE, RISEBench and UEval are the benchmarks' own text, so, like the released
-planner/critic templates (:mod:`interleave_thinker.core.prompt_store`), they are never shipped. They
-are resolved in this order: a folder the user names (``INTERLEAVE_THINKER_EVAL_PROMPTS``, one
-``<name>.txt`` per prompt, e.g. the files of ``shared/reference/eval``); the cache
-(``~/.cache/interleave-thinker/eval-prompts/<commit>/``); a download of the scorer's source file at the
-pinned commit, the literal read with ``ast`` (never executed) and its digest checked. Three literal
-shapes occur: a module-level string (RISEBench), a module-level triple-quoted literal with ``.strip()`` (UEval), and the
-text of a chat message built inside a function, the user one an f-string (WISE). An f-string is kept
+planner/critic templates, they are never shipped. They are resolved by the rules of
+:class:`~interleave_thinker.core.pinned_texts.PinnedStore`, in this order: a folder the user names
+(``INTERLEAVE_THINKER_EVAL_PROMPTS``, one ``<name>.txt`` per prompt, e.g. the files of
+``shared/reference/eval``); the cache (``~/.cache/interleave-thinker/eval-prompts/<commit>/``); a
+download of the scorer's source file at the pinned commit, the literal read with ``ast`` (never
+executed) and its digest checked. Three literal shapes occur: a module-level string (RISEBench), a
+module-level triple-quoted literal with ``.strip()`` (UEval), and the text of a chat message built
+inside a function, the user one an f-string (WISE). An f-string is kept
 as a template: constant parts verbatim, each field written ``{`` + ``ast.unparse(expr)`` + ``}``.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from interleave_thinker.core import pinned_texts as pinned
 from interleave_thinker.core.errors import TemplateError
-from interleave_thinker.core.paths import cache_home, offline, write_atomic
-from interleave_thinker.core.prompt_store import extract_literals, fetch_text, sha256_text
 
 FOLDER_ENV = "INTERLEAVE_THINKER_EVAL_PROMPTS"
 BASE_URL_ENV = "INTERLEAVE_THINKER_EVAL_PROMPTS_URL"
@@ -116,7 +115,7 @@ class PromptSet:
     origin: str
 
     def digests(self) -> dict[str, str]:
-        return {name: sha256_text(text) for name, text in sorted(self.texts.items())}
+        return {name: pinned.sha256_text(text) for name, text in sorted(self.texts.items())}
 
 
 # -- extraction from the official source -------------------------------------------------------------
@@ -193,7 +192,7 @@ def extract_prompt(source: str, prompt: EvalPrompt, origin: str) -> str:
     """The prompt text from the scorer's source, the way the official code evaluates it."""
     try:
         if prompt.kind == "literal":
-            return extract_literals(source, {prompt.locator}, origin=origin)[prompt.locator]
+            return pinned.extract_literals(source, {prompt.locator}, origin=origin)[prompt.locator]
         if prompt.kind == "strip":
             return _stripped_literal(source, prompt.locator, origin)
         return _message_text(source, prompt.locator, prompt.index, origin)
@@ -204,24 +203,13 @@ def extract_prompt(source: str, prompt: EvalPrompt, origin: str) -> str:
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class EvalPromptStore:
+class EvalPromptStore(pinned.PinnedStore):
     """Folder, then cache, then download at the pinned commit; every text checked by SHA-256."""
 
-    def __init__(
-        self,
-        *,
-        folder: Path | None = None,
-        cache_dir: Path | None = None,
-        base_url: str | None = None,
-        download: bool = True,
-        timeout: float = 30.0,
-    ) -> None:
-        env_folder = os.environ.get(FOLDER_ENV)
-        self.folder = folder if folder is not None else (Path(env_folder) if env_folder else None)
-        self.cache_dir = cache_dir if cache_dir is not None else cache_home() / "eval-prompts"
-        self.base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
-        self.download_allowed = download and not offline()
-        self.timeout = timeout
+    FOLDER_ENV = FOLDER_ENV
+    BASE_URL_ENV = BASE_URL_ENV
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
+    CACHE_NAME = "eval-prompts"
 
     def load(self, protocol: str) -> PromptSet:
         names = PROTOCOL_PROMPTS[protocol]
@@ -243,8 +231,8 @@ class EvalPromptStore:
     def _read(self, path: Path, name: str) -> str:
         if not path.is_file():
             raise TemplateError(f"Judge prompt file {path} is missing ({FOLDER_ENV} or the cache).")
-        text = path.read_bytes().decode("utf-8")
-        if sha256_text(text) != PROMPTS[name].sha256:
+        text, digest = pinned.read_text(path)
+        if digest != PROMPTS[name].sha256:
             raise TemplateError(
                 f"Judge prompt {path} does not match the official '{name}' (SHA-256 differs): the file was "
                 "edited or is from another commit. Restore it, or delete it so it is downloaded again."
@@ -258,16 +246,10 @@ class EvalPromptStore:
             prompt = PROMPTS[name]
             url = f"{self.base_url}/{prompt.repo.name}/{prompt.repo.commit}/{prompt.source}"
             if url not in sources:
-                sources[url] = fetch_text(url, self.timeout)
+                sources[url] = pinned.fetch_text(url, self.timeout)
             text = extract_prompt(sources[url], prompt, url)
-            if sha256_text(text) != prompt.sha256:
-                raise TemplateError(
-                    f"Judge prompt '{name}' from {url} fails its SHA-256 check (expected {prompt.sha256}, "
-                    f"got {sha256_text(text)}); refusing to use it."
-                )
-            texts[name] = text
-        for name, path in self._cache_paths(names).items():
-            write_atomic(path, texts[name].encode("utf-8"))
+            texts[name] = pinned.check_download(text, prompt.sha256, f"Judge prompt '{name}' from {url}")
+        pinned.write_cache({path: texts[name] for name, path in self._cache_paths(names).items()})
         return texts
 
 

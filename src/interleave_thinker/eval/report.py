@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import IMAGES_DIR, REQUESTS, TRACE_FILE, read_trace
 from interleave_thinker.core.types import Attempt, Trace
 from interleave_thinker.eval.layouts import SUBMISSION
 from interleave_thinker.eval.report_data import (
@@ -28,8 +29,6 @@ from interleave_thinker.eval.report_data import (
     published,
     table,
 )
-from interleave_thinker.runtime.recorder import IMAGES_DIR, TRACE_FILE
-from interleave_thinker.runtime.store import REQUESTS
 
 MAX_PAIRED = 200
 STYLE = """
@@ -57,12 +56,7 @@ def _img(path: Path, page_dir: Path, alt: str) -> str:
 def _trace(run: Run, item_id: str) -> Trace | None:
     folder = run.generation_folder
     path = folder / REQUESTS / item_id / TRACE_FILE if folder is not None else None
-    if path is None or not path.is_file():
-        return None
-    try:
-        return Trace.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return None
+    return read_trace(path) if path is not None else None
 
 
 def _submission(run: Run) -> dict[str, list[str]]:

@@ -11,6 +11,7 @@ is still judged, with an empty answer and no images, exactly as the official cod
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -42,20 +43,17 @@ def question_type(task: Any) -> str:
 # -- reply parsing -------------------------------------------------------------------------------------
 
 
+_JSON_BLOCK = re.compile(r"```json\s*(\{.*?\})\s*```", re.DOTALL)
+_KEYED_OBJECT = re.compile(r'\{\s*"(?:criteria_met|explanation)"[^}]*\}', re.DOTALL)
+
+
 def parse_response(text: str) -> dict[str, Any]:
     """A ```json block, else an object starting with criteria_met/explanation, else first { to last }."""
-    block = re.search(r"```json\s*(\{.*?\})\s*```", text, re.DOTALL)
-    if block:
-        try:
-            return _object(json.loads(block.group(1)))
-        except json.JSONDecodeError:
-            pass
-    keyed = re.search(r'\{\s*"(?:criteria_met|explanation)"[^}]*\}', text, re.DOTALL)
-    if keyed:
-        try:
-            return _object(json.loads(keyed.group(0)))
-        except json.JSONDecodeError:
-            pass
+    for pattern, group in ((_JSON_BLOCK, 1), (_KEYED_OBJECT, 0)):
+        found = pattern.search(text)
+        if found:
+            with contextlib.suppress(json.JSONDecodeError):
+                return _object(json.loads(found.group(group)))
     start, end = text.find("{"), text.rfind("}") + 1
     if start == -1 or end <= start:
         raise ValueError("no JSON object in the reply")

@@ -42,36 +42,34 @@ class WiseProtocol:
     settings: dict[str, Any]
 
 
-VERIFIED = WiseProtocol(
+CATEGORIES = ("CULTURE", "TIME", "SPACE", "BIOLOGY", "PHYSICS", "CHEMISTRY")
+
+
+def _protocol(
+    name: str, kind: str, last_ids: tuple[int, ...], weights: tuple[float, ...], settings: dict[str, Any]
+) -> WiseProtocol:
+    """A protocol from the last prompt id and the weight of each of :data:`CATEGORIES`, in that order
+    (a category's ids run from the one after the previous category's last id)."""
+    firsts = (1, *(last + 1 for last in last_ids[:-1]))
+    ranges = tuple(zip(CATEGORIES, firsts, last_ids, strict=True))
+    system, user = f"wise_{kind}_system", f"wise_{kind}_user"
+    return WiseProtocol(
+        name, kind, system, user, ranges, dict(zip(CATEGORIES, weights, strict=True)), settings
+    )
+
+
+VERIFIED = _protocol(
     "wise",
     "verified",
-    "wise_verified_system",
-    "wise_verified_user",
-    (
-        ("CULTURE", 1, 400),
-        ("TIME", 401, 520),
-        ("SPACE", 521, 640),
-        ("BIOLOGY", 641, 760),
-        ("PHYSICS", 761, 880),
-        ("CHEMISTRY", 881, 1000),
-    ),
-    {"CULTURE": 0.4, "TIME": 0.12, "SPACE": 0.12, "BIOLOGY": 0.12, "PHYSICS": 0.12, "CHEMISTRY": 0.12},
+    (400, 520, 640, 760, 880, 1000),
+    (0.4, 0.12, 0.12, 0.12, 0.12, 0.12),
     {"temperature": 0.0, "max_tokens": 500, "chat_template_kwargs": {"enable_thinking": False}},
 )
-LEGACY = WiseProtocol(
+LEGACY = _protocol(
     "wise-legacy",
     "legacy",
-    "wise_legacy_system",
-    "wise_legacy_user",
-    (
-        ("CULTURE", 1, 400),
-        ("TIME", 401, 567),
-        ("SPACE", 568, 700),
-        ("BIOLOGY", 701, 800),
-        ("PHYSICS", 801, 900),
-        ("CHEMISTRY", 901, 1000),
-    ),
-    {"CULTURE": 0.4, "TIME": 0.167, "SPACE": 0.133, "BIOLOGY": 0.1, "PHYSICS": 0.1, "CHEMISTRY": 0.1},
+    (400, 567, 700, 800, 900, 1000),
+    (0.4, 0.167, 0.133, 0.1, 0.1, 0.1),
     {"temperature": 0.0, "max_tokens": 2000},
 )
 PROTOCOLS = {"wise": VERIFIED, "wise-legacy": LEGACY}

@@ -14,13 +14,14 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.runtime.failures import clean_text, one_line
 
 PROMPT_FIELDS = ("prompt", "user_input", "instruction", "Prompt")
 MAX_ID_BYTES = 200
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,41 +86,56 @@ def _item(row: Any, position: int, where: str, base: Path | None) -> BatchItem:
     )
 
 
-def _rows(path: Path) -> list[tuple[str, Any]]:
+RECORD_FORMATS = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def read_json_list(path: Path) -> list[Any]:
+    """A ``.json`` file holding a list of records; problems name the file (and line) and the fix."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise InputError(f"{path}: {one_line(str(exc), 120)}.") from None
+    except OSError as exc:
+        raise InputError(f"Cannot read {path}: {exc.strerror}.") from None
+    if not isinstance(data, list):
+        raise InputError(f"{path}: must hold a JSON list of records.")
+    return data
+
+
+def _jsonl_rows(path: Path) -> list[tuple[str, Any]]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((f"{path}:{number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
+            except ValueError as exc:
+                raise InputError(f"{path}:{number}: {one_line(str(exc), 120)}.") from None
+    return rows
+
+
+def read_records(path: Path, formats: tuple[str, ...] = RECORD_FORMATS) -> list[tuple[str, Any]]:
+    """Records of a file in one of ``formats`` (suffixes of :data:`RECORD_FORMATS`), each with where it
+    came from (``FILE:LINE``, ``FILE: item N``, ``FILE: row N``); the batch inputs and the benchmark
+    data are read by this one function."""
     suffix = path.suffix.lower()
+    if suffix not in formats:
+        raise InputError(f"{path}: unknown input format '{suffix}'; use {', '.join(formats)} or hf:DATASET.")
     if suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append((f"{path}:{number}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
-                except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-                    raise InputError(f"{path}:{number}: {one_line(str(exc), 120)}.") from None
-        return rows
+        return _jsonl_rows(path)
     if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
-        except ValueError as exc:
-            raise InputError(f"{path}: {one_line(str(exc), 120)}.") from None
-        if not isinstance(data, list):
-            raise InputError(f"{path}: must hold a JSON list of records.")
-        return [(f"{path}: item {i}", row) for i, row in enumerate(data, start=1)]
+        return [(f"{path}: item {i}", row) for i, row in enumerate(read_json_list(path), start=1)]
     if suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as handle:
             return [(f"{path}:{n}", row) for n, row in enumerate(csv.DictReader(handle), start=2)]
-    if suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise InputError(f"{path}: reading Parquet needs pyarrow (`pip install pyarrow`).") from None
-        return [(f"{path}: row {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
-    raise InputError(
-        f"{path}: unknown input format '{suffix}'; use .jsonl, .json, .csv, .parquet or hf:DATASET."
-    )
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(f"{path}: reading Parquet needs pyarrow (`pip install pyarrow`).") from None
+    return [(f"{path}: row {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
 
 
 def _hf_rows(spec: str) -> list[tuple[str, Any]]:
@@ -149,7 +165,7 @@ def read_batch_input(spec: str) -> list[BatchItem]:
         path = Path(spec)
         if not path.is_file():
             raise InputError(f"Input file {path} does not exist.")
-        rows, base = _rows(path), path.parent
+        rows, base = read_records(path), path.parent
     items: list[BatchItem] = []
     seen: dict[str, str] = {}
     for position, (where, row) in enumerate(rows, start=1):
@@ -170,10 +186,9 @@ def parse_shard(value: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def select(
-    items: list[BatchItem], *, shard: tuple[int, int] | None = None, limit: int | None = None
-) -> list[BatchItem]:
-    """``limit`` takes the first N records of the input; ``shard`` I/N keeps every N-th from I."""
+def select(items: list[T], *, shard: tuple[int, int] | None = None, limit: int | None = None) -> list[T]:
+    """``limit`` takes the first N records of the input; ``shard`` I/N keeps every N-th from I (batch
+    inputs and benchmark items alike, so ``batch`` and ``eval generate`` shard the same way)."""
     chosen = items[:limit] if limit is not None else items
     if shard is not None:
         index, count = shard

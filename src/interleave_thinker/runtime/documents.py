@@ -6,11 +6,8 @@ import html
 from pathlib import Path
 
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HTML
 from interleave_thinker.core.types import Attempt, StepRecord, Trace
-from interleave_thinker.runtime.recorder import IMAGES_DIR
-
-DOCUMENT_MD = "document.md"
-INDEX_HTML = "index.html"
 
 
 def notices(trace: Trace, notice: str | None = None) -> list[str]:

@@ -20,10 +20,12 @@ from PIL import Image
 from interleave_thinker.backends.protocols import (
     ImageBackend,
     ImageBatchMixin,
+    ImageRequest,
     Message,
     VLMBackend,
     VLMBatchMixin,
 )
+from interleave_thinker.core.stats import latency_percentiles
 
 
 @dataclass
@@ -44,18 +46,11 @@ class BackendStats:
             self.latencies.extend([seconds] * calls)
 
     def summary(self, wall: float) -> dict[str, Any]:
-        ordered = sorted(self.latencies)
-
-        def pct(q: float) -> float | None:
-            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4) if ordered else None
-
         return {
             "calls": self.calls,
             "batched_calls": self.batches,
             "limit": self.limit,
-            "latency_p50_s": pct(0.5),
-            "latency_p90_s": pct(0.9),
-            "latency_p99_s": pct(0.99),
+            **latency_percentiles(self.latencies, "latency_"),
             "utilisation": round(self.busy_s / (wall * self.limit), 4) if wall > 0 else 0.0,
         }
 
@@ -105,77 +100,75 @@ class MicroBatcher:
                     future.set_exception(exc)
 
 
-class LimitedVLM(VLMBatchMixin):
-    def __init__(
-        self, inner: VLMBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
-    ):
+class _Limited:
+    """What both wrappers share: the inner backend, the slots bounding calls in flight, the optional
+    micro-batcher, timing into ``stats``, and ``close``."""
+
+    def __init__(self, inner: Any, stats: BackendStats, *, micro_batch: bool, max_wait: float) -> None:
         self.inner, self.stats, self.name = inner, stats, inner.name
         self._slots = threading.BoundedSemaphore(stats.limit)
         self._batcher = (
             MicroBatcher(self._run_batch, max_batch=stats.limit, max_wait=max_wait) if micro_batch else None
         )
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """One call within a slot, timed."""
+        with self._slots:
+            start = time.perf_counter()
+            result = fn()
+            self.stats.record(time.perf_counter() - start)
+        return result
+
+    def _timed_batch(self, fn: Callable[[], list[Any]], calls: int) -> list[Any]:
+        start = time.perf_counter()
+        results = fn()
+        self.stats.record(time.perf_counter() - start, calls)
+        return results
+
+    def _run_batch(self, key: Any, payloads: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+class LimitedVLM(_Limited, VLMBatchMixin):
+    def __init__(
+        self, inner: VLMBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
+    ):
+        super().__init__(inner, stats, micro_batch=micro_batch, max_wait=max_wait)
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
         if self._batcher is not None and temperature == 0:
             return str(self._batcher.submit(max_new_tokens, messages))
-        with self._slots:
-            start = time.perf_counter()
-            reply = self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
-            self.stats.record(time.perf_counter() - start)
-        return reply
+        return str(
+            self._call(
+                lambda: self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+            )
+        )
 
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
-
-    def _run_batch(self, max_new_tokens: int, conversations: list[list[Message]]) -> list[str]:
-        """Greedy calls with equal ``max_new_tokens`` share a batch; left-padded greedy replies equal single ones."""
-        start = time.perf_counter()
-        replies = self.inner.chat_batch(conversations, max_new_tokens=max_new_tokens, temperature=0.0)
-        self.stats.record(time.perf_counter() - start, len(conversations))
-        return replies
+    def _run_batch(self, key: Any, payloads: list[Any]) -> list[Any]:
+        """Greedy calls with equal ``max_new_tokens`` (the key) share a batch; left-padded greedy replies
+        equal single ones."""
+        return self._timed_batch(
+            lambda: self.inner.chat_batch(payloads, max_new_tokens=key, temperature=0.0), len(payloads)
+        )
 
 
-class LimitedImage(ImageBatchMixin):
+class LimitedImage(_Limited, ImageBatchMixin):
     def __init__(
         self, inner: ImageBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
     ):
-        self.inner, self.stats, self.name = inner, stats, inner.name
-        self._slots = threading.BoundedSemaphore(stats.limit)
-        self._batcher = (
-            MicroBatcher(self._run_batch, max_batch=stats.limit, max_wait=max_wait) if micro_batch else None
-        )
+        super().__init__(inner, stats, micro_batch=micro_batch, max_wait=max_wait)
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
-        request: dict[str, Any] = {"prompt": prompt, "image": image, "width": width, "height": height}
-        request |= {"seed": seed, "steps": steps, "guidance": guidance}
-        if self._batcher is not None and image is None:
-            result: Image.Image = self._batcher.submit((width, height, steps, guidance), request)
+    def generate(self, request: ImageRequest) -> Image.Image:
+        if self._batcher is not None and request.image is None:
+            result: Image.Image = self._batcher.submit(request.settings, request)
             return result
-        with self._slots:
-            start = time.perf_counter()
-            output = self.inner.generate(**request)
-            self.stats.record(time.perf_counter() - start)
+        output: Image.Image = self._call(lambda: self.inner.generate(request))
         return output
 
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
-
-    def _run_batch(self, key: Any, requests: list[dict[str, Any]]) -> list[Image.Image]:
-        start = time.perf_counter()
-        images = self.inner.generate_batch(requests)
-        self.stats.record(time.perf_counter() - start, len(requests))
-        return images
+    def _run_batch(self, key: Any, payloads: list[Any]) -> list[Any]:
+        return self._timed_batch(lambda: self.inner.generate_batch(payloads), len(payloads))

@@ -13,12 +13,12 @@ import time
 from PIL import Image
 
 from interleave_thinker.agents.critic import Critic
+from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.planner import Planner, single_step_plan
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
-from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
-from interleave_thinker.core.messages import white_canvas
 from interleave_thinker.core.types import WHITE_CANVAS, Attempt, Durations, PlanStep, StepRecord
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
@@ -115,16 +115,17 @@ class StepLoop:
         return step.generation_prompt
 
     def _new_step(self, step: PlanStep) -> StepRecord:
-        kind = "text" if self._generation_prompt(step) is None else "image"
-        return StepRecord(step=step, kind=kind, text=step.output_text)
+        planned = self._generation_prompt(step)
+        kind = "text" if planned is None else "image"
+        return StepRecord(step=step, kind=kind, text=step.output_text, planned_prompt=planned)
 
     def _run_step(
         self, recorder: RunRecorder, index: int, record: StepRecord, latest: tuple[Image.Image, str] | None
     ) -> None:
-        prompt = self._generation_prompt(record.step)
-        if prompt is None:
+        planned = record.planned_prompt
+        if planned is None:
             return
-        planned = prompt
+        prompt = planned
         for attempt_index in range(self.loop.max_attempts):
             attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest)
             record.attempts.append(attempt)
@@ -164,7 +165,7 @@ class StepLoop:
         durations = Durations()
         start = time.perf_counter()
         try:
-            image = self.generator.generate(
+            request = ImageRequest(
                 prompt,
                 image=latest[0] if latest else None,
                 width=self.generation.width,
@@ -173,6 +174,7 @@ class StepLoop:
                 steps=self.generation.steps,
                 guidance=self.generation.guidance,
             )
+            image = self.generator.generate(request)
         except InterleaveThinkerError as exc:
             attempt.generation_error = str(exc)
             return attempt

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from interleave_thinker.core.errors import InputError
-
-LOCK_FILE = ".lock"
+from interleave_thinker.core.run_folder import LOCK_FILE
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 
 from interleave_thinker.agents.critic import Critic
+from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.agents.planner import Planner
 from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
@@ -23,16 +24,15 @@ from interleave_thinker.backends.specs import (
 )
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.images import open_rgb
-from interleave_thinker.core.messages import count_image_markers
-from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
+from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
-from interleave_thinker.runtime.documents import DOCUMENT_MD, INDEX_HTML, write_documents
-from interleave_thinker.runtime.failures import failure_reason, note_backend_errors
+from interleave_thinker.runtime.documents import write_documents
+from interleave_thinker.runtime.failures import note_backend_errors
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
-from interleave_thinker.runtime.recorder import IMAGES_DIR, TRACE_FILE, RunRecorder
+from interleave_thinker.runtime.recorder import RunRecorder
+from interleave_thinker.runtime.resume import is_finished, restore_pages, resume_recorder
 
 logger = logging.getLogger(__name__)
 
@@ -107,34 +107,6 @@ def normalize_request_text(text: str, n_images: int) -> tuple[str, list[str]]:
     return text, []
 
 
-def resume_recorder(out_dir: Path, request: Request) -> RunRecorder | None:
-    """A recorder holding the trace and images already in ``out_dir``, or None when there is none."""
-    path = out_dir / TRACE_FILE
-    for leftover in out_dir.rglob(".*.tmp") if out_dir.is_dir() else []:
-        leftover.unlink()  # a write interrupted by a crash; the rename never happened
-    if not path.is_file():
-        return None
-    try:
-        trace = Trace.model_validate_json(path.read_bytes())
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise InputError(
-            f"{path} cannot be read ({failure_reason(exc)[:160]}); remove it to start the request over."
-        ) from None
-    if trace.request.text != request.text or trace.request.images != request.images:
-        raise InputError(f"{path} holds a different request; use another output folder or remove it.")
-    recorder = RunRecorder(trace, out_dir)
-    keep = set(trace.input_images) | {
-        s.accepted_image for s in trace.steps if s.complete and s.accepted_image
-    }
-    keep |= {a.image_file for s in trace.steps if s.complete for a in s.attempts if a.image_file}
-    for name in keep:
-        recorder.images[name] = open_rgb(str(out_dir / IMAGES_DIR / name))
-    for stale in (out_dir / IMAGES_DIR).glob("*.png") if (out_dir / IMAGES_DIR).is_dir() else []:
-        if stale.name not in keep:
-            stale.unlink()  # an attempt of the step that was interrupted: it runs again
-    return recorder
-
-
 class Pipeline:
     """Planner, critic and generator wired to the step loop, with one config."""
 
@@ -161,15 +133,7 @@ class Pipeline:
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> Pipeline:
-        prompts = config.prompts
-        store = TemplateStore(
-            folder=prompts.folder,
-            cache_dir=prompts.cache_dir,
-            base_url=prompts.base_url,
-            download=prompts.download,
-            verify=prompts.verify,
-            builtin_fallback=prompts.builtin_fallback,
-        )
+        store = config.prompts.store()
         check_specs(config)  # every spec's kind, before a model (or a tiny-model build) is loaded
         templates = store.load()
         options = BackendOptions.from_config(config)
@@ -199,24 +163,49 @@ class Pipeline:
         returned as it is and an unfinished one continues after its last complete step.
         """
         # 1. Check inputs before anything is generated or written.
+        request, input_images, warnings = self._check_inputs(prompt, images, request_id, task)
+        # 2. Open the trace and its recorder, or pick up the run already in ``out_dir``.
+        recorder = self._open(request, input_images, warnings, out_dir, resume=resume)
+        if is_finished(recorder.trace):  # a resumed run that had finished is returned as it is
+            self._write_pages(recorder, only_missing=True)
+            return self._result(recorder)
+        # 3. Run the loop; the trace and the pages are written even when planning fails.
+        start = time.perf_counter()
+        try:
+            self._run_loop(recorder, input_images, observer)
+        finally:
+            self._close_trace(recorder, start)
+            # 4. Write the pages.
+            self._write_pages(recorder)
+        return self._result(recorder)
+
+    def _check_inputs(
+        self, prompt: str, images: Sequence[str | Path] | None, request_id: str | None, task: str | None
+    ) -> tuple[Request, list[Image.Image], list[str]]:
+        """The request, its images (opened) and the warnings about it; bad input raises InputError."""
         paths = [str(p) for p in images or []]
         input_images = load_input_images(paths)
         text, warnings = normalize_request_text(clean_text(prompt), len(input_images))
-
-        # 2. Set up the trace and the recorder (or pick up a trace on disk when resuming).
-        out = Path(out_dir) if out_dir is not None else None
         request = Request(text=text, images=paths, id=request_id, task=clean_text(task) if task else task)
-        recorder = resume_recorder(out, request) if resume and out is not None else None
-        if recorder is not None and recorder.trace.status in ("succeeded", "failed"):
-            folder = recorder.out_dir
-            if folder is not None and not all((folder / n).is_file() for n in (INDEX_HTML, DOCUMENT_MD)):
-                write_documents(recorder.trace, folder, self.config.notice)  # a kill came before them
-            return Result(trace=recorder.trace, images=recorder.images, notice=self.config.notice)
-        if recorder is None:
-            recorder = self._new_recorder(request, warnings, input_images, out)
-        trace = recorder.trace
+        return request, input_images, warnings
 
-        # 3. Run the loop; the trace and documents are written even when planning fails.
+    def _open(
+        self,
+        request: Request,
+        input_images: list[Image.Image],
+        warnings: list[str],
+        out_dir: str | Path | None,
+        *,
+        resume: bool,
+    ) -> RunRecorder:
+        """The recorder of the run already in ``out_dir`` (when resuming and there is one), else a new one."""
+        out = Path(out_dir) if out_dir is not None else None
+        recorder = resume_recorder(out, request) if resume and out is not None else None
+        return recorder or self._new_recorder(request, warnings, input_images, out)
+
+    def _run_loop(
+        self, recorder: RunRecorder, input_images: list[Image.Image], observer: Observer | None
+    ) -> None:
         loop = StepLoop(
             planner=self.planner,
             critic=self.critic,
@@ -225,16 +214,26 @@ class Pipeline:
             generation=self.config.generation,
             observer=observer,
         )
-        start = time.perf_counter()
-        try:
-            loop.run(recorder, input_images, trace.input_images)
-        finally:
-            trace.duration_s = round(trace.duration_s + time.perf_counter() - start, 3)
-            note_backend_errors(trace)
-            recorder.checkpoint()
-            if recorder.out_dir is not None:
-                write_documents(trace, recorder.out_dir, self.config.notice)
-        return Result(trace=trace, images=recorder.images, notice=self.config.notice)
+        loop.run(recorder, input_images, recorder.trace.input_images)
+
+    def _close_trace(self, recorder: RunRecorder, start: float) -> None:
+        """Add this run's time (a resumed run adds to the earlier ones'), count backend errors, write the trace."""
+        trace = recorder.trace
+        trace.duration_s = round(trace.duration_s + time.perf_counter() - start, 3)
+        note_backend_errors(trace)
+        recorder.checkpoint()
+
+    def _write_pages(self, recorder: RunRecorder, *, only_missing: bool = False) -> None:
+        """``document.md`` and ``index.html`` from the trace (``only_missing``: when a kill came before them)."""
+        if recorder.out_dir is None:
+            return
+        if only_missing:
+            restore_pages(recorder.out_dir, self.config.notice, recorder.trace)
+        else:
+            write_documents(recorder.trace, recorder.out_dir, self.config.notice)
+
+    def _result(self, recorder: RunRecorder) -> Result:
+        return Result(trace=recorder.trace, images=recorder.images, notice=self.config.notice)
 
     def _new_recorder(
         self, request: Request, warnings: list[str], input_images: list[Image.Image], out: Path | None

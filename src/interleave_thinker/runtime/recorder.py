@@ -1,7 +1,8 @@
 """Keeps a run's trace and images, and (when given a folder) writes them as they are produced.
 
 Writing each image and the trace right after every attempt means a crash loses at most the call in
-flight; every file is written atomically, so no reader ever sees half a file.
+flight; every file is written atomically, so no reader ever sees half a file. Where the files go and
+how the trace is serialised is the run folder's layout (``core/run_folder.py``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from PIL import Image
 
 from interleave_thinker.core.images import png_bytes
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import image_path, trace_json, trace_path
 from interleave_thinker.core.types import Trace
-
-IMAGES_DIR = "images"
-TRACE_FILE = "trace.json"
 
 
 class RunRecorder:
@@ -27,15 +26,15 @@ class RunRecorder:
     def add_image(self, name: str, image: Image.Image) -> str:
         self.images[name] = image
         if self.out_dir is not None:
-            write_atomic(self.out_dir / IMAGES_DIR / name, png_bytes(image))
+            write_atomic(image_path(self.out_dir, name), png_bytes(image))
         return name
 
     def checkpoint(self) -> None:
         if self.out_dir is not None:
-            write_atomic(self.out_dir / TRACE_FILE, self.trace.model_dump_json(indent=2))
+            write_atomic(trace_path(self.out_dir), trace_json(self.trace))
 
     def save(self, out_dir: Path) -> None:
         """Write the trace and every image into ``out_dir`` (used by ``Result.save``)."""
         for name, image in self.images.items():
-            write_atomic(out_dir / IMAGES_DIR / name, png_bytes(image))
-        write_atomic(out_dir / TRACE_FILE, self.trace.model_dump_json(indent=2))
+            write_atomic(image_path(out_dir, name), png_bytes(image))
+        write_atomic(trace_path(out_dir), trace_json(self.trace))

@@ -11,16 +11,13 @@ from typing import Any
 from urllib.parse import quote
 
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import IMAGES_DIR, REPORT, REQUESTS, RESULTS, SUMMARY
+from interleave_thinker.core.stats import latency_percentiles
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.failures import backend_errors
-from interleave_thinker.runtime.recorder import IMAGES_DIR
-from interleave_thinker.runtime.store import REQUESTS
 
-SUMMARY = "summary.json"
-RESULTS = "results.json"
 _WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
 """The input location that starts a failed request's error (``in.jsonl:3: ``), left out when grouping."""
-REPORT = "report.html"
 
 
 def request_folder(request_id: str, folders: dict[str, str] | None = None) -> str:
@@ -51,12 +48,7 @@ def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = Non
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
-    ordered = sorted(values)
-
-    def pct(q: float) -> float | None:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4) if ordered else None
-
-    return {"p50_s": pct(0.5), "p90_s": pct(0.9), "p99_s": pct(0.99), "count": len(ordered)}
+    return {**latency_percentiles(values), "count": len(values)}
 
 
 def summarize(

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import TRACE_FILE, read_trace, trace_json
 from interleave_thinker.runtime.batch_inputs import BatchItem
-from interleave_thinker.runtime.documents import DOCUMENT_MD, INDEX_HTML, write_documents
+from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import failure_reason, one_line
 from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
 from interleave_thinker.runtime.pipeline import Pipeline
-from interleave_thinker.runtime.recorder import TRACE_FILE
-from interleave_thinker.runtime.store import RunStore, failed_trace, read_trace
+from interleave_thinker.runtime.resume import pending, reopen_if_journaled_failed, restore_pages
+from interleave_thinker.runtime.store import RunStore, failed_trace
 
 logger = logging.getLogger(__name__)
 LOCAL_KINDS = ("transformers", "diffusers", "tiny")
@@ -104,9 +105,7 @@ class BatchRunner:
 
     def todo(self, items: list[BatchItem]) -> list[BatchItem]:
         """The requests still to run: not in the journal, or failed there (when failed ones are retried)."""
-        journal = self.store.finished()
-        again = ("failed",) if self.settings.retry_failed else ()
-        return [item for item in items if item.id not in journal or journal[item.id] in again]
+        return pending(items, self.store.finished(), retry_failed=self.settings.retry_failed)
 
     async def arun(self, items: list[BatchItem]) -> BatchOutcome:
         todo = self.todo(items)
@@ -158,10 +157,8 @@ class BatchRunner:
     def _attempt(self, item: BatchItem) -> tuple[str, str | None]:
         if item.problem is not None:
             return "failed", item.problem
-        if self.store.finished().get(item.id) == "failed":
-            previous = read_trace(self.store.request_dir(item.id) / TRACE_FILE)
-            self.store.reopen(item.id, (previous.error or "unknown") if previous else "unreadable trace")
         out = self.store.request_dir(item.id)
+        reopen_if_journaled_failed(out, self.store.finished().get(item.id))
         try:
             result = self.pipeline(
                 item.prompt, list(item.images), out_dir=out, request_id=item.id, task=item.task, resume=True
@@ -180,7 +177,7 @@ class BatchRunner:
             trace = failed_trace(item.id, item.prompt, reason, item.task)
         trace.status, trace.error = "failed", one_line(f"{item.where}: {reason}" if item.where else reason)
         try:
-            write_atomic(path, trace.model_dump_json(indent=2))
+            write_atomic(path, trace_json(trace))
             write_documents(trace, path.parent)
         except Exception as exc:  # the journal line (and the summary) still say why
             logger.error("trace of %s not written: %s", one_line(item.id, 80), failure_reason(exc))
@@ -189,12 +186,7 @@ class BatchRunner:
         """Write the pages of a finished request again when a kill came before they were written."""
         if item.problem is not None:
             return
-        folder = self.store.request_dir(item.id)
-        if (folder / INDEX_HTML).is_file() and (folder / DOCUMENT_MD).is_file():
-            return
-        trace = read_trace(folder / TRACE_FILE)
-        if trace is not None:
-            try:
-                write_documents(trace, folder, self.pipeline.config.notice)
-            except Exception as exc:
-                logger.warning("pages of %s not rebuilt: %s", one_line(item.id, 80), failure_reason(exc))
+        try:
+            restore_pages(self.store.request_dir(item.id), self.pipeline.config.notice)
+        except Exception as exc:
+            logger.warning("pages of %s not rebuilt: %s", one_line(item.id, 80), failure_reason(exc))

@@ -3,29 +3,25 @@
 ``OUT/requests/<id>/`` holds each request's ``trace.json`` and images (written atomically as they are
 made); ``OUT/journal.jsonl`` gets one appended, fsynced line per finished request; ``OUT/batch.json``
 records the input order and the settings, so a restart with different settings is refused instead of
-silently mixing two runs.
+silently mixing two runs. File names are the run folder's layout (``core/run_folder.py``); what a
+restart does with them is decided in ``runtime/resume.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.errors import TraceVersionError
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.run_folder import JOURNAL, MANIFEST, REQUESTS, TRACE_FILE, read_trace
+from interleave_thinker.core.run_folder import request_dir as batch_request_dir
 from interleave_thinker.core.types import Request, Trace
 from interleave_thinker.runtime.failures import clean_text, one_line
-from interleave_thinker.runtime.outlock import LOCK_FILE
-
-MANIFEST = "batch.json"
-JOURNAL = "journal.jsonl"
-REQUESTS = "requests"
+from interleave_thinker.runtime.resume import merged_manifest
 
 
 class RunStore:
@@ -34,25 +30,14 @@ class RunStore:
         self._lock = threading.Lock()
 
     def request_dir(self, request_id: str) -> Path:
-        return self.root / REQUESTS / request_id
+        return batch_request_dir(self.root, request_id)
 
     def open(self, manifest: dict[str, Any], *, resume: bool) -> None:
         """Start or continue a batch in ``root``; a different manifest or ``resume=False`` on a used folder is an error."""
         path = self.root / MANIFEST
-        if path.exists():
-            if not resume:
-                raise InputError(
-                    f"{self.root} already holds a batch; use --resume to continue it or another --out."
-                )
-            previous = json.loads(path.read_text(encoding="utf-8"))
-            if previous.get("settings") != manifest.get("settings"):
-                raise InputError(
-                    f"{path} was written with other settings (backends, loop or generation); "
-                    "resume with the same options, or use another --out."
-                )
-            merged = list(dict.fromkeys([*previous.get("ids", []), *manifest.get("ids", [])]))
-            manifest = {**manifest, "ids": merged}
-        write_atomic(path, json.dumps(manifest, indent=2, ensure_ascii=False))
+        write_atomic(
+            path, json.dumps(merged_manifest(path, manifest, resume=resume), indent=2, ensure_ascii=False)
+        )
 
     def manifest(self) -> dict[str, Any]:
         path = self.root / MANIFEST
@@ -91,52 +76,23 @@ class RunStore:
         """Every request's trace; an unreadable one, or a failure with no trace at all (e.g. a full disk or
         an id that cannot be a folder name), appears as a failed trace carrying the reason."""
         found: dict[str, Trace] = {}
-        for path in sorted((self.root / REQUESTS).glob("*/trace.json")):
-            trace = read_trace(path)
-            found[path.parent.name] = trace or failed_trace(
-                path.parent.name, "", f"{path} cannot be read; resume the batch to run the request again."
-            )
+        for path in sorted((self.root / REQUESTS).glob(f"*/{TRACE_FILE}")):
+            found[path.parent.name] = _trace_or_reason(path)
         for request_id, entry in self.journal().items():
             if request_id not in found and entry.get("status") == "failed":
                 found[request_id] = failed_trace(request_id, "", str(entry.get("error") or "unknown"))
         return found
 
-    def reopen(self, request_id: str, reason: str) -> None:
-        """Make a failed request run again: continue after its last good step, or start over."""
-        reopen_folder(self.request_dir(request_id), reason)
 
-
-def reopen_folder(folder: Path, reason: str) -> None:
-    """Make the failed run in ``folder`` run again: keep its plan and good steps, or clear it."""
-    trace = read_trace(folder / "trace.json")
-    if trace is None or trace.planner.plan is None:  # nothing worth keeping: no plan, or unreadable
-        for child in folder.iterdir() if folder.is_dir() else []:
-            if child.name != LOCK_FILE:  # the lock of a `run` folder stays with its holder
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-        return
-    good = []
-    for step in trace.steps:
-        if not step.complete or (step.kind == "image" and step.accepted_image is None):
-            break
-        good.append(step)
-    trace.steps, trace.status, trace.error = good, "running", None
-    trace.warnings.append(f"Run again after a failure: {one_line(reason)}")
-    write_atomic(folder / "trace.json", trace.model_dump_json(indent=2))
-
-
-def reopen_if_failed(folder: Path) -> None:
-    """``run --resume`` on a failed run runs it again, as a resumed batch does with its failed requests."""
-    trace = read_trace(folder / "trace.json")
-    if trace is not None and trace.status == "failed":
-        reopen_folder(folder, trace.error or "unknown")
-
-
-def read_trace(path: Path) -> Trace | None:
-    """The trace in ``path``, or None when it is missing or cannot be read."""
+def _trace_or_reason(path: Path) -> Trace:
+    """The trace in ``path``, or a failed trace saying why it cannot be read (a newer schema included)."""
     try:
-        return Trace.model_validate_json(path.read_bytes())
-    except (OSError, ValueError, ValidationError):
-        return None
+        trace = read_trace(path)
+    except TraceVersionError as exc:
+        return failed_trace(path.parent.name, "", str(exc))
+    return trace or failed_trace(
+        path.parent.name, "", f"{path} cannot be read; resume the batch to run the request again."
+    )
 
 
 def failed_trace(request_id: str, prompt: str, reason: str, task: str | None = None) -> Trace:

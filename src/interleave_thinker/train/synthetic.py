@@ -3,7 +3,7 @@
 Why: the tiny preset's models must learn the *formats* (a plan with image steps, a verdict with a
 bool and a prompt, a judge's score list) offline in minutes; tests need small datasets that look like the real ones. The
 requests are varied (subject, kind of task, step count) and every prompt is the project's template
-set filled with ``core.messages`` functions, so training sees exactly what the pipeline sends.
+set filled with the agents' message builders, so training sees exactly what the pipeline sends.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from interleave_thinker.core.messages import CANVAS_SIZE, fill
+from interleave_thinker.agents.critic import format_verdict
+from interleave_thinker.agents.messages import CANVAS_SIZE, fill
+from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.core.prompt_store import TemplateSet
-from interleave_thinker.core.types import PlanStep
+from interleave_thinker.core.types import Plan, PlanStep, Verdict
 from interleave_thinker.train.data.examples import ChatTurn, SFTExample
 
 SUBJECTS = (
@@ -55,16 +57,7 @@ DEFAULT_STEPS = {"draw": 3, "story": 4, "build": 3, "grow": 2}
 
 def plan_reply(steps: list[PlanStep], reasoning: str) -> str:
     """A compact planner reply: ``<think>`` then the plan dict as the release writes it (Python literal)."""
-    items = ", ".join(
-        "{"
-        + ", ".join(
-            f"{key!r}: {getattr(step, key)!r}"
-            for key in ("step_number", "step_name", "instruction", "prompt", "auxiliary_text")
-        )
-        + "}"
-        for step in steps
-    )
-    return f"<think>\n{reasoning}\n</think>\n<answer>\n{{'execution_plan': [{items}]}}\n</answer>"
+    return format_plan(Plan(steps=steps, reasoning=reasoning))
 
 
 SUCCESS_REASONING = "The image matches the step."
@@ -73,8 +66,7 @@ FAILURE_REASONING = "The image is too dark and misses the step."
 
 
 def verdict_reply(success: bool, refine_prompt: str, reasoning: str) -> str:
-    answer = {"previous_step_success": success, "refine_prompt": refine_prompt}
-    return f"<think>\n{reasoning}\n</think>\n<answer>\n{answer!r}\n</answer>"
+    return format_verdict(Verdict(success=success, refine_prompt=refine_prompt, reasoning=reasoning))
 
 
 @dataclass(frozen=True)
@@ -133,6 +125,27 @@ def _image(
     return path
 
 
+def _white_canvas(image_dir: Path) -> Path:
+    """The blank canvas a first step is judged against (written once per folder)."""
+    image_dir.mkdir(parents=True, exist_ok=True)
+    white = image_dir / "white.png"
+    if not white.exists():
+        Image.new("RGB", CANVAS_SIZE, (255, 255, 255)).save(white)
+    return white
+
+
+def _after_image(path: Path, bright: bool, rng: random.Random) -> Path:
+    """A bright (the step carried out) or dark (it failed) noisy "after" image."""
+    level = rng.randint(170, 240) if bright else rng.randint(15, 80)
+    color = (level, rng.randint(0, 255) if bright else level // 2, level)
+    return _image(path, color, rng)
+
+
+def _before_image(step: PlanStep, white: Path, path: Path, rng: random.Random) -> Path:
+    """The blank canvas before the first step, a grey noisy picture before any other."""
+    return white if step.step_number == 1 else _image(path, (200, 200, 200), rng)
+
+
 def critic_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: int = 0) -> list[SFTExample]:
     """Critic conversations ``[before, after, text]`` with True and False verdicts in equal parts.
 
@@ -140,10 +153,7 @@ def critic_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: in
     failure (the refine prompt adds to it), so the label is learnable from the image itself.
     """
     rng = random.Random(seed)
-    image_dir.mkdir(parents=True, exist_ok=True)
-    white = image_dir / "white.png"
-    if not white.exists():
-        Image.new("RGB", CANVAS_SIZE, (255, 255, 255)).save(white)
+    white = _white_canvas(image_dir)
     examples = []
     for i in range(n):
         request = synthetic_request(rng)
@@ -152,14 +162,8 @@ def critic_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: in
         success = i % 2 == 0
         retry = rng.random() < 0.3
         used = planned + ", clear and detailed" if retry else planned
-        level = rng.randint(170, 240) if success else rng.randint(15, 80)
-        color = (level, rng.randint(0, 255) if success else level // 2, level)
-        after = _image(image_dir / f"after_{seed}_{i}.png", color, rng)
-        before = (
-            white
-            if step.step_number == 1
-            else _image(image_dir / f"before_{seed}_{i}.png", (200, 200, 200), rng)
-        )
+        after = _after_image(image_dir / f"after_{seed}_{i}.png", success, rng)
+        before = _before_image(step, white, image_dir / f"before_{seed}_{i}.png", rng)
         text = fill(templates.get("critic"), original_instruction=planned, rewritten_prompt=used)
         if success:
             reply = verdict_reply(True, used, SUCCESS_REASONING)
@@ -193,8 +197,8 @@ def judge_reply(scores: tuple[int, int], reasoning: str) -> str:
 
 
 def _judge_texts(templates: TemplateSet, instruction: str) -> tuple[str, str]:
-    """The SC and PQ texts exactly as ``core.messages`` builds them for the judge."""
-    from interleave_thinker.core.messages import judge_quality_messages, judge_semantic_messages
+    """The SC and PQ texts exactly as ``agents.judge`` builds them for the judge."""
+    from interleave_thinker.agents.judge import judge_quality_messages, judge_semantic_messages
 
     dot = Image.new("RGB", (1, 1))
     sc = judge_semantic_messages(templates, before=dot, after=dot, instruction=instruction)
@@ -209,25 +213,16 @@ def judge_examples(templates: TemplateSet, n: int, image_dir: Path, *, seed: int
     :data:`JUDGE_BRIGHT_SC`), so a judge trained on them gives scores that depend on the picture.
     """
     rng = random.Random(seed)
-    image_dir.mkdir(parents=True, exist_ok=True)
-    white = image_dir / "white.png"
-    if not white.exists():
-        Image.new("RGB", CANVAS_SIZE, (255, 255, 255)).save(white)
+    white = _white_canvas(image_dir)
     examples = []
     images: tuple[Path, ...]
     for i in range(n):
         step = rng.choice(synthetic_request(rng).steps)
         semantic, bright = i % 2 == 0, (i // 2) % 2 == 0
-        level = rng.randint(170, 240) if bright else rng.randint(15, 80)
-        color = (level, rng.randint(0, 255) if bright else level // 2, level)
-        after = _image(image_dir / f"judge_after_{seed}_{i}.png", color, rng)
+        after = _after_image(image_dir / f"judge_after_{seed}_{i}.png", bright, rng)
         sc_text, pq_text = _judge_texts(templates, step.prompt or "")
         if semantic:
-            before = (
-                white
-                if step.step_number == 1
-                else _image(image_dir / f"judge_before_{seed}_{i}.png", (200, 200, 200), rng)
-            )
+            before = _before_image(step, white, image_dir / f"judge_before_{seed}_{i}.png", rng)
             scores = JUDGE_BRIGHT_SC if bright else JUDGE_DARK_SC
             user, images = "<image><image>" + sc_text, (before, after)
         else:

@@ -135,7 +135,6 @@ def build_demo(
     pipeline = _load(source)
     runs = DemoRuns(pipeline, opts)
     cfg = pipeline.config
-    idle = RunView(notice=cfg.notice)
     with gr.Blocks(title="interleave-thinker", delete_cache=(int(opts.ttl_s), int(opts.ttl_s))) as demo:
         gr.Markdown(INTRO)
         with gr.Row():
@@ -152,40 +151,17 @@ def build_demo(
                     file_types=["image"],
                     elem_id="it-files",
                 )
-                with gr.Accordion("Advanced settings", open=False):
-                    attempts = gr.Slider(
-                        1,
-                        MAX_ATTEMPTS_LIMIT,
-                        value=cfg.loop.max_attempts,
-                        step=1,
-                        label="Max attempts per step",
-                    )
-                    seed = gr.Number(value=cfg.loop.seed_base, precision=0, label="Seed base")
-                    text_steps = gr.Radio(
-                        ["text", "generate"],
-                        value=cfg.loop.text_steps,
-                        label="Answer steps (Task A): text, or generate an image",
-                    )
-                    critic_last = gr.Checkbox(
-                        value=cfg.loop.critic_on_last_attempt,
-                        label="Ask the critic about the last attempt too",
-                    )
-                    size_list = size_choices(cfg.generation.width, cfg.generation.height)
-                    size = gr.Dropdown(size_list, value=size_list[0], label="Image size (WIDTHxHEIGHT)")
+                settings = _advanced_settings(cfg)
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="it-run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="it-stop")
                 gr.Examples(_examples(opts.out_root), inputs=[text, files], cache_examples=False)
             with gr.Column(scale=3):
-                status = gr.HTML(render_status(idle), elem_id="it-status")
-                plan = gr.HTML(elem_id="it-plan")
-                live = gr.HTML(elem_id="it-live")
-                final = gr.HTML(elem_id="it-final")
-                download = gr.File(label="Run folder (zip)", elem_id="it-download", interactive=False)
+                outputs = _result_panes(RunView(notice=cfg.notice))
         run_button.click(
             runs.run,
-            inputs=[text, files, attempts, seed, text_steps, critic_last, size],
-            outputs=[status, plan, live, final, download],
+            inputs=[text, files, *settings],
+            outputs=outputs,
             api_name="run",
             concurrency_limit=opts.concurrency,
             concurrency_id="pipeline",
@@ -193,6 +169,42 @@ def build_demo(
         stop_button.click(runs.cancel, inputs=None, outputs=None, api_name="cancel", queue=False)
     demo.queue(max_size=opts.queue_size, default_concurrency_limit=opts.concurrency)
     return demo
+
+
+def _advanced_settings(cfg: PipelineConfig) -> list[Any]:
+    """The folded settings, in the order ``DemoRuns.run`` takes them: attempts, seed, answer steps,
+    critic on the last attempt, size."""
+    with gr.Accordion("Advanced settings", open=False):
+        attempts = gr.Slider(
+            1,
+            MAX_ATTEMPTS_LIMIT,
+            value=cfg.loop.max_attempts,
+            step=1,
+            label="Max attempts per step",
+        )
+        seed = gr.Number(value=cfg.loop.seed_base, precision=0, label="Seed base")
+        text_steps = gr.Radio(
+            ["text", "generate"],
+            value=cfg.loop.text_steps,
+            label="Answer steps (Task A): text, or generate an image",
+        )
+        critic_last = gr.Checkbox(
+            value=cfg.loop.critic_on_last_attempt,
+            label="Ask the critic about the last attempt too",
+        )
+        size_list = size_choices(cfg.generation.width, cfg.generation.height)
+        size = gr.Dropdown(size_list, value=size_list[0], label="Image size (WIDTHxHEIGHT)")
+    return [attempts, seed, text_steps, critic_last, size]
+
+
+def _result_panes(idle: RunView) -> list[Any]:
+    """Status, plan, live attempts, final document and the zip download, in ``DemoRuns.run``'s order."""
+    status = gr.HTML(render_status(idle), elem_id="it-status")
+    plan = gr.HTML(elem_id="it-plan")
+    live = gr.HTML(elem_id="it-live")
+    final = gr.HTML(elem_id="it-final")
+    download = gr.File(label="Run folder (zip)", elem_id="it-download", interactive=False)
+    return [status, plan, live, final, download]
 
 
 def launch_kwargs(options: DemoOptions) -> dict[str, Any]:

@@ -18,13 +18,7 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import (
-    ImageBackend,
-    ImageBatchMixin,
-    Message,
-    VLMBackend,
-    VLMBatchMixin,
-)
+from interleave_thinker.backends import protocols as proto
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
@@ -104,40 +98,30 @@ class EventSink(Observer):
         self.emit("step_end", record.model_copy(deep=True))
 
 
-class ReportingGenerator(ImageBatchMixin):
+class ReportingGenerator(proto.ImageBatchMixin):
     """Forwards to the shared generator and reports each image as soon as it is made."""
 
-    def __init__(self, inner: ImageBackend, sink: EventSink) -> None:
+    def __init__(self, inner: proto.ImageBackend, sink: EventSink) -> None:
         self.inner, self.sink = inner, sink
         self.name = getattr(inner, "name", "generator")
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
+    def generate(self, request: proto.ImageRequest) -> Image.Image:
         self.sink.check()
-        output = self.inner.generate(
-            prompt, image=image, width=width, height=height, seed=seed, steps=steps, guidance=guidance
-        )
+        output = self.inner.generate(request)
         self.sink.emit("image", output.copy())
         return output
 
 
-class ReportingVLM(VLMBatchMixin):
+class ReportingVLM(proto.VLMBatchMixin):
     """Forwards to a shared planner/critic; checks Stop before each call and reports critic calls."""
 
-    def __init__(self, inner: VLMBackend, sink: EventSink, event: str | None) -> None:
+    def __init__(self, inner: proto.VLMBackend, sink: EventSink, event: str | None) -> None:
         self.inner, self.sink, self.event = inner, sink, event
         self.name = getattr(inner, "name", "vlm")
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self, messages: list[proto.Message], *, max_new_tokens: int = 4096, temperature: float = 0.0
+    ) -> str:
         if self.event:
             self.sink.emit(self.event)
         else:

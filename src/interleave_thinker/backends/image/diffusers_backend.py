@@ -9,27 +9,9 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends._loading import not_found, pick_device, pick_dtype, resolve_checkpoint
-from interleave_thinker.backends.protocols import ImageBatchMixin
+from interleave_thinker.backends.model_defaults import model_defaults
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
 from interleave_thinker.core.errors import BackendError
-
-# Per-model defaults the authors used (UPSTREAM "/edit" knobs): steps, guidance, and which call
-# argument carries the guidance. Matched by substring of the lower-cased checkpoint reference.
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "flux.2-klein": {"steps": 4, "guidance": 1.0, "guidance_arg": "guidance_scale"},
-    "qwen-image-edit": {"steps": 50, "guidance": 5.0, "guidance_arg": "true_cfg_scale"},
-    "omnigen2": {"steps": 50, "guidance": 5.0, "guidance_arg": "text_guidance_scale"},
-    "longcat": {"steps": 50, "guidance": 4.5, "guidance_arg": "guidance_scale"},
-}
-FALLBACK_DEFAULTS: dict[str, Any] = {"steps": 28, "guidance": 3.5, "guidance_arg": "guidance_scale"}
-
-
-def model_defaults(ref: str, pipeline_class: str = "") -> dict[str, Any]:
-    key = (
-        f"{ref} {pipeline_class}".lower()
-        .replace("flux2klein", "flux.2-klein")
-        .replace("qwenimageedit", "qwen-image-edit")
-    )
-    return next((v for k, v in MODEL_DEFAULTS.items() if k in key), FALLBACK_DEFAULTS)
 
 
 class DiffusersImageBackend(ImageBatchMixin):
@@ -61,87 +43,67 @@ class DiffusersImageBackend(ImageBatchMixin):
         pipe.set_progress_bar_config(disable=True)
         return pipe.to(self.device)
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
-        import torch
-
-        kwargs: dict[str, Any] = {
-            "prompt": prompt,
-            "width": width,
-            "height": height,
-            "num_inference_steps": steps if steps is not None else self.defaults["steps"],
-            "generator": torch.Generator(device="cpu").manual_seed(seed),
-        }
-        guidance_arg = self.defaults["guidance_arg"]
-        if guidance_arg in self.parameters:
-            kwargs[guidance_arg] = guidance if guidance is not None else self.defaults["guidance"]
-        if image is not None:
+    def generate(self, request: ImageRequest) -> Image.Image:
+        kwargs = self._call_kwargs(request.settings, [request])
+        if request.image is not None:
             if "image" not in self.parameters:
                 raise BackendError(
                     f"{self.name}: {type(self.pipe).__name__} cannot edit images (no 'image' input)."
                 )
-            kwargs["image"] = image.convert("RGB")
-        try:
-            with self._lock, torch.inference_mode():
-                output = self.pipe(**kwargs)
-        except (RuntimeError, ValueError) as exc:
-            raise BackendError(f"{self.name}: generation failed: {exc}") from exc
-        result = output.images[0]
+            kwargs["image"] = request.image.convert("RGB")
+        result = self._run(kwargs)[0]
         if not isinstance(result, Image.Image):
             raise BackendError(
                 f"{self.name}: the pipeline returned {type(result).__name__}, not a PIL image."
             )
         return result
 
-    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
+    def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
         """Text-to-image requests with equal size, steps and guidance run as one pipeline call; the rest
         (edits, whose image list means multi-reference in FLUX.2, and mixed settings) run one by one."""
-        import torch
-
         results: list[Image.Image | None] = [None] * len(requests)
         groups: dict[tuple[Any, ...], list[int]] = {}
         for index, request in enumerate(requests):
-            if request.get("image") is None:
-                key = (
-                    request.get("width", 1024),
-                    request.get("height", 1024),
-                    request.get("steps"),
-                    request.get("guidance"),
-                )
-                groups.setdefault(key, []).append(index)
+            if request.image is None:
+                groups.setdefault(request.settings, []).append(index)
             else:
-                results[index] = self.generate(**request)
-        for (width, height, steps, guidance), indices in groups.items():
+                results[index] = self.generate(request)
+        for settings, indices in groups.items():
             if len(indices) == 1:
-                results[indices[0]] = self.generate(**requests[indices[0]])
+                results[indices[0]] = self.generate(requests[indices[0]])
                 continue
-            kwargs: dict[str, Any] = {
-                "prompt": [requests[i]["prompt"] for i in indices],
-                "width": width,
-                "height": height,
-                "num_inference_steps": steps if steps is not None else self.defaults["steps"],
-                "generator": [
-                    torch.Generator(device="cpu").manual_seed(requests[i].get("seed", 0)) for i in indices
-                ],
-            }
-            if self.defaults["guidance_arg"] in self.parameters:
-                kwargs[self.defaults["guidance_arg"]] = (
-                    guidance if guidance is not None else self.defaults["guidance"]
-                )
-            try:
-                with self._lock, torch.inference_mode():
-                    output = self.pipe(**kwargs)
-            except (RuntimeError, ValueError) as exc:
-                raise BackendError(f"{self.name}: batched generation failed: {exc}") from exc
-            for i, image in zip(indices, output.images, strict=True):
+            kwargs = self._call_kwargs(settings, [requests[i] for i in indices])
+            for i, image in zip(indices, self._run(kwargs), strict=True):
                 results[i] = image
         return [r for r in results if r is not None]
+
+    def _call_kwargs(
+        self, settings: tuple[int, int, int | None, float | None], requests: list[ImageRequest]
+    ) -> dict[str, Any]:
+        """The pipeline arguments of requests sharing ``settings``: one prompt and seeded CPU generator
+        each (a list when batched), the model's default steps and guidance where the call has none."""
+        import torch
+
+        width, height, steps, guidance = settings
+        prompts = [r.prompt for r in requests]
+        generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in requests]
+        kwargs: dict[str, Any] = {
+            "prompt": prompts if len(requests) > 1 else prompts[0],
+            "width": width,
+            "height": height,
+            "num_inference_steps": steps if steps is not None else self.defaults.steps,
+            "generator": generators if len(requests) > 1 else generators[0],
+        }
+        if self.defaults.guidance_arg in self.parameters:
+            kwargs[self.defaults.guidance_arg] = guidance if guidance is not None else self.defaults.guidance
+        return kwargs
+
+    def _run(self, kwargs: dict[str, Any]) -> list[Any]:
+        """One pipeline call under the lock; its failures become :class:`BackendError`."""
+        import torch
+
+        try:
+            with self._lock, torch.inference_mode():
+                return list(self.pipe(**kwargs).images)
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"{self.name}: generation failed: {exc}") from exc

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from interleave_thinker.backends.image.diffusers_backend import MODEL_DEFAULTS
-from interleave_thinker.backends.protocols import ImageBatchMixin
+from interleave_thinker.backends.model_defaults import find_defaults
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -62,12 +62,6 @@ def load_video_generator_class() -> Any:
             "(it runs on NVIDIA GPUs with CUDA only)."
         ) from exc
     return fastvideo.VideoGenerator
-
-
-def known_defaults(model: str) -> dict[str, Any] | None:
-    """The authors' steps/guidance for a known model family, or None to keep FastVideo's preset."""
-    key = model.lower()
-    return next((v for k, v in MODEL_DEFAULTS.items() if k in key), None)
 
 
 def frame_to_image(frame: Any) -> Image.Image:
@@ -98,7 +92,7 @@ class FastVideoImageBackend(ImageBatchMixin):
             )
         self.model = model.strip()
         self.name = f"fastvideo:{self.model}"
-        self.defaults = known_defaults(self.model)
+        self.defaults = find_defaults(self.model)  # None: keep FastVideo's preset
         factory = generator_factory or load_video_generator_class().from_pretrained
         try:
             self.generator = factory(self.model, num_gpus=num_gpus, **(load_kwargs or {}))
@@ -116,19 +110,10 @@ class FastVideoImageBackend(ImageBatchMixin):
     def from_spec(cls, target: str, options: BackendOptions) -> FastVideoImageBackend:
         return cls(target)
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         """One image: a one-frame ``generate_video`` call; an edit passes ``image`` as ``image_path``."""
         # 1. Sampling parameters (SamplingParam field names).
+        width, height, steps, guidance = request.settings
         kwargs: dict[str, Any] = {
             "output_path": str(self._scratch),
             "save_video": False,
@@ -137,25 +122,25 @@ class FastVideoImageBackend(ImageBatchMixin):
             "fps": 1,
             "height": height,
             "width": width,
-            "seed": seed,
+            "seed": request.seed,
         }
         if steps is None and self.defaults is not None:
-            steps = self.defaults["steps"]
+            steps = self.defaults.steps
         if guidance is None and self.defaults is not None:
-            guidance = self.defaults["guidance"]
+            guidance = self.defaults.guidance
         if steps is not None:
             kwargs["num_inference_steps"] = steps
         if guidance is not None:
             kwargs["guidance_scale"] = guidance
         input_path = None
-        if image is not None:
+        if request.image is not None:
             input_path = self._scratch / f"input-{uuid.uuid4().hex}.png"
-            image.convert("RGB").save(input_path, format="PNG")
+            request.image.convert("RGB").save(input_path, format="PNG")
             kwargs["image_path"] = str(input_path)
         # 2. Generate.
         try:
             with self._lock:
-                result = self.generator.generate_video(prompt=prompt, **kwargs)
+                result = self.generator.generate_video(prompt=request.prompt, **kwargs)
         except (RuntimeError, ValueError, TypeError, OSError) as exc:
             raise BackendError(f"{self.name}: generation failed: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -181,9 +166,3 @@ class FastVideoImageBackend(ImageBatchMixin):
         if callable(shutdown):
             shutdown()
         self._cleanup()
-
-    def __enter__(self) -> FastVideoImageBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

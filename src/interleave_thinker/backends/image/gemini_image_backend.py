@@ -20,7 +20,8 @@ SDK surface used (``googleapis/python-genai``: ``client.py``, ``models.py``, ``t
 
 Behaviour:
 
-- **Retries** on errors whose ``code`` is 408, 429 or 5xx and on transport timeouts/connection errors,
+- **Retries** on errors whose ``code`` is 408, 429 or 5xx except 501 (``remote.is_retryable_status``)
+  and on transport timeouts/connection errors,
   through :class:`~interleave_thinker.backends.remote.RemoteCaller` (as the Gemini chat backend does):
   its backoff, deadline and concurrency limit; none on other 4xx.
 - **No image** in the reply (safety block, text-only answer) is a :class:`BackendError` that quotes the
@@ -37,19 +38,20 @@ Behaviour:
 from __future__ import annotations
 
 import importlib
-import io
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageBatchMixin
-from interleave_thinker.backends.remote import EndpointPool, RemoteCaller, RetryableError, RetrySettings
+from interleave_thinker.backends._images import fit_to_size
+from interleave_thinker.backends.encoding import decode_image, png_bytes
+from interleave_thinker.backends.image.pooled import PooledImageBackend
+from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.remote_backend import key_envs
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -99,34 +101,16 @@ def image_config(model: str, width: int, height: int) -> dict[str, str]:
     return config
 
 
-def _fit(image: Image.Image, width: int, height: int) -> Image.Image:
-    """Center-crop to the requested aspect and resize, so a nearby aspect ratio never distorts the picture."""
-    image = image.convert("RGB")
-    if image.size == (width, height):
-        return image
-    return ImageOps.fit(image, (width, height), Image.Resampling.LANCZOS)
-
-
 def _name(value: Any) -> str:
     """An SDK enum (``FinishReason.SAFETY``) or a plain string as its bare value."""
     return str(getattr(value, "value", value))
 
 
-def status_code(exc: BaseException) -> int | None:
-    """The HTTP status of an SDK error (``APIError.code``), when it has an integer one."""
-    code = getattr(exc, "code", None)
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
-
-
-def is_retryable(exc: BaseException) -> bool:
-    code = status_code(exc)
-    if code is not None:
-        return code in (408, 429) or 500 <= code < 600
-    return isinstance(exc, httpx.TimeoutException | httpx.TransportError | TimeoutError | ConnectionError)
-
-
-class GeminiImageBackend(ImageBatchMixin):
+class GeminiImageBackend(PooledImageBackend):
     """Text-to-image and edits with Gemini image models; see the module doc for the SDK surface used."""
+
+    key_hint = "Check that the API key is valid for {b.model}"
+    not_found_hint = "Check the model id '{b.model}'"
 
     def __init__(
         self,
@@ -139,88 +123,50 @@ class GeminiImageBackend(ImageBatchMixin):
         remote = remote or RemoteOptions()
         self.model = resolve_model(model)
         self.name = f"gemini-image:{self.model}"
+        self.concurrency = remote.concurrency
         self.retry = RetrySettings.from_options(remote)
-        key_envs = (remote.api_key_env,) if remote.api_key_env else DEFAULT_KEY_ENVS
-        self.caller = RemoteCaller(
-            self.name,
-            EndpointPool([self.name]),
-            retry=self.retry,
-            concurrency=remote.concurrency,
-            sleep=sleep,
-            secrets=lambda: [os.environ.get(env) for env in key_envs],  # read, never kept
-        )
+        self.key_envs, configured = key_envs(remote.api_key_env, DEFAULT_KEY_ENVS)
         self._owns_client = client is None
-        self.client = client if client is not None else self._make_client(remote)
+        self.client = client if client is not None else self._make_client(configured)
+        self.open_caller([self.name], retry=self.retry, concurrency=remote.concurrency, sleep=sleep)
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> GeminiImageBackend:
         return cls(target, remote=options.remote)
 
-    def _make_client(self, remote: RemoteOptions) -> Any:
-        """Import the SDK (only now: it is an optional extra), read the key, build a ``genai.Client``."""
+    def _make_client(self, configured: bool) -> Any:
+        """Read the key (a missing one is a :class:`ConfigError`), then import the SDK (only now: it is
+        an optional extra) and build a ``genai.Client``."""
+        key = self.api_key(required=True, configured=configured)
         try:
             genai = importlib.import_module("google.genai")
         except ImportError as exc:
             raise BackendError(
                 f"{self.name}: the Gemini backend needs the google-genai SDK; install it with {INSTALL_HINT}."
             ) from exc
-        names = (remote.api_key_env,) if remote.api_key_env else DEFAULT_KEY_ENVS
-        key = next((os.environ[n].strip() for n in names if os.environ.get(n, "").strip()), None)
-        if key is None:
-            wanted = " or ".join(names)
-            raise BackendError(
-                f"{self.name}: no API key: set {wanted} in the environment "
-                "(or set remote.api_key_env to the variable that holds it)."
-            )
         return genai.Client(api_key=key, http_options={"timeout": int(self.retry.timeout * 1000)})
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         """One image; ``steps`` and ``guidance`` are ignored, ``seed`` is passed but not guaranteed."""
         # 1. Build the request: the prompt, then the image to edit (if any).
-        contents: list[Any] = [prompt]
-        if image is not None:
-            png = io.BytesIO()
-            image.convert("RGB").save(png, format="PNG")
-            contents.append({"inline_data": {"data": png.getvalue(), "mime_type": "image/png"}})
+        contents: list[Any] = [request.prompt]
+        if request.image is not None:
+            contents.append({"inline_data": {"data": png_bytes(request.image), "mime_type": "image/png"}})
         config = {
             "response_modalities": ["TEXT", "IMAGE"],
-            "seed": seed,
-            "image_config": image_config(self.model, width, height),
+            "seed": request.seed,
+            "image_config": image_config(self.model, request.width, request.height),
         }
         # 2. Call with retries, then 3. read the image and fit it to the requested size.
         response = self.caller.call(lambda _client, _url, _timeout: self._generate_once(contents, config))
-        return _fit(self._image_from(response), width, height)
+        return fit_to_size(self._image_from(response), request.width, request.height)
 
     def _generate_once(self, contents: list[Any], config: dict[str, Any]) -> Any:
-        """One SDK call; its errors become retryable (408/429/5xx, transport) or a final :class:`BackendError`."""
+        """One SDK call; its errors are translated at the boundary (:meth:`RemoteBackend.sdk_error`)."""
         try:
             return self.client.models.generate_content(model=self.model, contents=contents, config=config)
         except Exception as exc:
-            if not is_retryable(exc):
-                raise BackendError(self._describe(exc)) from exc
-            raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
-
-    def _describe(self, exc: BaseException) -> str:
-        """A one-line message for a non-retryable SDK error, with the fix for the usual causes."""
-        code = status_code(exc)
-        text = self.caller.scrub(str(getattr(exc, "message", None) or exc))[:500]  # scrubbed, then cut
-        if code in (401, 403):
-            return f"{self.name}: HTTP {code}: {text}. Check that the API key is valid for {self.model}."
-        if code == 404:
-            return f"{self.name}: HTTP 404: {text}. Check the model id '{self.model}'."
-        if code is not None:
-            return f"{self.name}: HTTP {code}: {text}"
-        return f"{self.name}: generate_content failed: {type(exc).__name__}: {text}"
+            raise self.sdk_error(exc) from exc
 
     def _image_from(self, response: Any) -> Image.Image:
         """The first non-thought image part of the first candidate; otherwise an error quoting the model."""
@@ -254,22 +200,14 @@ class GeminiImageBackend(ImageBatchMixin):
 
     def _decode(self, data: bytes, mime_type: str | None) -> Image.Image:
         try:
-            with Image.open(io.BytesIO(data)) as decoded:
-                decoded.load()
-                return decoded.convert("RGB")
-        except (UnidentifiedImageError, OSError) as exc:
+            return decode_image(data)
+        except ValueError as exc:
             raise BackendError(
                 f"{self.name}: the returned {mime_type or 'image'} cannot be decoded."
             ) from exc
 
     def close(self) -> None:
         """Close the SDK client when we created it (an injected client belongs to the caller)."""
-        self.caller.close()
+        super().close()
         if self._owns_client and callable(getattr(self.client, "close", None)):
             self.client.close()
-
-    def __enter__(self) -> GeminiImageBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -10,11 +10,7 @@ answered by ``{"success": true, "edited_image": base64 PNG}`` or ``{"success": f
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -22,42 +18,21 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
+from interleave_thinker.backends.encoding import decode_base64_image, png_base64
 from interleave_thinker.backends.image.pooled import PooledImageBackend
-from interleave_thinker.backends.remote import (
-    RETRYABLE_STATUS,
-    EndpointPool,
-    RemoteCaller,
-    RetryableError,
-    RetrySettings,
-    parse_retry_after,
-)
-from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.backends.model_defaults import KNOB_PRESETS, preset_knobs
+from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.remote import RetryableError, RetrySettings
+from interleave_thinker.backends.remote_backend import pool_settings
+from interleave_thinker.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
+__all__ = ["KNOB_PRESETS", "HTTPImageBackend", "normalize_endpoint", "parse_target", "read_endpoints_file"]
+
 DEFAULT_KEY_ENV = "INTERLEAVE_THINKER_GENERATOR_API_KEY"
 """Read when ``remote.api_key_env`` is not set; the token is optional (servers on a private network)."""
-
-KNOB_PRESETS: dict[str, dict[str, Any]] = {
-    "klein": {
-        "num_inference_step": 4,
-        "guidance_scale": 1.0,
-        "width": 1024,
-        "height": 1024,
-        "enhance_prompt": False,
-    },
-    "omnigen2": {
-        "num_inference_step": 50,
-        "text_guidance_scale": 5.0,
-        "image_guidance_scale": 1.5,
-        "negative_prompt": "",
-    },
-    "qwen-image-edit": {"num_inference_step": 50, "guidance_scale": 5.0},
-    "longcat": {"num_inference_step": 50, "guidance_scale": 4.5, "negative_prompt": ""},
-}
-"""The knobs the authors' clients send per generator (UPSTREAM "/edit"); ``num_inference_step`` is
-singular on purpose, as in their servers."""
 
 
 def normalize_endpoint(entry: str) -> str:
@@ -114,40 +89,8 @@ def parse_target(target: str) -> tuple[list[str], str]:
 
 
 def resolve_knobs(knobs: str | Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(knobs, str):
-        return dict(knobs)
-    if knobs not in KNOB_PRESETS:
-        raise ConfigError(f"Unknown knob preset '{knobs}'; known presets: {', '.join(KNOB_PRESETS)}.")
-    return dict(KNOB_PRESETS[knobs])
-
-
-def encode_png(image: Image.Image) -> str:
-    buffer = io.BytesIO()
-    rgb = image if image.mode in ("RGB", "RGBA", "L") else image.convert("RGB")
-    rgb.save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def decode_png(data: str) -> Image.Image:
-    """Base64 image -> loaded RGB image; ValueError when it is not one."""
-    try:
-        raw = base64.b64decode(data, validate=True)
-        with Image.open(io.BytesIO(raw)) as opened:
-            return opened.convert("RGB")
-    except (binascii.Error, Image.DecompressionBombError, OSError, ValueError, SyntaxError) as exc:
-        raise ValueError(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _server_error(response: httpx.Response, scrub: Callable[[str], str]) -> str:
-    """The ``error`` field of an "/edit" error reply, else the start of the body; scrubbed of secrets
-    before it is cut, so no prefix of a key survives."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("error"):
-        return scrub(str(body["error"]))[:500]
-    return scrub(response.text)[:300] or "(empty body)"
+    """A preset name (``klein``...; its knobs come from ``backends.model_defaults``) or explicit knobs."""
+    return preset_knobs(knobs) if isinstance(knobs, str) else dict(knobs)
 
 
 class HTTPImageBackend(PooledImageBackend):
@@ -162,80 +105,37 @@ class HTTPImageBackend(PooledImageBackend):
         concurrency: int = 8,
         cooldown: float = 30.0,
         api_key: str | None = None,
+        key_env: str = DEFAULT_KEY_ENV,
     ) -> None:
         endpoints = [urls] if isinstance(urls, str) else list(urls)
         self.urls = [normalize_endpoint(u) for u in endpoints]
+        self.key_envs = (key_env,)
         self.knobs = resolve_knobs(knobs)
         self.guidance_key = "text_guidance_scale" if "text_guidance_scale" in self.knobs else "guidance_scale"
         self.concurrency = concurrency
         preset = f"#{knobs}" if isinstance(knobs, str) else "#custom"
         self.name = "http:" + ",".join(self.urls) + preset  # traces record which knobs were sent
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.pool = EndpointPool(self.urls, cooldown=cooldown)
-        self.caller = RemoteCaller(
-            self.name, self.pool, retry=retry, concurrency=concurrency, headers=headers
-        )
+        self.open_caller(self.urls, retry=retry, concurrency=concurrency, cooldown=cooldown, headers=headers)
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> HTTPImageBackend:
         """``http:URL[,URL...][#KNOBS]`` or ``http:@FILE[#KNOBS]``; transport from ``options.remote``."""
         urls, knobs = parse_target(target)
-        remote = options.remote
-        key_env = remote.api_key_env or DEFAULT_KEY_ENV
-        api_key = os.environ.get(key_env, "").strip() or None
-        if api_key is None and remote.api_key_env:
-            raise ConfigError(
-                f"remote.api_key_env names {key_env}, but that environment variable is empty; "
-                f"export {key_env}=<token> or unset remote.api_key_env."
-            )
-        retry = RetrySettings.from_options(remote)
-        return cls(
-            urls,
-            knobs=knobs,
-            retry=retry,
-            concurrency=remote.concurrency,
-            cooldown=remote.cooldown,
-            api_key=api_key,
-        )
+        return cls(urls, knobs=knobs, **pool_settings(options.remote, f"http:{target}", DEFAULT_KEY_ENV))
 
-    def payload(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None,
-        width: int,
-        height: int,
-        seed: int,
-        steps: int | None,
-        guidance: float | None,
-    ) -> dict[str, Any]:
+    def payload(self, request: ImageRequest) -> dict[str, Any]:
         """The JSON body: the preset's knobs, with the call's size, steps and guidance on top."""
-        knobs = {**self.knobs, "width": width, "height": height}
-        if steps is not None:
-            knobs["num_inference_step"] = steps
-        if guidance is not None:
-            knobs[self.guidance_key] = guidance
-        return {
-            "image": encode_png(image) if image is not None else None,
-            "prompt": prompt,
-            "seed": seed,
-            **knobs,
-        }
+        knobs = {**self.knobs, "width": request.width, "height": request.height}
+        if request.steps is not None:
+            knobs["num_inference_step"] = request.steps
+        if request.guidance is not None:
+            knobs[self.guidance_key] = request.guidance
+        image = png_base64(request.image, keep_mode=True) if request.image is not None else None
+        return {"image": image, "prompt": request.prompt, "seed": request.seed, **knobs}
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
-        body = self.payload(
-            prompt, image=image, width=width, height=height, seed=seed, steps=steps, guidance=guidance
-        )
+    def generate(self, request: ImageRequest) -> Image.Image:
+        body = self.payload(request)
         result: Image.Image = self.caller.call(
             lambda client, base, timeout: self._post(client, base, timeout, body)
         )
@@ -245,14 +145,7 @@ class HTTPImageBackend(PooledImageBackend):
         """One try: retryable failures raise :class:`RetryableError`, others :class:`BackendError`."""
         response = client.post(f"{base}/edit", json=body, timeout=timeout)
         scrub = self.caller.scrub
-        if response.status_code in RETRYABLE_STATUS:
-            raise RetryableError(
-                f"HTTP {response.status_code}: {_server_error(response, scrub)}", parse_retry_after(response)
-            )
-        if response.status_code >= 400:
-            raise BackendError(
-                f"{self.name}: HTTP {response.status_code} from {base}/edit: {_server_error(response, scrub)}"
-            )
+        self.check_reply(response)
         try:
             reply = response.json()
         except ValueError:
@@ -266,6 +159,6 @@ class HTTPImageBackend(PooledImageBackend):
         if not isinstance(edited, str):
             raise RetryableError("reply has no 'edited_image' string")
         try:
-            return decode_png(edited)
+            return decode_base64_image(edited)
         except ValueError as exc:
             raise RetryableError(f"'edited_image' is not a base64 image ({exc})") from None

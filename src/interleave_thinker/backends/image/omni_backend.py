@@ -29,10 +29,6 @@ local backend makes. Without ``#MODEL`` the served model's name is read once fro
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
-import os
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,15 +36,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from PIL import Image
 
-from interleave_thinker.backends.image.diffusers_backend import model_defaults as local_defaults
+from interleave_thinker.backends.encoding import decode_base64_image, png_bytes
 from interleave_thinker.backends.image.http_backend import normalize_endpoint, read_endpoints_file
-from interleave_thinker.backends.image.omni_errors import check_reply
+from interleave_thinker.backends.image.omni_errors import advice
 from interleave_thinker.backends.image.pooled import PooledImageBackend
-from interleave_thinker.backends.remote import (
-    EndpointPool,
-    RemoteCaller,
-    RetrySettings,
-)
+from interleave_thinker.backends.model_defaults import model_defaults
+from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.remote_backend import pool_settings
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -57,17 +52,14 @@ if TYPE_CHECKING:
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 """``vllm serve --api-key`` and ``sglang serve --api-key`` check a bearer token; optional here."""
 
-MAX_REPLY_CHARS = 256 * 1024 * 1024
-"""A base64 image longer than this is refused before decoding (a 4096² PNG is far below it)."""
 
-
-def model_defaults(model: str) -> dict[str, Any]:
+def served_defaults(model: str) -> tuple[int, float, str]:
     """Steps, guidance and the request field for the guidance, exactly as the local diffusers backend
-    picks them for a model name or path (its table; importing it loads no model library). vLLM-Omni
-    and SGLang take ``true_cfg_scale`` for true-CFG models and ``guidance_scale`` for every other."""
-    defaults = local_defaults(model)
-    field = "true_cfg_scale" if defaults["guidance_arg"] == "true_cfg_scale" else "guidance_scale"
-    return {"steps": defaults["steps"], "guidance": defaults["guidance"], "guidance_field": field}
+    picks them for a model name or path (the one table in ``backends.model_defaults``). vLLM-Omni and
+    SGLang take ``true_cfg_scale`` for true-CFG models and ``guidance_scale`` for every other."""
+    defaults = model_defaults(model)
+    field = "true_cfg_scale" if defaults.guidance_arg == "true_cfg_scale" else "guidance_scale"
+    return defaults.steps, defaults.guidance, field
 
 
 def normalize_base(entry: str) -> str:
@@ -92,26 +84,6 @@ def parse_target(kind: str, target: str) -> tuple[list[str], str | None]:
     return urls, model.strip() or None
 
 
-def encode_png(image: Image.Image) -> bytes:
-    """Lossless upload at zlib level 1: half the CPU of PIL's default level for ~15 % more bytes."""
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="PNG", compress_level=1)
-    return buffer.getvalue()
-
-
-def decode_image(data: str) -> Image.Image:
-    """Base64 PNG/JPEG/WebP -> loaded RGB image; ValueError when it is not one."""
-    if len(data) > MAX_REPLY_CHARS:
-        raise ValueError(f"{len(data)} base64 characters, over the limit of {MAX_REPLY_CHARS}")
-    try:
-        raw = base64.b64decode(data, validate=True)
-        with Image.open(io.BytesIO(raw)) as opened:
-            opened.load()
-            return opened.convert("RGB")
-    except (binascii.Error, Image.DecompressionBombError, OSError, ValueError, SyntaxError) as exc:
-        raise ValueError(f"{type(exc).__name__}: {exc}") from exc
-
-
 class OmniImagesBackend(PooledImageBackend):
     """``generate`` = one ``/v1/images/generations`` or ``/v1/images/edits`` call through a pool."""
 
@@ -134,13 +106,10 @@ class OmniImagesBackend(PooledImageBackend):
         self.model = model
         self.negative_prompt = negative_prompt
         self.concurrency = concurrency
-        self.key_env = key_env
+        self.key_envs = (key_env,)
         self.name = f"{self.kind}:" + ",".join(self.urls) + (f"#{model}" if model else "")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.pool = EndpointPool(self.urls, cooldown=cooldown)
-        self.caller = RemoteCaller(
-            self.name, self.pool, retry=retry, concurrency=concurrency, headers=headers
-        )
+        self.open_caller(self.urls, retry=retry, concurrency=concurrency, cooldown=cooldown, headers=headers)
         self._served: str | None = model
         self._served_lock = threading.Lock()
 
@@ -148,22 +117,8 @@ class OmniImagesBackend(PooledImageBackend):
     def from_spec(cls, target: str, options: BackendOptions) -> OmniImagesBackend:
         """``KIND:URL[,URL...][#MODEL]``; transport settings and the key variable from ``options.remote``."""
         urls, model = parse_target(cls.kind, target)
-        remote = options.remote
-        key_env = remote.api_key_env or DEFAULT_KEY_ENV
-        api_key = os.environ.get(key_env, "").strip() or None
-        if api_key is None and remote.api_key_env:
-            raise ConfigError(
-                f"remote.api_key_env names {key_env}, but that environment variable is empty; "
-                f"export {key_env}=<token> or unset remote.api_key_env."
-            )
         return cls(
-            urls,
-            model=model,
-            retry=RetrySettings.from_options(remote),
-            concurrency=remote.concurrency,
-            cooldown=remote.cooldown,
-            api_key=api_key,
-            key_env=key_env,
+            urls, model=model, **pool_settings(options.remote, f"{cls.kind}:{target}", DEFAULT_KEY_ENV)
         )
 
     # -- the request ---------------------------------------------------------------------------
@@ -181,28 +136,26 @@ class OmniImagesBackend(PooledImageBackend):
         response = client.get(f"{base}/v1/models", timeout=timeout)
         if response.status_code == 404:
             return ""
-        check_reply(self, response, base, "/v1/models")
+        self.check_reply(response)
         try:
             first = response.json()["data"][0]
             return " ".join(str(first.get(k) or "") for k in ("id", "root", "pipeline_class")).strip()[:500]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return ""
 
-    def fields(
-        self, prompt: str, *, width: int, height: int, seed: int, steps: int | None, guidance: float | None
-    ) -> dict[str, Any]:
+    def fields(self, request: ImageRequest) -> dict[str, Any]:
         """The request settings, with the served model's default steps and guidance filled in."""
-        defaults = model_defaults(self.served_model())
+        steps, guidance, guidance_field = served_defaults(self.served_model())
         fields: dict[str, Any] = {
-            "prompt": prompt,
+            "prompt": request.prompt,
             "n": 1,
-            "size": f"{width}x{height}",
+            "size": f"{request.width}x{request.height}",
             "response_format": "b64_json",
             "output_format": "png",
-            "seed": seed,
+            "seed": request.seed,
             "generator_device": "cpu",
-            "num_inference_steps": steps if steps is not None else defaults["steps"],
-            defaults["guidance_field"]: guidance if guidance is not None else defaults["guidance"],
+            "num_inference_steps": request.steps if request.steps is not None else steps,
+            guidance_field: request.guidance if request.guidance is not None else guidance,
         }
         if self.model:
             fields["model"] = self.model
@@ -210,36 +163,29 @@ class OmniImagesBackend(PooledImageBackend):
             fields["negative_prompt"] = self.negative_prompt
         return fields
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         # 1. The settings our diffusers backend would use, then one request (retried by the caller).
-        fields = self.fields(prompt, width=width, height=height, seed=seed, steps=steps, guidance=guidance)
-        if image is None:
+        fields = self.fields(request)
+        if request.image is None:
             path, kwargs = "/v1/images/generations", {"json": fields}
         else:
             form = {k: str(v) for k, v in fields.items()}
-            files = {"image": ("image.png", encode_png(image), "image/png")}
+            files = {"image": ("image.png", png_bytes(request.image, compress_level=1), "image/png")}
             path, kwargs = "/v1/images/edits", {"data": form, "files": files}
         result: Image.Image = self.caller.call(
             lambda client, base, timeout: self._post(client, base, timeout, path, kwargs)
         )
         return result
 
+    def status_hint(self, status: int, detail: str, path: str = "") -> str:
+        return advice(self.key_envs[0], self.model, status, detail, path)
+
     def _post(
         self, client: httpx.Client, base: str, timeout: float, path: str, kwargs: dict[str, Any]
     ) -> Image.Image:
-        """One try: the status is classified by :func:`check_reply`, then the first image decoded."""
+        """One try: the status is classified by :meth:`check_reply`, then the first image decoded."""
         response = client.post(f"{base}{path}", timeout=timeout, **kwargs)
-        check_reply(self, response, base, path)
+        self.check_reply(response)
         try:
             data = response.json()["data"][0].get("b64_json")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
@@ -253,13 +199,11 @@ class OmniImagesBackend(PooledImageBackend):
                 "this client asks for response_format=b64_json, which the server must support."
             )
         try:
-            return decode_image(data)
+            return decode_base64_image(data)
         except ValueError as exc:
             raise BackendError(
                 f"{self.name}: data[0].b64_json from {base}{path} is not an image: {exc}"
             ) from exc
-
-    # -- batches and lifetime --------------------------------------------------------------------
 
 
 class SGLangDiffusionBackend(OmniImagesBackend):

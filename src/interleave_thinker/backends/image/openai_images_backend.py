@@ -25,7 +25,7 @@ What the API cannot do, and what we do instead:
   requested one (closest aspect, then closest area) and center-crop and resize the result to the
   requested size. Models we do not know (other servers) get the requested size unchanged.
 
-Retries (408, 429, 5xx, timeouts, connection errors; none on other 4xx) go through
+Retries (408, 429, 5xx except 501, timeouts, connection errors; none on 501 or other 4xx) go through
 :class:`~interleave_thinker.backends.remote.RemoteCaller`. The API key is read from the environment only
 (``OPENAI_API_KEY`` or ``remote.api_key_env``), is sent as a bearer header, and never appears in logs or
 errors.
@@ -35,24 +35,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import math
-import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageBatchMixin
-from interleave_thinker.backends.remote import (
-    RETRYABLE_STATUS,
-    EndpointPool,
-    RemoteCaller,
-    RetryableError,
-    RetrySettings,
-    parse_retry_after,
-)
+from interleave_thinker.backends._images import fit_to_size
+from interleave_thinker.backends.encoding import decode_image, png_bytes
+from interleave_thinker.backends.image.pooled import PooledImageBackend
+from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.remote_backend import key_envs
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -124,31 +118,26 @@ def api_size(model: str, width: int, height: int) -> tuple[int, int]:
     return width, height
 
 
-def _fit(image: Image.Image, width: int, height: int) -> Image.Image:
-    """Center-crop to the requested aspect and resize, so a nearby API size never distorts the picture."""
-    image = image.convert("RGB")
-    if image.size == (width, height):
-        return image
-    return ImageOps.fit(image, (width, height), Image.Resampling.LANCZOS)
-
-
-def _error_detail(response: httpx.Response, scrub: Callable[[str], str]) -> str:
-    """The message of an OpenAI error body ``{"error": {"message", "type", "code"}}``, else the raw text;
-    scrubbed of secrets before it is cut, so no prefix of a key survives."""
+def _error_detail(response: httpx.Response) -> str:
+    """The message of an OpenAI error body ``{"error": {"message", "type", "code"}}``, else the raw text
+    (scrubbed and cut by the caller)."""
     try:
         body = response.json()
     except ValueError:
-        return scrub(response.text)[:300]
+        return response.text
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
-        return scrub(response.text)[:300]
+        return response.text
     kinds = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k))
     message = str(error.get("message") or "").strip() or "no message"
-    return scrub(f"{message} ({kinds})" if kinds else message)[:500]
+    return f"{message} ({kinds})" if kinds else message
 
 
-class OpenAIImagesBackend(ImageBatchMixin):
+class OpenAIImagesBackend(PooledImageBackend):
     """Text-to-image and edits through ``/images/generations`` and ``/images/edits``; see the module doc."""
+
+    key_hint = "Check that {b.key_envs[0]} holds a valid key with access to {b.model}"
+    not_found_hint = "Check the model name '{b.model}' and the base URL {b.base_url}"
 
     def __init__(
         self, model: str, *, base_url: str = DEFAULT_BASE_URL, remote: RemoteOptions | None = None
@@ -157,11 +146,18 @@ class OpenAIImagesBackend(ImageBatchMixin):
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.name = f"openai-images:{model}"
-        self.key_env = remote.api_key_env or DEFAULT_KEY_ENV
+        self.concurrency = remote.concurrency
+        self.key_envs, configured = key_envs(remote.api_key_env, (DEFAULT_KEY_ENV,))
+        # Required for api.openai.com or when a variable is named; optional for other servers.
+        key = self.api_key(required=configured or self.base_url == DEFAULT_BASE_URL, configured=configured)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         retry = RetrySettings.from_options(remote)
-        pool = EndpointPool([self.base_url], cooldown=remote.cooldown)
-        self._caller = RemoteCaller(
-            self.name, pool, retry=retry, concurrency=remote.concurrency, headers=self._auth_headers(remote)
+        self.open_caller(
+            [self.base_url],
+            retry=retry,
+            concurrency=remote.concurrency,
+            cooldown=remote.cooldown,
+            headers=headers,
         )
 
     @classmethod
@@ -169,60 +165,35 @@ class OpenAIImagesBackend(ImageBatchMixin):
         model, base_url = parse_target(target)
         return cls(model, base_url=base_url, remote=options.remote)
 
-    def _auth_headers(self, remote: RemoteOptions) -> dict[str, str]:
-        """Bearer header from the environment; required for api.openai.com or when a variable is named."""
-        key = os.environ.get(self.key_env, "").strip()
-        if key:
-            return {"Authorization": f"Bearer {key}"}
-        if self.base_url == DEFAULT_BASE_URL or remote.api_key_env:
-            raise BackendError(
-                f"{self.name}: no API key: the environment variable {self.key_env} is not set. "
-                f"Export {self.key_env}=<your key> (or set remote.api_key_env to the variable that holds it)."
-            )
-        return {}
-
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
+    def generate(self, request: ImageRequest) -> Image.Image:
         """One image; ``seed``, ``steps`` and ``guidance`` are ignored (the API has no such knobs)."""
         # 1. Check inputs and pick the size the model supports.
-        if image is not None and self.model.lower().startswith("dall-e-3"):
+        if request.image is not None and self.model.lower().startswith("dall-e-3"):
             raise BackendError(
                 f"{self.name}: dall-e-3 cannot edit images (no /images/edits support); "
                 "use a GPT image model such as 'openai-images:gpt-image-1'."
             )
-        size = "{}x{}".format(*api_size(self.model, width, height))
+        size = "{}x{}".format(*api_size(self.model, request.width, request.height))
+        fields = {
+            "model": self.model,
+            "prompt": request.prompt,
+            "n": 1,
+            "size": size,
+            **self._response_format(),
+        }
         # 2. Send the request (retried by the caller) and decode the reply.
-        if image is None:
-            payload: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": 1, "size": size}
-            payload.update(self._response_format())
-            result = self._caller.call(
-                lambda c, url, t: self._post(c, f"{url}/images/generations", t, json=payload)
+        if request.image is None:
+            result = self.caller.call(
+                lambda c, url, t: self._post(c, f"{url}/images/generations", t, json=fields)
             )
         else:
-            png = io.BytesIO()
-            image.convert("RGB").save(png, format="PNG")
-            fields = {
-                "model": self.model,
-                "prompt": prompt,
-                "n": "1",
-                "size": size,
-                **self._response_format(),
-            }
-            files = {"image": ("image.png", png.getvalue(), "image/png")}
-            result = self._caller.call(
-                lambda c, url, t: self._post(c, f"{url}/images/edits", t, data=fields, files=files)
+            form = {k: str(v) for k, v in fields.items()}
+            files = {"image": ("image.png", png_bytes(request.image), "image/png")}
+            result = self.caller.call(
+                lambda c, url, t: self._post(c, f"{url}/images/edits", t, data=form, files=files)
             )
         # 3. Fit the result to the requested size.
-        return _fit(result, width, height)
+        return fit_to_size(result, request.width, request.height)
 
     def _response_format(self) -> dict[str, str]:
         """GPT image models reject ``response_format`` (they always answer base64); others need it."""
@@ -233,13 +204,13 @@ class OpenAIImagesBackend(ImageBatchMixin):
     def _post(self, client: httpx.Client, url: str, timeout: float, **kwargs: Any) -> Image.Image:
         """One try: POST, check the status, and read the first image of the reply (fetching a ``url``)."""
         response = client.post(url, timeout=timeout, **kwargs)
-        self._check(response)
+        self.check_reply(response, _error_detail(response))
         try:
             item = response.json()["data"][0]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
                 f"{self.name}: the reply from {url} has no image in data[0]: "
-                f"{self._caller.scrub(response.text)[:200]}"
+                f"{self.caller.scrub(response.text)[:200]}"
             ) from exc
         if item.get("b64_json"):
             try:
@@ -248,15 +219,13 @@ class OpenAIImagesBackend(ImageBatchMixin):
                 raise BackendError(f"{self.name}: data[0].b64_json from {url} is not valid base64.") from exc
         elif item.get("url"):
             fetched = client.send(self._download_request(client, str(item["url"]), timeout))
-            self._check(fetched)
+            self.check_reply(fetched)
             raw = fetched.content
         else:
             raise BackendError(f"{self.name}: data[0] from {url} has neither b64_json nor url.")
         try:
-            with Image.open(io.BytesIO(raw)) as decoded:
-                decoded.load()
-                return decoded.convert("RGB")
-        except (UnidentifiedImageError, OSError) as exc:
+            return decode_image(raw)
+        except ValueError as exc:
             raise BackendError(f"{self.name}: the image returned by {url} cannot be decoded.") from exc
 
     def _download_request(self, client: httpx.Client, url: str, timeout: float) -> httpx.Request:
@@ -265,31 +234,3 @@ class OpenAIImagesBackend(ImageBatchMixin):
         if request.url.host != httpx.URL(self.base_url).host:
             request.headers.pop("Authorization", None)
         return request
-
-    def _check(self, response: httpx.Response) -> None:
-        """408/429/5xx ask for a retry; other errors end the call with the API's own message."""
-        if response.status_code in RETRYABLE_STATUS:
-            raise RetryableError(
-                f"HTTP {response.status_code}: {_error_detail(response, self._caller.scrub)}",
-                parse_retry_after(response),
-            )
-        if response.status_code < 400:
-            return
-        hint = ""
-        if response.status_code in (401, 403):
-            hint = f" Check that {self.key_env} holds a valid key with access to {self.model}."
-        elif response.status_code == 404:
-            hint = f" Check the model name '{self.model}' and the base URL {self.base_url}."
-        raise BackendError(
-            f"{self.name}: HTTP {response.status_code} from {response.url}: "
-            f"{_error_detail(response, self._caller.scrub)}.{hint}"
-        )
-
-    def close(self) -> None:
-        self._caller.close()
-
-    def __enter__(self) -> OpenAIImagesBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,37 +1,26 @@
-"""What every generator served over a :class:`~interleave_thinker.backends.remote.RemoteCaller` shares:
-batches in parallel up to the backend's concurrency, ``close`` and use as a context manager."""
+"""What every served generator shares on top of :class:`RemoteBackend`: batches run in parallel up to
+the backend's concurrency (the server or the pool batches them), results in order."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING
 
-from interleave_thinker.backends.protocols import ImageBatchMixin
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
+from interleave_thinker.backends.remote_backend import RemoteBackend
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from interleave_thinker.backends.remote import RemoteCaller
 
+class PooledImageBackend(RemoteBackend, ImageBatchMixin):
+    """Subclasses set ``concurrency``, call :meth:`open_caller` and implement ``generate``."""
 
-class PooledImageBackend(ImageBatchMixin):
-    """Subclasses set ``caller`` and ``concurrency`` and implement ``generate``."""
+    concurrency: int = 8
 
-    caller: RemoteCaller
-    concurrency: int
-
-    def generate_batch(self, requests: list[dict[str, Any]]) -> list[Image.Image]:
+    def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
         """Requests run in parallel up to ``concurrency``, spread over the pool; results keep their order."""
         if len(requests) <= 1:
-            return [self.generate(**r) for r in requests]
+            return [self.generate(r) for r in requests]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as executor:
-            return list(executor.map(lambda r: self.generate(**r), requests))
-
-    def close(self) -> None:
-        self.caller.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            return list(executor.map(self.generate, requests))

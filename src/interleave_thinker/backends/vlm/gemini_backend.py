@@ -15,36 +15,31 @@ lossless, so the model sees exactly the pixels the local backend would), system 
 
 from __future__ import annotations
 
-import io
-import os
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
-from PIL import Image
-
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
+from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
-from interleave_thinker.backends.remote import (
-    RETRYABLE_STATUS,
-    EndpointPool,
-    RemoteCaller,
-    RetryableError,
-    RetrySettings,
-)
+from interleave_thinker.backends.remote import RetryableError, RetrySettings
+from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
-DEFAULT_KEY_ENV = "GEMINI_API_KEY"
+DEFAULT_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+"""Read in order when ``remote.api_key_env`` is not set (the SDK reads both too)."""
 INSTALL_HINT = "pip install 'interleave-thinker[gemini]'"
 PIXEL_FACTOR = 32
 DEFAULT_MAX_PIXELS = 16384 * 32 * 32
 """Same bound as the openai backend (Qwen3-VL's default ``longest_edge``): keeps request bodies sane."""
 
 
-class GeminiVLMBackend(VLMBatchMixin):
-    """``chat`` = one ``client.models.generate_content`` call, retried on 408/429/5xx and transport errors."""
+class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
+    """``chat`` = one ``client.models.generate_content`` call, retried on 408/429/5xx (not 501) and
+    transport errors."""
 
     def __init__(
         self,
@@ -55,6 +50,7 @@ class GeminiVLMBackend(VLMBatchMixin):
         retry: RetrySettings | None = None,
         concurrency: int = 8,
         default_max_pixels: int = DEFAULT_MAX_PIXELS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not model:
             raise ConfigError("gemini spec has no model; write e.g. 'gemini:gemini-2.5-pro'.")
@@ -62,15 +58,9 @@ class GeminiVLMBackend(VLMBatchMixin):
         self.name = f"gemini:{model}"
         self.default_max_pixels = default_max_pixels
         self.retry = retry or RetrySettings()
-        self.client = client if client is not None else _make_client(api_key_env, self.retry.timeout)
-        key_envs = (api_key_env,) if api_key_env else (DEFAULT_KEY_ENV, "GOOGLE_API_KEY")
-        self.caller = RemoteCaller(
-            self.name,
-            EndpointPool([self.name]),
-            retry=self.retry,
-            concurrency=concurrency,
-            secrets=lambda: [os.environ.get(env) for env in key_envs],  # read, never kept
-        )
+        self.key_envs, configured = key_envs(api_key_env, DEFAULT_KEY_ENVS)
+        self.client = client if client is not None else self._make_client(configured)
+        self.open_caller([self.name], retry=self.retry, concurrency=concurrency, sleep=sleep)
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> GeminiVLMBackend:
@@ -90,8 +80,15 @@ class GeminiVLMBackend(VLMBatchMixin):
             config["system_instruction"] = system
         return str(self.caller.call(lambda _client, _url, timeout: self._generate(contents, config, timeout)))
 
-    def close(self) -> None:
-        self.caller.close()
+    def _make_client(self, configured: bool) -> Any:
+        """A real ``google.genai.Client``; the key is checked first (:class:`ConfigError`), then the SDK
+        is imported."""
+        key = self.api_key(required=True, configured=configured)
+        try:
+            from google import genai  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as exc:
+            raise BackendError(f"The gemini backend needs the google-genai SDK: {INSTALL_HINT}") from exc
+        return genai.Client(api_key=key, http_options={"timeout": int(self.retry.timeout * 1000)})
 
     def to_gemini_contents(self, messages: list[Message]) -> tuple[list[dict[str, Any]], str | None]:
         """Project messages -> (Gemini ``contents``, system instruction or None)."""
@@ -109,7 +106,7 @@ class GeminiVLMBackend(VLMBatchMixin):
             for part in items:
                 if part.get("type") == "image":
                     image = bound_pixels(part["image"], self.default_max_pixels, PIXEL_FACTOR)
-                    parts.append({"inline_data": {"mime_type": "image/png", "data": _png_bytes(image)}})
+                    parts.append({"inline_data": {"mime_type": "image/png", "data": png_bytes(image)}})
                 elif part.get("type") == "text":
                     parts.append({"text": part["text"]})
                 else:
@@ -125,42 +122,12 @@ class GeminiVLMBackend(VLMBatchMixin):
             response = self.client.models.generate_content(
                 model=self.model, contents=contents, config=request_config
             )
-        except httpx.TransportError:
-            raise  # connection errors and timeouts: RemoteCaller retries them
         except Exception as exc:
-            code = getattr(exc, "code", None)
-            message = getattr(exc, "message", None) or str(exc)
-            if not isinstance(code, int) or isinstance(code, bool):
-                raise BackendError(f"{self.name}: {type(exc).__name__}: {message}") from exc
-            if code in RETRYABLE_STATUS or code >= 500:
-                raise RetryableError(f"HTTP {code}: {message}") from exc
-            raise BackendError(f"{self.name}: HTTP {code}: {message}") from exc
+            raise self.sdk_error(exc) from exc
         text = getattr(response, "text", None)
         if not isinstance(text, str) or not text.strip():
             raise RetryableError(f"reply without text (blocked or empty): {_finish_reason(response)}")
         return text.strip()
-
-
-def _make_client(api_key_env: str | None, timeout: float) -> Any:
-    """A real ``google.genai.Client``; the key is checked first, then the SDK is imported."""
-    env = api_key_env or DEFAULT_KEY_ENV
-    key = os.environ.get(env)
-    if not key:
-        raise ConfigError(
-            f"The gemini backend needs an API key: set {env} (or name another variable in "
-            "remote.api_key_env)."
-        )
-    try:
-        from google import genai  # type: ignore[import-not-found, unused-ignore]
-    except ImportError as exc:
-        raise BackendError(f"The gemini backend needs the google-genai SDK: {INSTALL_HINT}") from exc
-    return genai.Client(api_key=key, http_options={"timeout": int(timeout * 1000)})
-
-
-def _png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def _finish_reason(response: Any) -> str:

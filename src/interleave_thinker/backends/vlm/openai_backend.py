@@ -9,11 +9,7 @@ replica that restarts, with no extra service to run. Transport, retries and dead
 
 from __future__ import annotations
 
-import base64
-import io
-import json
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,17 +17,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
-from PIL import Image
 
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
+from interleave_thinker.backends.encoding import png_data_url
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
-from interleave_thinker.backends.remote import (
-    EndpointPool,
-    RemoteCaller,
-    RetryableError,
-    RetrySettings,
-    parse_retry_after,
-)
+from interleave_thinker.backends.remote import RetryableError, RetrySettings
+from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -49,7 +40,7 @@ server's processor bounds the image again; this one only keeps request bodies sa
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 
-class OpenAIVLMBackend(VLMBatchMixin):
+class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
     """``chat`` = one ``POST {base}/chat/completions`` through a pool of base URLs with retries."""
 
     def __init__(
@@ -64,15 +55,14 @@ class OpenAIVLMBackend(VLMBatchMixin):
         default_max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
-        self.pool = EndpointPool([_normalize_url(u) for u in urls], cooldown=cooldown)
+        urls = [_normalize_url(u) for u in urls]
         self.model = model or None
         self.default_max_pixels = default_max_pixels
         self.concurrency = concurrency
-        self._key_env = _key_env(api_key_env)
-        self.name = self._display_name()
-        self.caller = RemoteCaller(
-            self.name, self.pool, retry=retry, concurrency=concurrency, secrets=lambda: [self._api_key()]
-        )
+        self.key_envs, configured = key_envs(api_key_env, (DEFAULT_KEY_ENV,))
+        self.name = f"openai:{','.join(urls)}#{self.model or '?'}"
+        self.api_key(required=configured, configured=configured)  # optional for local servers
+        self.open_caller(urls, retry=retry, concurrency=concurrency, cooldown=cooldown)
         self._model_lock = threading.Lock()
 
     @classmethod
@@ -122,15 +112,6 @@ class OpenAIVLMBackend(VLMBatchMixin):
             ]
             return [f.result() for f in futures]
 
-    def close(self) -> None:
-        self.caller.close()
-
-    def __enter__(self) -> OpenAIVLMBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- message conversion ---------------------------------------------------------------------
 
     def to_openai_messages(self, messages: list[Message]) -> list[dict[str, Any]]:
@@ -161,15 +142,12 @@ class OpenAIVLMBackend(VLMBatchMixin):
 
     def _headers(self) -> dict[str, str]:
         # Read at every call and never kept: the key lives only in the environment.
-        key = self._api_key()
+        key = self.api_key(required=False)
         return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def _api_key(self) -> str | None:
-        return os.environ.get(self._key_env) or None
 
     def _complete(self, client: httpx.Client, url: str, timeout: float, body: dict[str, Any]) -> str:
         response = client.post(f"{url}/chat/completions", json=body, headers=self._headers(), timeout=timeout)
-        self._check(response)
+        self.check_reply(response)
         try:
             content = response.json()["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
@@ -201,7 +179,7 @@ class OpenAIVLMBackend(VLMBatchMixin):
 
     def _discover(self, client: httpx.Client, url: str, timeout: float) -> str:
         response = client.get(f"{url}/models", headers=self._headers(), timeout=timeout)
-        self._check(response)
+        self.check_reply(response)
         try:
             ids = [str(entry["id"]) for entry in response.json()["data"]]
         except (ValueError, KeyError, TypeError):
@@ -212,16 +190,6 @@ class OpenAIVLMBackend(VLMBatchMixin):
             logger.info("%s lists %d models; using the first, %r", url, len(ids), ids[0])
         return ids[0]
 
-    def _check(self, response: httpx.Response) -> None:
-        """408/429/5xx -> retry elsewhere; other errors -> BackendError with the server's own message."""
-        status = response.status_code
-        if status < 400:
-            return
-        message = self._snippet(_server_message(response))
-        if status in (408, 429) or status >= 500:
-            raise RetryableError(f"HTTP {status}: {message}", parse_retry_after(response))
-        raise BackendError(f"{self.name}: HTTP {status} from {response.request.url}: {message}")
-
     def _snippet(self, text: str, limit: int = 300) -> str:
         """Scrubbed first, then cut: a cut must not leave a prefix of the key."""
         text = self.caller.scrub(text)
@@ -229,13 +197,6 @@ class OpenAIVLMBackend(VLMBatchMixin):
 
     def _display_name(self) -> str:
         return f"openai:{','.join(self.pool.urls)}#{self.model or '?'}"
-
-
-def png_data_url(image: Image.Image) -> str:
-    """Lossless transport: a PNG in a base64 ``data:`` URL, as vLLM and OpenAI accept."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _normalize_url(url: str) -> str:
@@ -247,32 +208,3 @@ def _normalize_url(url: str) -> str:
         )
     url = url.strip().rstrip("/")
     return url + "/v1" if parts.path in ("", "/") else url
-
-
-def _key_env(configured: str | None) -> str:
-    """The variable to read the key from; a configured one that is unset is a config error."""
-    if configured is None:
-        return DEFAULT_KEY_ENV
-    if not os.environ.get(configured):
-        raise ConfigError(
-            f"remote.api_key_env names {configured}, which is not set; export {configured}=... "
-            "or drop remote.api_key_env to use OPENAI_API_KEY (optional for local servers)."
-        )
-    return configured
-
-
-def _server_message(response: httpx.Response) -> str:
-    """``{"error": {"message"}}`` (OpenAI), ``{"message"}`` (vLLM), ``{"detail"}`` (FastAPI) or the body."""
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        for key in ("message", "detail"):
-            if data.get(key):
-                value = data[key]
-                return value if isinstance(value, str) else json.dumps(value)
-    return response.text

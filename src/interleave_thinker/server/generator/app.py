@@ -12,16 +12,16 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from interleave_thinker.server.generator.guards import check_token, read_body
+from interleave_thinker.server.generator.guards import admit, check_token
 from interleave_thinker.server.generator.metrics import ServiceMetrics
-from interleave_thinker.server.generator.openai_routes import add_openai_routes
+from interleave_thinker.server.generator.openai_routes import RunJob, add_openai_routes
 from interleave_thinker.server.generator.pool import ClientGone, JobTimeout, QueueFull, WorkerPool
 from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
 from interleave_thinker.server.generator.settings import ServiceSettings
@@ -41,8 +41,27 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
     """The service's app; workers start with the app's lifespan unless ``pool`` already runs, and stop
     after the in-flight requests."""
     workers = pool or WorkerPool(settings)
-    metrics = ServiceMetrics()
+    app = FastAPI(
+        title="interleave-thinker generator",
+        lifespan=_lifespan(workers),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.pool, app.state.metrics, app.state.settings = workers, ServiceMetrics(), settings
 
+    @app.exception_handler(RequestError)
+    async def refused(_: Request, exc: RequestError) -> JSONResponse:
+        return error_reply(exc.status, exc.message, exc.headers)
+
+    _add_status_routes(app)
+    run_job = _job_runner(settings, workers, app.state.metrics)
+    _add_edit_route(app, run_job)
+    add_openai_routes(app, run_job)
+    return app
+
+
+def _lifespan(workers: WorkerPool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if not workers.started:
@@ -52,18 +71,12 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
         finally:
             await asyncio.to_thread(workers.stop)
 
-    app = FastAPI(
-        title="interleave-thinker generator",
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
-    app.state.pool, app.state.metrics, app.state.settings = workers, metrics, settings
+    return lifespan
 
-    @app.exception_handler(RequestError)
-    async def refused(_: Request, exc: RequestError) -> JSONResponse:
-        return error_reply(exc.status, exc.message, exc.headers)
+
+def _add_status_routes(app: FastAPI) -> None:
+    """``GET /health`` (for load balancers, open) and ``GET /metrics`` (behind the token)."""
+    settings, metrics, workers = app.state.settings, app.state.metrics, app.state.pool
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -86,25 +99,27 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
         check_token(request, settings.api_key)
         return JSONResponse({"generator": settings.generator, **metrics.snapshot(), **workers.describe()})
 
+
+def _add_edit_route(app: FastAPI, run_job: RunJob) -> None:
+    settings, metrics = app.state.settings, app.state.metrics
+    limits = {"max_pixels": settings.max_pixels, "max_prompt_chars": settings.max_prompt_chars}
+
+    async def parse(body: bytes) -> EditJob:
+        if len(body) > PARSE_IN_THREAD_BYTES:
+            return await asyncio.to_thread(parse_edit_request, body, **limits)
+        return parse_edit_request(body, **limits)
+
     @app.post("/edit")
     async def edit(request: Request) -> JSONResponse:
         arrived = time.monotonic()
         # 1. Check the request: token, size, JSON, image header, knobs.
-        try:
-            check_token(request, settings.api_key)
-            body = await read_body(request, settings.max_body_bytes)
-            limits = {"max_pixels": settings.max_pixels, "max_prompt_chars": settings.max_prompt_chars}
-            if len(body) > PARSE_IN_THREAD_BYTES:
-                job = await asyncio.to_thread(parse_edit_request, body, **limits)
-            else:
-                job = parse_edit_request(body, **limits)
-        except RequestError as exc:
-            metrics.record("unauthorized" if exc.status == 401 else "bad_request")
-            raise
+        job = await admit(request, settings, metrics, parse)
         # 2. Queue it and wait for a worker, within the request's deadline, while the client waits.
         image, timings = await run_job(job, arrived, request)
         return JSONResponse({"success": True, "edited_image": image, "timings": timings})
 
+
+def _job_runner(settings: ServiceSettings, workers: WorkerPool, metrics: ServiceMetrics) -> RunJob:
     async def run_job(job: EditJob, arrived: float, request: Request) -> tuple[str, dict[str, Any]]:
         """The base64 PNG and timings of one job; RequestError (counted) when it does not complete."""
         left = settings.timeout - (time.monotonic() - arrived)
@@ -137,5 +152,4 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
         metrics.record("completed", latency=total, pipeline=timings["pipeline_s"])
         return reply["image"], timings
 
-    add_openai_routes(app, run_job)
-    return app
+    return run_job

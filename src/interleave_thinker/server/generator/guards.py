@@ -1,13 +1,15 @@
-"""The checks every route makes before parsing: the bearer token and a bounded body."""
+"""The checks every route makes before its job is queued: the bearer token, a bounded body, the parse."""
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from interleave_thinker.server.generator.protocol import RequestError
+from interleave_thinker.server.generator.protocol import EditJob, RequestError
 
 
 def check_token(request: Request, api_key: str | None) -> None:
@@ -41,3 +43,17 @@ async def read_body(request: Request, limit: int) -> bytes:
     except ClientDisconnect:
         raise RequestError(400, "The client closed the connection before sending the whole body.") from None
     return b"".join(chunks)
+
+
+async def admit(
+    request: Request, settings: Any, metrics: Any, parse: Callable[[bytes], Awaitable[EditJob]]
+) -> EditJob:
+    """Token, bounded body and the route's ``parse``: the checked job; a refusal is counted
+    (``unauthorized`` for 401, else ``bad_request``) and raised."""
+    try:
+        check_token(request, settings.api_key)
+        body = await read_body(request, settings.max_body_bytes)
+        return await parse(body)
+    except RequestError as exc:
+        metrics.record("unauthorized" if exc.status == 401 else "bad_request")
+        raise

@@ -1,26 +1,19 @@
-"""Counters and latency percentiles for ``GET /metrics``; thread-safe, cheap, no dependencies."""
+"""Counters and latency percentiles for ``GET /metrics``; thread-safe, cheap, no dependencies.
+
+Percentiles are :func:`interleave_thinker.core.stats.percentile` (linear interpolation, as in
+``summary.json``); 0.0 while there are no latencies yet.
+"""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from typing import Any
 
+from interleave_thinker.core.stats import percentile
+
 OUTCOMES = ("completed", "failed", "timed_out", "rejected", "bad_request", "unauthorized", "disconnected")
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of an already sorted list; 0.0 for an empty one.
-
-    >>> percentile([1.0, 2.0, 3.0, 4.0], 50)
-    2.0
-    """
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 class ServiceMetrics:
@@ -48,9 +41,7 @@ class ServiceMetrics:
 
         def summary(values: list[float]) -> dict[str, float]:
             return {
-                "p50": percentile(values, 50),
-                "p90": percentile(values, 90),
-                "p99": percentile(values, 99),
+                **{f"p{q}": percentile(values, q) or 0.0 for q in (50, 90, 99)},
                 "mean": sum(values) / len(values) if values else 0.0,
                 "count": len(values),
             }

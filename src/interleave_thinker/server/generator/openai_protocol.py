@@ -24,6 +24,7 @@ from interleave_thinker.server.generator.protocol import (
     EditJob,
     RequestError,
     job_from_fields,
+    json_object,
 )
 
 _SIZE = re.compile(r"\s*(\d{1,6})\s*[xX]\s*(\d{1,6})\s*")
@@ -86,14 +87,7 @@ def parse_generation(
     body: bytes, *, served: str, max_pixels: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
 ) -> EditJob:
     """A ``/v1/images/generations`` JSON body -> a text-to-image job."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(400, f"The body is not valid JSON: {exc}.") from None
-    except RecursionError:
-        raise RequestError(400, "The body is not valid JSON: it is nested too deeply.") from None
-    if not isinstance(data, dict):
-        raise RequestError(400, "The body must be a JSON object with at least 'prompt'.")
+    data = json_object(body)
     return job_from_fields(
         knobs(data, served), None, max_pixels=max_pixels, max_prompt_chars=max_prompt_chars
     )

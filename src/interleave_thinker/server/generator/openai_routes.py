@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from interleave_thinker.server.generator.guards import check_token, read_body
+from interleave_thinker.server.generator.guards import admit, check_token
 from interleave_thinker.server.generator.openai_protocol import error_body, parse_edit_form, parse_generation
 from interleave_thinker.server.generator.protocol import EditJob, RequestError
 
@@ -91,33 +91,25 @@ def add_openai_routes(app: FastAPI, run_job: RunJob) -> None:
         card = {"id": served(), "object": "model", "created": 0, "owned_by": "interleave-thinker"}
         return JSONResponse({"object": "list", "data": [{**card, "root": names[0] if names else served()}]})
 
-    @app.post("/v1/images/generations")
-    async def generations(request: Request) -> JSONResponse:
+    async def respond(request: Request, parse: Callable[[bytes], Awaitable[EditJob]]) -> JSONResponse:
         arrived = time.monotonic()
         try:
-            try:
-                check_token(request, settings.api_key)
-                body = await read_body(request, settings.max_body_bytes)
-                job = parse_generation(body, **limits())
-            except RequestError as exc:
-                metrics.record("unauthorized" if exc.status == 401 else "bad_request")
-                raise
+            job = await admit(request, settings, metrics, parse)
             return await answer(job, arrived, request)
         except RequestError as exc:
             return openai_error(exc)
 
+    @app.post("/v1/images/generations")
+    async def generations(request: Request) -> JSONResponse:
+        async def parse(body: bytes) -> EditJob:
+            return parse_generation(body, **limits())
+
+        return await respond(request, parse)
+
     @app.post("/v1/images/edits")
     async def edits(request: Request) -> JSONResponse:
-        arrived = time.monotonic()
-        try:
-            try:
-                check_token(request, settings.api_key)
-                body = await read_body(request, settings.max_body_bytes)
-                fields, png = await read_form(request, body, settings.max_body_bytes)
-                job = await asyncio.to_thread(parse_edit_form, fields, png, **limits())
-            except RequestError as exc:
-                metrics.record("unauthorized" if exc.status == 401 else "bad_request")
-                raise
-            return await answer(job, arrived, request)
-        except RequestError as exc:
-            return openai_error(exc)
+        async def parse(body: bytes) -> EditJob:
+            fields, png = await read_form(request, body, settings.max_body_bytes)
+            return await asyncio.to_thread(parse_edit_form, fields, png, **limits())
+
+        return await respond(request, parse)

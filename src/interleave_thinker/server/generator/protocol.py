@@ -120,12 +120,8 @@ def _image_bytes(value: Any) -> bytes | None:
         raise RequestError(400, f"'image' is not valid base64 ({exc}).") from None
 
 
-def parse_edit_request(
-    body: bytes, *, max_pixels: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
-) -> EditJob:
-    """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are
-    ignored; the knobs map as in :func:`job_from_fields`."""
-    # 1. JSON object; the input image as base64.
+def json_object(body: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object (400 otherwise), for ``/edit`` and the OpenAI routes."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -134,6 +130,16 @@ def parse_edit_request(
         raise RequestError(400, "The body is not valid JSON: it is nested too deeply.") from None
     if not isinstance(data, dict):
         raise RequestError(400, "The body must be a JSON object with at least 'prompt'.")
+    return data
+
+
+def parse_edit_request(
+    body: bytes, *, max_pixels: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+) -> EditJob:
+    """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are
+    ignored; the knobs map as in :func:`job_from_fields`."""
+    # 1. JSON object; the input image as base64.
+    data = json_object(body)
     png = _image_bytes(data.get("image"))
     return job_from_fields(data, png, max_pixels=max_pixels, max_prompt_chars=max_prompt_chars)
 

@@ -21,7 +21,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.server.generator.protocol import RequestError, decode_image, encode_png_b64
 
 
@@ -57,7 +57,7 @@ def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict
         return {"ok": False, "kind": "input", "error": exc.message}
     decoded = time.perf_counter()
     try:
-        result = backend.generate(
+        request = ImageRequest(
             job["prompt"],
             image=image,
             width=job["width"],
@@ -66,6 +66,7 @@ def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict
             steps=job["steps"],
             guidance=job["guidance"],
         )
+        result = backend.generate(request)
     except Exception as exc:
         return {"ok": False, "kind": "backend", "error": f"{type(exc).__name__}: {exc}"}
     generated = time.perf_counter()

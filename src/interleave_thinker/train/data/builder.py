@@ -14,7 +14,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from interleave_thinker.core.messages import CANVAS_SIZE, fill, narrative_planner_messages
+from interleave_thinker.agents.messages import CANVAS_SIZE, fill
+from interleave_thinker.agents.planner import narrative_planner_messages
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.types import PlanStep
 from interleave_thinker.train.data.examples import ChatTurn, CriticRLExample, GroundTruth, SFTExample

@@ -37,8 +37,11 @@ class GroundTruth:
     """The recorded attempt's critic label and judge scores (0-10)."""
 
     success: bool
+    """The critic's label: did the attempt carry out the step."""
     semantics: float
+    """The judge's semantic-consistency score of the attempt."""
     quality: float
+    """The judge's perceptual-quality score of the attempt."""
 
 
 @dataclass(frozen=True)

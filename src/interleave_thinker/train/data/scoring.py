@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from interleave_thinker.agents.judge import Judge
+from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.core.images import open_rgb
-from interleave_thinker.core.messages import white_canvas
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.train.data.trajectories import SCORES_FILE, AttemptView, Trajectory, read_scores
 

@@ -12,15 +12,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.types import WHITE_CANVAS, PlanStep, Trace
+from interleave_thinker.core.run_folder import IMAGES_DIR, TRACE_FILE, load_trace
+from interleave_thinker.core.types import WHITE_CANVAS, PlanStep
 from interleave_thinker.train.data.examples import TrajectoryRecord
 from interleave_thinker.train.data.issues import DatasetError
 from interleave_thinker.train.data.loaders import load_record
 
-TRACE_FILE = "trace.json"
 RECORD_FILE = "execution_record.json"
 SCORES_FILE = "judge_scores.json"
 """Judge scores of a source, ``{attempt key: [SC, PQ]}``: read beside traces, written by ``data build``."""
@@ -71,18 +69,19 @@ def from_trace(run_dir: Path, name: str | None = None) -> Trajectory:
     path = run_dir / TRACE_FILE
     name = name or run_dir.name
     try:
-        trace = Trace.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValidationError, ValueError) as exc:
+        trace = load_trace(path)  # an older schema is migrated; a newer one is refused with the fix
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{path}: not a readable trace ({first}).") from None
-    images = run_dir / "images"
+    images = run_dir / IMAGES_DIR
     plan = trace.planner.plan
     steps: list[StepView] = []
     for index, record in enumerate(trace.steps, start=1):
         view = StepView(
             index, record.step, accepted=images / record.accepted_image if record.accepted_image else None
         )
-        planned = record.step.generation_prompt or ""
+        planned = record.planned_prompt  # None in a trace built by hand: the plan step's prompt
+        planned = planned if planned is not None else record.step.generation_prompt or ""
         for a in record.attempts:
             if a.image_file is None:
                 continue

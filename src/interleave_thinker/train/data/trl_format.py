@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from interleave_thinker.core.messages import IMAGE_MARKER
+from interleave_thinker.agents.messages import IMAGE_MARKER
 from interleave_thinker.train.data.examples import CriticRLExample, SFTExample
 
 

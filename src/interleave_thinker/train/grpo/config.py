@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from interleave_thinker.core.config import format_validation_error, load_yaml
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.config import PromptOptions, RemoteOptions, load_model_file
 from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, _Section
 
 Role = Literal["planner", "critic"]
@@ -45,6 +44,12 @@ class RewardSection(_Section):
         default="tiny:generator", description="Image backend spec for step-wise regeneration."
     )
     judge: str = Field(default="tiny:judge", description="VLM backend spec of the judge.")
+    device: str | None = Field(
+        default=None,
+        description="Where the local judge and generator run: 'cpu', 'cuda', 'cuda:1' or 'auto' "
+        "(the pipeline's model.device); default: cuda when present.",
+    )
+    dtype: str = Field(default="auto", description="dtype of the local judge and generator (model.dtype).")
     deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
     format_weight: float = Field(default=0.5, ge=0, le=1)
     accuracy_weight: float = Field(default=0.2, ge=0)
@@ -113,6 +118,12 @@ class GRPORunConfig(_Section):
     reward: RewardSection = Field(default_factory=RewardSection)
     finetune: FinetuneSection = Field(default_factory=FinetuneSection)
     training: GRPOTrainingSection = Field(default_factory=GRPOTrainingSection)
+    prompts: PromptOptions = Field(
+        default_factory=PromptOptions, description="Templates of the judge and the prompts (as in run)."
+    )
+    remote: RemoteOptions = Field(
+        default_factory=RemoteOptions, description="Transport of served reward backends (as in run)."
+    )
     trl: dict[str, Any] = Field(
         default_factory=dict, description="Extra trl.GRPOConfig fields (names are checked)."
     )
@@ -144,11 +155,4 @@ class GRPORunConfig(_Section):
 
     @classmethod
     def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> GRPORunConfig:
-        data = load_yaml(path)
-        for key, value in (overrides or {}).items():
-            if value is not None:
-                data[key] = value
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ConfigError(f"Invalid GRPO config {path}: {format_validation_error(exc)}") from None
+        return load_model_file(cls, path, overrides, "GRPO config")

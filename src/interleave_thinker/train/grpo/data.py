@@ -17,7 +17,7 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker.core.messages import fill
+from interleave_thinker.agents.messages import fill
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.train.data.examples import ChatTurn, CriticRLExample, GroundTruth, SFTExample
 from interleave_thinker.train.data.loaders import load_critic_rl, load_sft
@@ -89,30 +89,33 @@ def synthetic_critic_examples(
     return examples
 
 
-def warm_start_examples(examples: list[CriticRLExample]) -> list[SFTExample]:
-    """SFT conversations that answer RL prompts with their ground-truth verdict and an empty refine prompt.
+def warm_start_examples(examples: list[CriticRLExample], *, both_verdicts: bool = False) -> list[SFTExample]:
+    """SFT conversations that answer RL prompts with a clean verdict and an empty refine prompt.
 
     A short SFT on these before GRPO gives a tiny critic a clean, short reply whose only open choice is
-    the verdict, so the group's rewards differ by accuracy rather than by broken formatting.
+    the verdict, so the group's rewards differ by accuracy rather than by broken formatting. By default
+    each prompt is answered with its ground truth. ``both_verdicts=True`` answers each prompt twice, once
+    with each verdict: the best the SFT can do is then even odds on every prompt, so the warm-started
+    critic is unsure of every verdict and the rollouts of every GRPO group disagree (a learning signal
+    on every prompt, whatever the seed), while it learns nothing of the cue itself.
     """
     from interleave_thinker.train.synthetic import FAILURE_REASONING, SUCCESS_REASONING, verdict_reply
 
+    answers = [(e, e.ground_truth.success) for e in examples]
+    if both_verdicts:
+        answers = [pair for e, truth in answers for pair in ((e, truth), (e, not truth))]
     return [
         SFTExample(
             messages=(
                 ChatTurn("user", e.problem),
                 ChatTurn(
                     "assistant",
-                    verdict_reply(
-                        e.ground_truth.success,
-                        "",
-                        SUCCESS_REASONING if e.ground_truth.success else FAILURE_REASONING,
-                    ),
+                    verdict_reply(verdict, "", SUCCESS_REASONING if verdict else FAILURE_REASONING),
                 ),
             ),
             images=e.images,
         )
-        for e in examples
+        for e, verdict in answers
     ]
 
 
@@ -123,7 +126,7 @@ def critic_dataset(files: list[Path], image_dir: Path | None) -> Any:
 
 def planner_dataset(requests: list[str], templates: TemplateSet) -> Any:
     """Narrative planner prompts as TRL conversational rows, with the raw request for the plan reward."""
-    from interleave_thinker.core.messages import narrative_planner_messages
+    from interleave_thinker.agents.planner import narrative_planner_messages
 
     rows = []
     for request in requests:

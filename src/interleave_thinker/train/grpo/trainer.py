@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
-from interleave_thinker.core.prompt_store import TemplateStore
+from interleave_thinker.train.common import (
+    last_checkpoint,
+    load_policy,
+    report_targets,
+    training_callbacks,
+    trl_trainer,
+)
 from interleave_thinker.train.grpo.config import GRPORunConfig, Role
 from interleave_thinker.train.grpo.data import (
     critic_dataset,
@@ -32,12 +38,6 @@ from interleave_thinker.train.rewards import (
     critic_format_reward,
     planner_format_reward,
     planner_plan_reward,
-)
-from interleave_thinker.train.sft.trainer import (
-    base_checkpoint,
-    freeze_vision,
-    last_checkpoint,
-    report_targets,
 )
 
 
@@ -61,27 +61,8 @@ def _role(config: GRPORunConfig, role: Role | None) -> Role:
 
 
 def _load_policy(config: GRPORunConfig) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from interleave_thinker.backends._loading import not_found
-
-    ref = base_checkpoint(config.model.name_or_path)
-    dtype = (
-        config.model.dtype
-        if config.model.dtype != "auto"
-        else ("bfloat16" if config.training.bf16 else "float32")
-    )
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
-    if config.model.attn_implementation:
-        kwargs["attn_implementation"] = config.model.attn_implementation
-    try:
-        processor = AutoProcessor.from_pretrained(ref)
-        model = AutoModelForImageTextToText.from_pretrained(ref, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise not_found(ref, exc) from exc
+    model, processor = load_policy(config.model, bf16=config.training.bf16)
     processor.tokenizer.padding_side = "left"
-    freeze_vision(model, tower=config.model.freeze_vision_tower, projector=config.model.freeze_projector)
     return model, processor
 
 
@@ -122,13 +103,14 @@ def reward_functions(
     from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
     from interleave_thinker.train.rewards.cache import GenerationCache
 
+    options = reward_backend_options(config)
     judge = Judge(
-        judge_backend or load_vlm_backend(section.judge, role="judge"),
-        TemplateStore().load(),
+        judge_backend or load_vlm_backend(section.judge, options, role="judge"),
+        config.prompts.store().load(),
         max_new_tokens=section.judge_max_new_tokens,
     )
     scorer = StepwiseScorer(
-        generator or load_image_backend(section.generator),
+        generator or load_image_backend(section.generator, options),
         judge,
         deadline=section.deadline,
         generator_concurrency=section.generator_concurrency,
@@ -147,6 +129,13 @@ def reward_functions(
     return functions, [1.0, 0.0, 0.0, 0.0, 0.0], [scorer]
 
 
+def reward_backend_options(config: GRPORunConfig) -> Any:
+    """The reward judge's and generator's placement and transport: ``reward.device``/``dtype``, ``remote``."""
+    from interleave_thinker.backends.specs import BackendOptions
+
+    return BackendOptions(device=config.reward.device, dtype=config.reward.dtype, remote=config.remote)
+
+
 def train_dataset(config: GRPORunConfig, role: Role) -> Any:
     return _prompt_set(config, role, config.data.train, config.data.synthetic, held_out=False)
 
@@ -162,7 +151,7 @@ def _prompt_set(
     config: GRPORunConfig, role: Role, files: list[Path], synthetic: int | None, *, held_out: bool
 ) -> Any:
     """Prompts from files, or synthetic ones; held-out synthetic prompts use other subjects and another seed."""
-    templates = TemplateStore().load()
+    templates = config.prompts.store().load()
     seed = config.training.seed + (1 if held_out else 0)
     if role == "critic":
         if synthetic is not None:
@@ -257,11 +246,7 @@ def build_grpo_trainer(
     args = trl_config(config, config.output_dir, weights)
     with args.main_process_first(desc="GRPO prompts"):
         train, evals = train_dataset(config, chosen), eval_dataset(config, chosen)
-    extra = list(callbacks)
-    if config.training.replica_check_steps:
-        from interleave_thinker.train.sft.replicas import replica_callback
-
-        extra.append(replica_callback(config.training.replica_check_steps, config.output_dir))
+    extra = training_callbacks(callbacks, config.training.replica_check_steps, config.output_dir)
     peft = None
     if config.finetune.method == "lora":
         from peft import LoraConfig
@@ -270,16 +255,8 @@ def build_grpo_trainer(
         peft = LoraConfig(
             r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
         )
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=functions,
-        args=args,
-        train_dataset=train,
-        eval_dataset=evals,
-        processing_class=processor,
-        peft_config=peft,
-        callbacks=extra,
-    )
+    parts, datasets = (model, processor, args), (train, evals)
+    trainer = trl_trainer(GRPOTrainer, parts, datasets, peft=peft, callbacks=extra, reward_funcs=functions)
     return trainer, closers
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.agents.judge import Judge, Judgement, judge_inputs
-from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.images import is_white_canvas, open_rgb
 from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
 from interleave_thinker.train.rewards.cache import GenerationCache, generation_key
@@ -95,10 +95,16 @@ def critic_accuracy_reward(prompts: Any, completions: list[Any], **columns: Any)
 
 @dataclass(frozen=True)
 class CriticRewardWeights:
+    """The release's mix: ``format * fmt + (1 - format) * (accuracy, semantic, quality weighted)``."""
+
     format: float = 0.5
+    """Share of the total for a reply in the verdict format; the rest is the inner, weighted sum."""
     accuracy: float = 0.2
+    """Inner weight of predicting ``previous_step_success`` as labelled."""
     semantic: float = 0.6
+    """Inner weight of the regenerated image's semantic consistency (judge SC, step-wise part)."""
     quality: float = 0.2
+    """Inner weight of the regenerated image's perceptual quality (judge PQ, step-wise part)."""
 
     def overall(self, fmt: float, accuracy: float, semantic: float, quality: float) -> float:
         inner = self.accuracy * accuracy + self.semantic * semantic + self.quality * quality
@@ -199,7 +205,8 @@ class StepwiseScorer:
         return str(self.base_dir / p) if self.base_dir is not None and not p.is_absolute() else str(p)
 
     def _generate(self, prompt: str, source: Image.Image | None, size: tuple[int, int]) -> Image.Image:
-        return self.generator.generate(prompt, image=source, width=size[0], height=size[1], seed=self.seed)
+        request = ImageRequest(prompt, image=source, width=size[0], height=size[1], seed=self.seed)
+        return self.generator.generate(request)
 
     def _judged(
         self, key: str, instruction: str, before: Image.Image, after: Image.Image

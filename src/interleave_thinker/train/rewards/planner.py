@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from interleave_thinker.agents.planner import parse_plan
 from interleave_thinker.core.errors import ParseError
-from interleave_thinker.core.parsing import parse_plan
 from interleave_thinker.core.types import Plan
 from interleave_thinker.train.rewards._columns import completion_text
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from interleave_thinker.core.config import format_validation_error, load_yaml
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.config import load_model_file
 
 Role = Literal["planner", "critic"]
 
@@ -127,11 +126,4 @@ class SFTRunConfig(_Section):
     @classmethod
     def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> SFTRunConfig:
         """Read YAML (relative paths are taken from the working folder, as the CLI sees them)."""
-        data = load_yaml(path)
-        for key, value in (overrides or {}).items():
-            if value is not None:
-                data[key] = value
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ConfigError(f"Invalid SFT config {path}: {format_validation_error(exc)}") from None
+        return load_model_file(cls, path, overrides, "SFT config")

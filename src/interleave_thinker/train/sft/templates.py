@@ -2,8 +2,9 @@
 
 Why: assistant-only loss needs the processor to report which tokens the assistant wrote, which
 transformers does from ``{% generation %}`` blocks. TRL ships such variants for the real Qwen3-VL
-template; for our tiny template we write the variant here. The rendered text is identical to the
-inference template's, so a model trained with it sees at inference exactly what it learned on.
+template; the tiny models' variant is registered from ``testing`` (:data:`TRAINING_VARIANTS`). The
+rendered text is identical to the inference template's, so a model trained with it sees at inference
+exactly what it learned on.
 """
 
 from __future__ import annotations
@@ -11,26 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
-from interleave_thinker.core.tiny_tokenizer import CHAT_TEMPLATE as TINY_CHAT_TEMPLATE
-from interleave_thinker.core.tiny_tokenizer import CONTENT_PARTS as TINY_CONTENT_PARTS
 
-_PARTS = TINY_CONTENT_PARTS
+TRAINING_VARIANTS: dict[str, str] = {}
+"""Inference chat template -> its variant with ``{% generation %}`` markers, for templates TRL does not know.
+Filled through :func:`register_training_template` (the tiny models' own template is registered by the
+package root from ``testing``, so training imports nothing from the testing wing)."""
 
-TINY_TRAINING_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
-    "{%- if message['role'] == 'assistant' -%}"
-    "{%- generation -%}" + _PARTS + "{{- '<|im_end|>\\n' -}}{%- endgeneration -%}"
-    "{%- else -%}" + _PARTS + "{{- '<|im_end|>\\n' -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}"
-    "{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and not enable_thinking -%}"
-    "{{- '<think>\\n\\n</think>\\n\\n' -}}"
-    "{%- endif -%}"
-    "{%- endif -%}"
-)
+
+def register_training_template(inference: str, training: str) -> None:
+    """Train checkpoints whose processor uses ``inference`` with ``training`` (same text, with markers)."""
+    TRAINING_VARIANTS[inference] = training
 
 
 def training_chat_template(processor: Any) -> str | None:
@@ -44,8 +35,8 @@ def training_chat_template(processor: Any) -> str | None:
         raise ConfigError("The checkpoint's processor has no chat template; SFT needs one to render turns.")
     if has_generation_markers(template):
         return None
-    if template == TINY_CHAT_TEMPLATE:
-        return TINY_TRAINING_TEMPLATE
+    if template in TRAINING_VARIANTS:
+        return TRAINING_VARIANTS[template]
     try:
         result = get_training_chat_template(processor)
     except ValueError as exc:

@@ -8,23 +8,24 @@ with the processor (and, for LoRA, optionally a merged copy) so the folder loads
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.train.common import (
+    last_checkpoint,
+    load_policy,
+    report_targets,
+    training_callbacks,
+    trl_trainer,
+)
 from interleave_thinker.train.data.loaders import load_sft
 from interleave_thinker.train.data.trl_format import datasets_module, sft_dataset
 from interleave_thinker.train.sft.config import Role, SFTRunConfig
 from interleave_thinker.train.sft.templates import training_chat_template
 
-logger = logging.getLogger(__name__)
-
-VISION_MARKERS = ("visual.", "vision_tower", "vision_model")
-PROJECTOR_MARKERS = ("visual.merger", "deepstack_merger", "multi_modal_projector", "mm_projector")
 LANGUAGE_ONLY = r"^(?!.*(visual|vision)).*\.({names})$"
 """LoRA target regex: the named projections anywhere except inside the vision tower."""
 
@@ -74,65 +75,8 @@ def _make_data_hint(path: Path) -> str:
     )
 
 
-def freeze_vision(model: Any, *, tower: bool, projector: bool) -> dict[str, int]:
-    """Freeze the vision encoder and/or the projector; returns parameter counts (frozen, trainable)."""
-    counts = {"frozen": 0, "trainable": 0}
-    for name, param in model.named_parameters():
-        is_projector = any(m in name for m in PROJECTOR_MARKERS)
-        is_vision = not is_projector and any(m in name for m in VISION_MARKERS)
-        if (is_projector and projector) or (is_vision and tower):
-            param.requires_grad_(False)
-        counts["trainable" if param.requires_grad else "frozen"] += param.numel()
-    return counts
-
-
-def report_targets(report_to: list[str] | str) -> list[str]:
-    if report_to == "none":
-        return []
-    if report_to == "auto":
-        return [name for name in ("tensorboard", "wandb") if importlib.util.find_spec(name) is not None]
-    return list(report_to)
-
-
-def base_checkpoint(name: str) -> str:
-    """A local folder, a Hugging Face id, ``tiny:planner`` / ``tiny:critic`` (the random tiny models) or
-    ``tiny:planner-sft`` / ``tiny:critic-sft`` (the format-trained ones, a sensible start for tiny GRPO)."""
-    from interleave_thinker.backends._loading import resolve_checkpoint
-
-    if name.startswith("tiny:"):
-        which = name.removeprefix("tiny:") or "planner"
-        if which in ("planner-sft", "critic-sft"):
-            from interleave_thinker.train.tiny_format import ensure_format_trained
-
-            return str(ensure_format_trained(which.removesuffix("-sft")))
-        if which not in ("planner", "critic"):
-            raise ConfigError(
-                f"model.name_or_path {name!r}: use tiny:planner, tiny:critic, tiny:planner-sft or tiny:critic-sft."
-            )
-        from interleave_thinker.core.tiny import ensure_tiny_models
-
-        return str(getattr(ensure_tiny_models(), which))
-    return resolve_checkpoint(name)
-
-
 def _load_model(config: SFTRunConfig) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from interleave_thinker.backends._loading import not_found
-
-    ref = base_checkpoint(config.model.name_or_path)
-    dtype_name = config.model.dtype
-    if dtype_name == "auto":
-        dtype_name = "bfloat16" if config.training.bf16 else "float32"
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype_name)}
-    if config.model.attn_implementation:
-        kwargs["attn_implementation"] = config.model.attn_implementation
-    try:
-        processor = AutoProcessor.from_pretrained(ref)
-        model = AutoModelForImageTextToText.from_pretrained(ref, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise not_found(ref, exc) from exc
+    model, processor = load_policy(config.model, bf16=config.training.bf16)
     image_processor = getattr(processor, "image_processor", None)
     if (
         config.model.image_max_pixels
@@ -216,10 +160,6 @@ def build_trainer(config: SFTRunConfig, role: Role | None = None, callbacks: Seq
     vision = "images" in train.column_names
     # 2. Model, processor, frozen vision parts, the training chat template.
     model, processor = _load_model(config)
-    counts = freeze_vision(
-        model, tower=config.model.freeze_vision_tower, projector=config.model.freeze_projector
-    )
-    logger.info("parameters: %d trainable, %d frozen", counts["trainable"], counts["frozen"])
     original_template = processor.chat_template
     if config.training.assistant_only_loss:
         template = training_chat_template(processor)
@@ -227,19 +167,9 @@ def build_trainer(config: SFTRunConfig, role: Role | None = None, callbacks: Seq
             processor.chat_template = template
     # 3. TRL (every rank builds the same trainer; accelerate shards the batches across ranks).
     args = trl_config(config, config.output_dir, vision=vision, evaluate=evals is not None)
-    callbacks = list(callbacks)
-    if config.training.replica_check_steps:
-        from interleave_thinker.train.sft.replicas import replica_callback
-
-        callbacks.append(replica_callback(config.training.replica_check_steps, config.output_dir))
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        eval_dataset=evals,
-        processing_class=processor,
-        peft_config=_peft_config(config),
-        callbacks=list(callbacks) or None,
+    callbacks = training_callbacks(callbacks, config.training.replica_check_steps, config.output_dir)
+    trainer = trl_trainer(
+        SFTTrainer, (model, processor, args), (train, evals), peft=_peft_config(config), callbacks=callbacks
     )
     trainer.inference_chat_template = original_template
     return trainer
@@ -249,13 +179,6 @@ def _check_role(config: SFTRunConfig, role: Role | None) -> Role | None:
     if role is not None and config.role is not None and role != config.role:
         raise ConfigError(f"--role {role} disagrees with role: {config.role} in the SFT config; use one.")
     return role or config.role
-
-
-def last_checkpoint(output_dir: Path) -> Path | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    found = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-    return Path(found) if found else None
 
 
 def run_sft(

@@ -4,7 +4,7 @@ Why: the random tiny models never write a valid plan, so ``make demo`` could onl
 single-step fallback. These are the same Qwen3-VL class, a little wider and deeper (still ~1M
 parameters), with the tiny preset's processor and tokenizer, fully fine-tuned on CPU for a few
 hundred steps on :mod:`~interleave_thinker.train.synthetic` data filled with the template set the
-pipeline will use. Built once, cached per template set, crash-safe like ``core.tiny``. The judge
+pipeline will use. Built once, cached per template set, crash-safe like ``testing.tiny``. The judge
 (``tiny:judge``) learns from data that scores bright pictures high and dark ones low; after its short
 training its quality (PQ) score follows the brightness, its SC score barely does.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
-from interleave_thinker.core.tiny import (
+from interleave_thinker.testing.tiny import (
     COMPLETE_MARKER,
     CRITIC_SEED,
     PLANNER_SEED,
@@ -35,7 +35,7 @@ from interleave_thinker.train.sft.config import (
 )
 
 FORMAT_VERSION = "3"
-"""Bump when data, dimensions, training or the base tiny models (``core.tiny.TINY_PRESET_VERSION``) change,
+"""Bump when data, dimensions, training or the base tiny models (``testing.tiny.TINY_PRESET_VERSION``) change,
 so stale caches are rebuilt."""
 TEXT_HIDDEN = 64
 TEXT_LAYERS = 3
@@ -46,7 +46,7 @@ PLANNER_STEPS = 200
 CRITIC_STEPS = 160
 JUDGE_STEPS = 120
 JUDGE_SEED = 4
-"""After ``core.tiny``'s planner, critic and generator seeds."""
+"""After ``testing.tiny``'s planner, critic and generator seeds."""
 JUDGE_DATA_VERSION = "1"
 """Bump when the judge's synthetic data or steps change: part of the judge's cache key only."""
 ROLES = ("planner", "critic", "judge")
@@ -121,7 +121,7 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
 
 
 def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps: int | None = None) -> None:
-    """Build in a child process with pinned numerics (``core.tiny.run_pinned``), quietly."""
+    """Build in a child process with pinned numerics (``testing.tiny.run_pinned``), quietly."""
     import json
     import logging
 
@@ -142,7 +142,7 @@ def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps
         ),
         encoding="utf-8",
     )
-    run_pinned(["-m", "interleave_thinker.train.tiny_format", str(job)], f"the format-trained tiny {role}")
+    run_pinned(["-m", "interleave_thinker.testing.tiny_format", str(job)], f"the format-trained tiny {role}")
 
 
 def _build_from_job(job: Path) -> None:
@@ -208,7 +208,7 @@ def ensure_format_trained(
     role: str, root: Path | None = None, *, templates: TemplateSet | None = None
 ) -> Path:
     """One format-trained tiny model (``planner``, ``critic`` or ``judge``), built alone when only one is needed."""
-    from interleave_thinker.core.prompt_store import sha256_text
+    from interleave_thinker.core.pinned_texts import sha256_text
 
     if role not in ROLES:
         raise ValueError(f"role must be planner, critic or judge, not {role!r}")

@@ -7,20 +7,15 @@ status); every request body is recorded so tests can compare it byte for byte wi
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
+
 Script = Callable[[dict[str, Any]], "str | int"]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 512  # read by listen() in the constructor: the default 5 drops bursts of connects
 
 
 class JudgeServer:
@@ -30,17 +25,21 @@ class JudgeServer:
         self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(capacity) if capacity else None
-        self.server = _Server(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = LocalServer(self._handle)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"{self.server.url}/v1"
 
     @property
     def calls(self) -> int:
         with self.lock:
             return len(self.bodies)
+
+    def _handle(self, request: Request) -> Reply:
+        if request.method == "GET":
+            return Reply(body={"object": "list", "data": [{"id": "scripted-judge", "object": "model"}]})
+        return Reply(*self._answer(request.json()))
 
     def _answer(self, body: dict[str, Any]) -> tuple[int, Any]:
         with self.lock:
@@ -56,40 +55,12 @@ class JudgeServer:
         message = {"role": "assistant", "content": reply}
         return 200, {"id": "j", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # else delayed ACKs add ~40 ms to every reply
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._send(200, {"object": "list", "data": [{"id": "scripted-judge", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._send(*outer._answer(body))
-
-        return Handler
-
     def __enter__(self) -> JudgeServer:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @contextmanager
@@ -118,7 +89,8 @@ def image_urls(body: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    """``python -m tests.eval_judge LATENCY CAPACITY``: a judge answering "Score: 1" in its own process."""
+    """``python -m interleave_thinker.testing.doubles.judge LATENCY CAPACITY``: a judge answering
+    "Score: 1" in its own process; prints its URL when it listens."""
     import sys
 
     server = JudgeServer(lambda body: "Score: 1", latency=float(sys.argv[1]), capacity=int(sys.argv[2]))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interleave_thinker.core.paths import cache_home
-from interleave_thinker.core.tiny_tokenizer import (
+from interleave_thinker.testing.tiny_tokenizer import (
     CHAT_TEMPLATE,
     ENDOFTEXT,
     IM_END,
@@ -339,7 +339,7 @@ def _ensure_one(root: Path, name: str, seed: int) -> Path:
     tmp = root / f".{name}.partial"
     if tmp.exists():
         shutil.rmtree(tmp)
-    run_pinned(["-m", "interleave_thinker.core.tiny", name, str(tmp), str(seed)], f"the tiny {name}")
+    run_pinned(["-m", "interleave_thinker.testing.tiny", name, str(tmp), str(seed)], f"the tiny {name}")
     (tmp / COMPLETE_MARKER).write_text(TINY_PRESET_VERSION + "\n", encoding="utf-8")
     tmp.rename(final)
     return final
@@ -376,7 +376,7 @@ def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
 
 if (
     __name__ == "__main__"
-):  # the child process of run_pinned: python -m interleave_thinker.core.tiny NAME DEST SEED
+):  # the child process of run_pinned: python -m interleave_thinker.testing.tiny NAME DEST SEED
     import sys
 
     BUILDERS[sys.argv[1]](Path(sys.argv[2]), seed=int(sys.argv[3]))

@@ -49,10 +49,7 @@ CONTENT_PARTS = (
 )
 """One message's content: a string, or parts where image/video become the processor's placeholders."""
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}" + CONTENT_PARTS + "{{- '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
+GENERATION_PROMPT = (
     "{%- if add_generation_prompt -%}"
     "{{- '<|im_start|>assistant\\n' -}}"
     "{%- if enable_thinking is defined and not enable_thinking -%}"
@@ -60,6 +57,25 @@ CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- endif -%}"
 )
+"""The assistant header after the last message; ``enable_thinking=False`` closes an empty think block."""
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}" + CONTENT_PARTS + "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}" + GENERATION_PROMPT
+)
+
+TRAINING_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{%- generation -%}" + CONTENT_PARTS + "{{- '<|im_end|>\\n' -}}{%- endgeneration -%}"
+    "{%- else -%}" + CONTENT_PARTS + "{{- '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}" + GENERATION_PROMPT
+)
+""":data:`CHAT_TEMPLATE` with ``{% generation %}`` markers around assistant turns, for assistant-only SFT loss
+(transformers reads the markers); it renders the same text, so a model sees at inference what it learned on."""
 
 _WORD_TEXT = """
 the a an of to and in is it that for on with as by at from this be are was were not or but if then

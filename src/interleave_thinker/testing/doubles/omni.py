@@ -22,7 +22,6 @@ settings that were sent), ``scripted_engine`` paints a colour derived from the p
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import io
 import threading
@@ -32,7 +31,6 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -40,7 +38,8 @@ from fastapi.responses import JSONResponse
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from interleave_thinker.server.generator.launcher import free_port
+from interleave_thinker.testing.doubles.asgi import AppServer
+from interleave_thinker.testing.doubles.generator import png_b64
 
 Engine = Callable[[dict[str, Any]], Image.Image]
 SETTINGS = ("negative_prompt", "num_inference_steps", "guidance_scale", "true_cfg_scale", "seed")
@@ -111,12 +110,6 @@ def parse_size(size: str) -> tuple[int, int]:
             400, f"Invalid size: {width}x{height}. Width and height must be positive integers."
         )
     return width, height
-
-
-def png_b64(image: Image.Image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def add_error_shapes(app: FastAPI) -> None:
@@ -258,33 +251,9 @@ def diffusers_engine(pipe: Any) -> Engine:
     return run
 
 
-class OmniServer:
+class OmniServer(AppServer):
     """``with OmniServer(state) as server: server.url`` runs the app with uvicorn in a thread."""
 
     def __init__(self, state: OmniState, *, edits_route: bool = True) -> None:
+        super().__init__(build_app(state, edits_route=edits_route), timeout_graceful_shutdown=2)
         self.state = state
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            build_app(state, edits_route=edits_route),
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> OmniServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"the vLLM-Omni stand-in did not start on port {self.port}")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)

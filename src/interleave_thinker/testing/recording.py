@@ -1,4 +1,5 @@
-"""Test helpers: recording wrappers that run the real tiny models and answer from a script."""
+"""Recording wrappers for tests: a generator that keeps every call, a VLM that runs the real tiny model and
+answers from a script (so a test checks the real processor path and still gets chosen replies)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker.backends import ScriptedVLMBackend
-from interleave_thinker.backends.protocols import ImageBatchMixin, Message
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message
+from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
 
 @dataclass
@@ -25,11 +26,13 @@ class RecordingImage(ImageBatchMixin):
     """Wraps a real or scripted generator and records each call with its output."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.name, self.calls = inner, inner.name, []
+        self.inner, self.name = inner, inner.name
+        self.calls: list[GenCall] = []
 
-    def generate(self, prompt: str, *, image: Image.Image | None = None, **kwargs: Any) -> Image.Image:
-        output = self.inner.generate(prompt, image=image, **kwargs)
-        self.calls.append(GenCall(prompt, kwargs["seed"], image, (kwargs["width"], kwargs["height"]), output))
+    def generate(self, request: ImageRequest) -> Image.Image:
+        output: Image.Image = self.inner.generate(request)
+        size = (request.width, request.height)
+        self.calls.append(GenCall(request.prompt, request.seed, request.image, size, output))
         return output
 
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageBatchMixin, Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message, VLMBatchMixin
 from interleave_thinker.core.errors import BackendError
 
 Reply = str | Callable[[list[Message]], str]
@@ -47,42 +46,19 @@ class ScriptedVLMBackend(VLMBatchMixin):
         return "".join(part["text"] for m in messages for part in m["content"] if part.get("type") == "text")
 
 
-@dataclass
-class ImageCall:
-    prompt: str
-    image: Image.Image | None
-    width: int
-    height: int
-    seed: int
-    steps: int | None
-    guidance: float | None
-    output: Image.Image | None = field(default=None, repr=False)
-
-
 class ScriptedImageBackend(ImageBatchMixin):
     """Paints a flat colour derived from (prompt, seed, input), so every distinct call gives a distinct image."""
 
     def __init__(self, *, name: str = "scripted-image", fail_on: Callable[[str], bool] | None = None) -> None:
         self.name = name
-        self.calls: list[ImageCall] = []
+        self.calls: list[ImageRequest] = []
         self._fail_on = fail_on
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        image: Image.Image | None = None,
-        width: int = 1024,
-        height: int = 1024,
-        seed: int = 0,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> Image.Image:
-        call = ImageCall(prompt, image, width, height, seed, steps, guidance)
-        self.calls.append(call)
-        if self._fail_on is not None and self._fail_on(prompt):
-            raise BackendError(f"{self.name}: scripted failure for prompt {prompt!r}")
-        key = f"{prompt}|{seed}|{image.tobytes()[:64].hex() if image is not None else ''}"
+    def generate(self, request: ImageRequest) -> Image.Image:
+        self.calls.append(request)
+        if self._fail_on is not None and self._fail_on(request.prompt):
+            raise BackendError(f"{self.name}: scripted failure for prompt {request.prompt!r}")
+        image = request.image
+        key = f"{request.prompt}|{request.seed}|{image.tobytes()[:64].hex() if image is not None else ''}"
         digest = hashlib.sha256(key.encode()).digest()
-        call.output = Image.new("RGB", (width, height), (digest[0], digest[1], digest[2]))
-        return call.output
+        return Image.new("RGB", (request.width, request.height), (digest[0], digest[1], digest[2]))

@@ -1,0 +1,50 @@
+"""Backend specs checked at the command line, before any model library is imported.
+
+A typo in ``--planner nope:bar`` must answer in about a second with the flag named, not after torch and
+diffusers have loaded (15 s). Only the registries' keys are read here; no loader runs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from interleave_thinker.core.errors import ConfigError
+
+Role = Literal["vlm", "image"]
+EMPTY_TARGET_KINDS = frozenset({"tiny"})
+"""Kinds whose target may be empty (``tiny:`` picks the tiny model of the role)."""
+EXAMPLES = {"vlm": "transformers:Qwen/Qwen3-VL-8B-Instruct", "image": "diffusers:PATH_OR_ID"}
+
+
+def known_kinds(role: Role) -> list[str]:
+    """The backend kinds of one role, from the registries in ``backends/specs.py`` (keys only)."""
+    from interleave_thinker.backends.specs import IMAGE_BACKENDS, VLM_BACKENDS
+
+    return sorted(VLM_BACKENDS if role == "vlm" else IMAGE_BACKENDS)
+
+
+def check_spec(source: str, spec: str, role: Role) -> None:
+    """Refuse a spec whose kind is unknown or whose target is empty; ``source`` names the flag or key."""
+    kind, sep, target = spec.partition(":")
+    kinds = known_kinds(role)
+    if not sep or not kind:
+        raise ConfigError(
+            f"{source} {spec!r}: no backend kind; write KIND:TARGET, e.g. {EXAMPLES[role]!r} "
+            f"(kinds: {', '.join(kinds)})."
+        )
+    if kind not in kinds:
+        raise ConfigError(
+            f"{source} {spec!r}: Unknown backend kind '{kind}'; known kinds: {', '.join(kinds)}."
+        )
+    if not target.strip() and kind not in EMPTY_TARGET_KINDS:
+        raise ConfigError(f"{source} {spec!r}: the {kind} backend needs a target after the colon.")
+
+
+PIPELINE_ROLES: dict[str, Role] = {"planner": "vlm", "critic": "vlm", "generator": "image"}
+
+
+def check_pipeline_specs(specs: dict[str, str], flags: dict[str, object]) -> None:
+    """Check the planner, critic and generator specs, naming ``--ROLE`` when a flag set it, else the key."""
+    for name, role in PIPELINE_ROLES.items():
+        source = f"--{name}" if flags.get(name) else f"config key '{name}'"
+        check_spec(source, specs[name], role)

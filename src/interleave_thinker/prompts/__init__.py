@@ -1,0 +1,17 @@
+"""interleave-thinker's own prompt templates, as data: one ``<name>.txt`` per template, no code.
+
+Origin: written for this project, in our own words, with the released templates' placeholders and
+answer format, so that what a model writes when prompted with them is read by the same parsers. The
+released templates are the authors' text and are never shipped here: the prompt store
+(:mod:`interleave_thinker.core.prompt_store`) obtains them at run time and falls back to these files.
+
+| file | used by | placeholders |
+| --- | --- | --- |
+| ``planner_narrative.txt`` | :class:`~interleave_thinker.agents.planner.Planner`, a request without images | ``{text_input}`` |
+| ``planner_guidance.txt`` | the planner, a request with images (split on ``<image>``) | ``{text_input}`` |
+| ``critic.txt`` | :class:`~interleave_thinker.agents.critic.Critic` | ``{original_instruction}``, ``{rewritten_prompt}`` |
+| ``judge_context.txt``, ``judge_edit_rule.txt``, ``judge_edit_sc.txt`` | :class:`~interleave_thinker.agents.judge.Judge`, semantic consistency (joined by newlines) | ``<instruction>`` |
+| ``judge_context.txt``, ``judge_pq.txt`` | the judge, perceptual quality | none |
+
+Being data, this package imports nothing and any layer may read it (``importlib.resources``).
+"""

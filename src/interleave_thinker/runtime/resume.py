@@ -1,0 +1,159 @@
+"""Resume: what a restarted run or batch keeps, what it runs again, and what it writes again.
+
+Every decision a restart makes is here; the rest of the runtime asks:
+
+- a batch folder continues only with the settings it started with (:func:`merged_manifest`);
+- a request with a journal line is done and skipped, unless it failed and failed requests are
+  retried (the default; ``--no-retry-failed`` keeps them): :func:`pending`;
+- a failed request that runs again keeps its plan and its complete steps, or starts over when it
+  has no plan or its trace cannot be read (:func:`reopen_folder`; ``run --resume`` on a failed run:
+  :func:`reopen_if_failed`; a batch's journaled failure: :func:`reopen_if_journaled_failed`);
+- a trace on disk is continued after its last complete step; images of the interrupted step and
+  writes a kill cut short are deleted (:func:`resume_recorder`); a finished one is returned as it is;
+- pages missing because a kill came between the last trace write and the pages are written again
+  (:func:`restore_pages`).
+
+A trace of a newer schema is never taken for a broken one: reading it raises
+:class:`~interleave_thinker.core.errors.TraceVersionError`, so nothing here deletes or rewrites it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.images import open_rgb
+from interleave_thinker.core.run_folder import (
+    IMAGES_DIR,
+    LOCK_FILE,
+    has_pages,
+    image_path,
+    load_trace,
+    read_trace,
+    remove_partial_writes,
+    trace_path,
+    write_trace,
+)
+from interleave_thinker.core.types import Request, Trace
+from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.documents import write_documents
+from interleave_thinker.runtime.failures import failure_reason, one_line
+from interleave_thinker.runtime.recorder import RunRecorder
+
+FINISHED = ("succeeded", "failed")
+
+
+def is_finished(trace: Trace) -> bool:
+    return trace.status in FINISHED
+
+
+# --- batches ---------------------------------------------------------------------------------------------
+
+
+def merged_manifest(path: Path, manifest: dict[str, Any], *, resume: bool) -> dict[str, Any]:
+    """The manifest to write at ``path``: ``manifest``, with the ids of the batch it continues first.
+
+    A used folder without ``resume``, or one started with other settings, is an error: two runs must
+    not mix in one folder.
+    """
+    if not path.exists():
+        return manifest
+    root = path.parent
+    if not resume:
+        raise InputError(f"{root} already holds a batch; use --resume to continue it or another --out.")
+    previous = json.loads(path.read_text(encoding="utf-8"))
+    if previous.get("settings") != manifest.get("settings"):
+        raise InputError(
+            f"{path} was written with other settings (backends, loop or generation); "
+            "resume with the same options, or use another --out."
+        )
+    merged = list(dict.fromkeys([*previous.get("ids", []), *manifest.get("ids", [])]))
+    return {**manifest, "ids": merged}
+
+
+def pending(items: list[BatchItem], journal: dict[str, str], *, retry_failed: bool) -> list[BatchItem]:
+    """The requests still to run: not in the journal (id -> final status), or failed there when retried."""
+    again = ("failed",) if retry_failed else ()
+    return [item for item in items if item.id not in journal or journal[item.id] in again]
+
+
+def reopen_if_journaled_failed(folder: Path, status: str | None) -> None:
+    """A request the journal says failed runs again (``pending`` chose it): reopen its folder."""
+    if status == "failed":
+        previous = read_trace(trace_path(folder))
+        reopen_folder(folder, (previous.error or "unknown") if previous else "unreadable trace")
+
+
+def restore_pages(folder: Path, notice: str | None = None, trace: Trace | None = None) -> None:
+    """Write the pages of a finished request again when a kill came before they were written."""
+    if has_pages(folder):
+        return
+    trace = trace or read_trace(trace_path(folder))
+    if trace is not None:
+        write_documents(trace, folder, notice)
+
+
+# --- one run folder --------------------------------------------------------------------------------------
+
+
+def reopen_folder(folder: Path, reason: str) -> None:
+    """Make the failed run in ``folder`` run again: keep its plan and good steps, or clear it."""
+    trace = read_trace(trace_path(folder))
+    if trace is None or trace.planner.plan is None:  # nothing worth keeping: no plan, or unreadable
+        for child in folder.iterdir() if folder.is_dir() else []:
+            if child.name != LOCK_FILE:  # the lock of a `run` folder stays with its holder
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        return
+    good = []
+    for step in trace.steps:
+        if not step.complete or (step.kind == "image" and step.accepted_image is None):
+            break
+        good.append(step)
+    trace.steps, trace.status, trace.error = good, "running", None
+    trace.warnings.append(f"Run again after a failure: {one_line(reason)}")
+    write_trace(folder, trace)
+
+
+def reopen_if_failed(folder: Path) -> None:
+    """``run --resume`` on a failed run runs it again, as a resumed batch does with its failed requests."""
+    trace = read_trace(trace_path(folder))
+    if trace is not None and trace.status == "failed":
+        reopen_folder(folder, trace.error or "unknown")
+
+
+def resume_recorder(out_dir: Path, request: Request) -> RunRecorder | None:
+    """A recorder holding the trace and images already in ``out_dir``, or None when there is none."""
+    remove_partial_writes(out_dir)  # a write interrupted by a crash; the rename never happened
+    path = trace_path(out_dir)
+    if not path.is_file():
+        return None
+    try:
+        trace = load_trace(path)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise InputError(
+            f"{path} cannot be read ({failure_reason(exc)[:160]}); remove it to start the request over."
+        ) from None
+    if trace.request.text != request.text or trace.request.images != request.images:
+        raise InputError(f"{path} holds a different request; use another output folder or remove it.")
+    recorder = RunRecorder(trace, out_dir)
+    keep = _kept_images(trace)
+    for name in keep:
+        recorder.images[name] = open_rgb(str(image_path(out_dir, name)))
+    images = out_dir / IMAGES_DIR
+    for stale in images.glob("*.png") if images.is_dir() else []:
+        if stale.name not in keep:
+            stale.unlink()  # an attempt of the step that was interrupted: it runs again
+    return recorder
+
+
+def _kept_images(trace: Trace) -> set[str]:
+    """The images a resumed run keeps: the inputs, and every image of a complete step."""
+    keep = set(trace.input_images)
+    for step in trace.steps:
+        if step.complete:
+            keep |= {a.image_file for a in step.attempts if a.image_file}
+            keep |= {step.accepted_image} if step.accepted_image else set()
+    return keep

@@ -1,0 +1,125 @@
+"""What SFT and GRPO share: the model being trained (loaded, placed, its vision parts frozen), the
+checkpoint to start from or resume, the report targets, the callbacks and the TRL trainer's arguments.
+
+Why one module: the two trainers loaded the policy, resolved ``tiny:`` starts and assembled their TRL
+trainer with copies of the same code, so a fix to one (a dtype, a frozen projector) missed the other.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interleave_thinker.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.train.sft.config import ModelSection
+
+logger = logging.getLogger(__name__)
+
+VISION_MARKERS = ("visual.", "vision_tower", "vision_model")
+PROJECTOR_MARKERS = ("visual.merger", "deepstack_merger", "multi_modal_projector", "mm_projector")
+TINY_STARTS = ("planner", "critic", "planner-sft", "critic-sft")
+
+
+def base_checkpoint(name: str) -> str:
+    """A local folder, a Hugging Face id, ``tiny:planner`` / ``tiny:critic`` (the random tiny models) or
+    ``tiny:planner-sft`` / ``tiny:critic-sft`` (the format-trained ones, a sensible start for tiny GRPO)."""
+    from interleave_thinker.backends._loading import resolve_checkpoint
+
+    if name.startswith("tiny:"):
+        which = name.removeprefix("tiny:") or "planner"
+        if which not in TINY_STARTS:
+            raise ConfigError(
+                f"model.name_or_path {name!r}: use tiny:planner, tiny:critic, tiny:planner-sft or tiny:critic-sft."
+            )
+        from interleave_thinker.backends.specs import checkpoint_folder  # tiny: registered by the root
+
+        return str(checkpoint_folder(f"tiny:{which}"))
+    return resolve_checkpoint(name)
+
+
+def freeze_vision(model: Any, *, tower: bool, projector: bool) -> dict[str, int]:
+    """Freeze the vision encoder and/or the projector; returns parameter counts (frozen, trainable)."""
+    counts = {"frozen": 0, "trainable": 0}
+    for name, param in model.named_parameters():
+        is_projector = any(m in name for m in PROJECTOR_MARKERS)
+        is_vision = not is_projector and any(m in name for m in VISION_MARKERS)
+        if (is_projector and projector) or (is_vision and tower):
+            param.requires_grad_(False)
+        counts["trainable" if param.requires_grad else "frozen"] += param.numel()
+    return counts
+
+
+def load_policy(section: ModelSection, *, bf16: bool) -> tuple[Any, Any]:
+    """The model to train and its processor, from ``model.*``; the vision parts frozen as configured.
+
+    ``model.dtype: auto`` means bfloat16 when training in bf16, else float32.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from interleave_thinker.backends._loading import not_found
+
+    ref = base_checkpoint(section.name_or_path)
+    dtype = section.dtype if section.dtype != "auto" else ("bfloat16" if bf16 else "float32")
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if section.attn_implementation:
+        kwargs["attn_implementation"] = section.attn_implementation
+    try:
+        processor = AutoProcessor.from_pretrained(ref)
+        model = AutoModelForImageTextToText.from_pretrained(ref, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise not_found(ref, exc) from exc
+    counts = freeze_vision(model, tower=section.freeze_vision_tower, projector=section.freeze_projector)
+    logger.info("parameters: %d trainable, %d frozen", counts["trainable"], counts["frozen"])
+    return model, processor
+
+
+def report_targets(report_to: list[str] | str) -> list[str]:
+    """``training.report_to``: ``none``, ``auto`` (the installed ones of tensorboard and wandb) or a list."""
+    if report_to == "none":
+        return []
+    if report_to == "auto":
+        return [name for name in ("tensorboard", "wandb") if importlib.util.find_spec(name) is not None]
+    return list(report_to)
+
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest ``checkpoint-N`` folder in ``output_dir`` (what ``--resume`` continues), or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    return Path(found) if found else None
+
+
+def training_callbacks(
+    callbacks: Sequence[Any], replica_check_steps: int | None, output_dir: Path
+) -> list[Any]:
+    """The caller's callbacks plus, with ``training.replica_check_steps``, the replica check."""
+    chosen = list(callbacks)
+    if replica_check_steps:
+        from interleave_thinker.train.sft.replicas import replica_callback
+
+        chosen.append(replica_callback(replica_check_steps, output_dir))
+    return chosen
+
+
+def trl_trainer(
+    trainer_class: Any,
+    parts: tuple[Any, Any, Any],
+    datasets: tuple[Any, Any],
+    *,
+    peft: Any,
+    callbacks: Sequence[Any],
+    **extra: Any,
+) -> Any:
+    """A TRL trainer from ``(model, processor, args)`` and ``(train, eval)`` datasets; ``extra`` holds
+    what only one trainer takes (GRPO's ``reward_funcs``)."""
+    model, processor, args = parts
+    pieces = {"model": model, "args": args, "processing_class": processor, "peft_config": peft}
+    data = {"train_dataset": datasets[0], "eval_dataset": datasets[1]}
+    return trainer_class(**pieces, **data, callbacks=list(callbacks) or None, **extra)
