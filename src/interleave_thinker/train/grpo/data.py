@@ -89,33 +89,30 @@ def synthetic_critic_examples(
     return examples
 
 
-def warm_start_examples(examples: list[CriticRLExample], *, both_verdicts: bool = False) -> list[SFTExample]:
-    """SFT conversations that answer RL prompts with a clean verdict and an empty refine prompt.
+def warm_start_examples(examples: list[CriticRLExample]) -> list[SFTExample]:
+    """SFT conversations that answer RL prompts with their ground-truth verdict and an empty refine prompt.
 
     A short SFT on these before GRPO gives a tiny critic a clean, short reply whose only open choice is
-    the verdict, so the group's rewards differ by accuracy rather than by broken formatting. By default
-    each prompt is answered with its ground truth. ``both_verdicts=True`` answers each prompt twice, once
-    with each verdict: the best the SFT can do is then even odds on every prompt, so the warm-started
-    critic is unsure of every verdict and the rollouts of every GRPO group disagree (a learning signal
-    on every prompt, whatever the seed), while it learns nothing of the cue itself.
+    the verdict, so the group's rewards differ by accuracy rather than by broken formatting.
     """
     from interleave_thinker.train.synthetic import FAILURE_REASONING, SUCCESS_REASONING, verdict_reply
 
-    answers = [(e, e.ground_truth.success) for e in examples]
-    if both_verdicts:
-        answers = [pair for e, truth in answers for pair in ((e, truth), (e, not truth))]
     return [
         SFTExample(
             messages=(
                 ChatTurn("user", e.problem),
                 ChatTurn(
                     "assistant",
-                    verdict_reply(verdict, "", SUCCESS_REASONING if verdict else FAILURE_REASONING),
+                    verdict_reply(
+                        e.ground_truth.success,
+                        "",
+                        SUCCESS_REASONING if e.ground_truth.success else FAILURE_REASONING,
+                    ),
                 ),
             ),
             images=e.images,
         )
-        for e, verdict in answers
+        for e in examples
     ]
 
 
