@@ -111,6 +111,19 @@ COMMANDS = {
     "serve generator": ["serve", "generator", "--generator", "tiny:"],
     "prompts check": ["prompts", "check"],
     "prompts download": ["prompts", "download"],
+    "eval score": [
+        "eval",
+        "score",
+        "wise",
+        "--outputs",
+        "o",
+        "--data",
+        "d",
+        "--judge",
+        "tiny:judge",
+        "--out",
+        "o",
+    ],
 }
 
 
@@ -156,6 +169,40 @@ def test_judge_uses_the_templates_and_transport_of_the_config(recorder: Recorder
     assert all(MARKER in post["body"] for post in recorder.posts)
     assert {post["auth"] for post in recorder.posts} == {"Bearer k-123"}
     assert {post["path"] for post in recorder.posts} == {"/v1/chat/completions"}
+
+
+def test_eval_score_judge_uses_the_transport_of_the_config(recorder: Recorder, tmp_path: Path) -> None:
+    from .conftest import shared_path
+
+    data = shared_path("benchmarks", "wise")
+    monkey_env = {
+        "JUDGE_TEST_KEY": "k-123",
+        "INTERLEAVE_THINKER_EVAL_PROMPTS": str(shared_path("reference", "eval")),
+    }
+    outputs = tmp_path / "images"
+    outputs.mkdir()
+    Image.new("RGB", (32, 24), (10, 20, 200)).save(outputs / "1.png")
+    counts = []
+    for retries in (0, 2):
+        start = len(recorder.posts)
+        config = write_config(
+            tmp_path / f"score{retries}.yaml",
+            remote={
+                "max_retries": retries,
+                "backoff_base": 0,
+                "backoff_max": 0,
+                "api_key_env": "JUDGE_TEST_KEY",
+            },
+        )
+        result = invoke(
+            "eval", "score", "wise", "--outputs", str(outputs), "--data", str(data),
+            "--judge", f"openai:{recorder.url}#judge", "--out", str(tmp_path / f"s{retries}"),
+            "--judge-attempts", "1", "--config", str(config), env=monkey_env,
+        )  # fmt: skip
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+        counts.append(len(recorder.posts) - start)
+    assert counts == [1, 3]
+    assert {post["auth"] for post in recorder.posts} == {"Bearer k-123"}
 
 
 def test_data_build_judge_uses_the_templates_and_transport_of_the_config(

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.console import Console
 
+from interleave_thinker.cli.options import SettingsFlags, with_settings
 from interleave_thinker.cli.specs import check_spec
 
 console = Console(stderr=True)
@@ -22,7 +23,9 @@ ScorerVersion = Literal["current", "pre-2026-04-13"]
 UEvalMode = Literal["cached", "direct"]
 
 
+@with_settings()
 def score(
+    settings: SettingsFlags,
     protocol: Annotated[Protocol, typer.Argument(help="ueval, wise (WISE_Verified), wise-legacy or rise.")],
     outputs: Annotated[
         Path,
@@ -48,13 +51,22 @@ def score(
         typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),
     ] = None,
 ) -> None:
-    """Score with the official protocol; prints the summary, writes scores.jsonl and summary.json."""
+    """Score with the official protocol; prints the summary, writes scores.jsonl and summary.json.
+
+    The judge runs on the settings' device and transport (`model.*`, `remote.*`); the judge prompts are
+    the benchmark's own, obtained at run time, so `prompts.*` does not apply."""
     check_spec("--judge", judge, "vlm")
+    cfg = settings.resolve()
+    from interleave_thinker.backends.specs import BackendOptions
     from interleave_thinker.eval.score_run import ScoreOptions, run_score
 
     options = ScoreOptions(protocol, outputs, data, judge, out, scorer_version, judge_concurrency)
     options = dataclasses.replace(
-        options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, judge_cache=judge_cache
+        options,
+        judge_attempts=judge_attempts,
+        ueval_mode=ueval_mode,
+        judge_cache=judge_cache,
+        backend_options=BackendOptions.from_config(cfg),
     )
     with console.status(f"scoring {protocol} with {judge}"):
         summary = run_score(options)

@@ -14,6 +14,7 @@ reply is still a fresh question, and a transport failure (not cached) is asked a
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import json
@@ -22,9 +23,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from interleave_thinker.core.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from interleave_thinker.backends.specs import BackendOptions
 
 MAX_REPLY_CHARS = 100_000
 """Replies are cut to this length at the boundary (a judge that rambles cannot fill the disk)."""
@@ -155,16 +159,16 @@ class ChatTransport:
             close()
 
 
-def load_transport(spec: str, concurrency: int) -> JudgeTransport:
-    """A judge from a VLM backend spec, its transport allowed ``concurrency`` calls in flight."""
+def load_transport(spec: str, concurrency: int, options: BackendOptions | None = None) -> JudgeTransport:
+    """A judge from a VLM backend spec on the settings' ``options`` (device, transport), its transport
+    allowed ``concurrency`` calls in flight."""
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
-    from interleave_thinker.core.config import RemoteOptions
 
     if concurrency < 1:
         raise ConfigError(f"--judge-concurrency {concurrency} must be at least 1.")
-    backend = load_vlm_backend(
-        spec, BackendOptions(remote=RemoteOptions(concurrency=concurrency)), role="judge"
-    )
+    options = options or BackendOptions()
+    remote = options.remote.model_copy(update={"concurrency": concurrency})
+    backend = load_vlm_backend(spec, dataclasses.replace(options, remote=remote), role="judge")
     if spec.startswith("openai:"):
         return OpenAITransport(backend, spec)
     return ChatTransport(backend, spec)

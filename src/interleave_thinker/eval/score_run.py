@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval import score_rise, score_ueval, score_wise
@@ -17,6 +17,9 @@ from interleave_thinker.eval.datasets import EvalItem, load_items
 from interleave_thinker.eval.judging import JudgeClient, JudgeTransport, load_transport
 from interleave_thinker.eval.prompts import RISE_REPO, UEVAL_REPO, WISE_REPO, EvalPromptStore
 from interleave_thinker.eval.scoring import ItemResult, RunFolder, judge_metadata, run_metadata, score_items
+
+if TYPE_CHECKING:
+    from interleave_thinker.backends.specs import BackendOptions
 
 BENCHMARK_OF = {"wise": "wise", "wise-legacy": "wise", "rise": "rise", "ueval": "ueval"}
 DEFAULT_ATTEMPTS = {"wise": score_wise.ATTEMPTS, "wise-legacy": score_wise.ATTEMPTS, "rise": 1}
@@ -36,6 +39,8 @@ class ScoreOptions:
     judge_attempts: int | None = None
     ueval_mode: str = "cached"
     judge_cache: Path | None = None
+    backend_options: BackendOptions | None = None
+    """The settings' device and transport for the judge (``--config``); None = defaults."""
 
 
 def _check(options: ScoreOptions) -> None:
@@ -85,7 +90,7 @@ def run_score(options: ScoreOptions, transport: JudgeTransport | None = None) ->
     _check(options)
     items = load_items(BENCHMARK_OF[options.protocol], options.data)
     prompts = EvalPromptStore().load(options.protocol)
-    transport = transport or load_transport(options.judge, options.judge_concurrency)
+    transport = transport or load_transport(options.judge, options.judge_concurrency, options.backend_options)
     client = JudgeClient(
         transport,
         cache_dir=options.judge_cache or options.out / "judge_cache",
