@@ -12,6 +12,7 @@ import base64
 import hashlib
 import io
 import sys
+import types
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -277,6 +278,28 @@ class GeminiKind:
     def failing_with(self, status: int, remote: RemoteOptions, stack: ExitStack) -> tuple[Any, Tries]:
         client = FakeGemini(status)
         return self.make(client, remote), lambda: len(client.calls)
+
+    def test_a_key_in_the_named_variable_is_accepted(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The SDK is an optional extra (absent where only `.[dev,demo]` is installed): a stand-in
+        ``google.genai`` module takes the client, so the key the variable names must reach it."""
+        keys: list[str] = []
+
+        class Client:
+            def __init__(self, *, api_key: str, http_options: Any = None) -> None:
+                keys.append(api_key)
+                self.models = FakeGemini()
+
+            def close(self) -> None:
+                pass
+
+        genai = types.ModuleType("google.genai")
+        genai.Client = Client  # type: ignore[attr-defined]
+        google = types.ModuleType("google")
+        google.genai = genai  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "google", google)
+        monkeypatch.setitem(sys.modules, "google.genai", genai)
+        super().test_a_key_in_the_named_variable_is_accepted(monkeypatch)  # type: ignore[misc]
+        assert keys == ["contract-key"]
 
 
 class TestGeminiVLMContract(GeminiKind, VLMBackendContract):
