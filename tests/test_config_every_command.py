@@ -283,6 +283,26 @@ def test_serve_generator_workers_follow_model_device() -> None:
     assert _devices("cpu", 3) == ("cpu", "cpu", "cpu")
 
 
+def test_serve_generator_workers_load_with_the_dtype_of_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interleave_thinker.backends.specs as specs
+    import interleave_thinker.server.generator as service
+    from interleave_thinker.server.generator.worker import load_backend
+
+    served: list[Any] = []
+    monkeypatch.setattr(service, "serve", served.append)
+    config = write_config(tmp_path / "c.yaml", model={"device": "cpu", "dtype": "bfloat16"})
+    result = invoke("serve", "generator", "--generator", "tiny:", "--workers", "2", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert [(s.devices, s.dtype) for s in served] == [(("cpu", "cpu"), "bfloat16")]
+
+    loaded: list[Any] = []
+    monkeypatch.setattr(specs, "load_image_backend", lambda spec, options: loaded.append((spec, options)))
+    load_backend("tiny:", "cpu", None, served[0].dtype)
+    assert [(spec, o.device, o.dtype) for spec, o in loaded] == [("tiny:", "cpu", "bfloat16")]
+
+
 def test_prompts_check_looks_in_the_folder_of_the_config(tmp_path: Path) -> None:
     folder = custom_templates(tmp_path / "t")
     config = write_config(tmp_path / "c.yaml", prompts={"folder": str(folder)})

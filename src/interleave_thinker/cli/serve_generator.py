@@ -58,6 +58,7 @@ def command(
     service = ServiceSettings(
         generator=cfg.generator,
         devices=_devices(cfg.model.device, workers),
+        dtype=cfg.model.dtype,
         host=host,
         port=port,
         queue_size=queue_size,

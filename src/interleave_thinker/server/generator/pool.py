@@ -113,6 +113,7 @@ class WorkerSlot:
             settings.threads_for(self.device),
             settings.max_pixels,
             child_end,
+            settings.dtype,
         )
         process = context.Process(target=worker_main, args=args, name=f"generator-worker-{self.index}")
         process.start()

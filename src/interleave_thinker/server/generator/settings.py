@@ -20,6 +20,8 @@ class ServiceSettings:
 
     generator: str
     devices: tuple[str, ...] = ("cpu",)
+    dtype: str = "auto"
+    """Weights dtype of every worker's backend (``model.dtype``)."""
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     queue_size: int = 64

@@ -25,7 +25,7 @@ from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.server.generator.protocol import RequestError, decode_image, encode_png_b64
 
 
-def load_backend(spec: str, device: str, threads: int | None) -> ImageBackend:
+def load_backend(spec: str, device: str, threads: int | None, dtype: str = "auto") -> ImageBackend:
     """Load like any other caller does, so a served model behaves exactly as a local one."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -45,7 +45,7 @@ def load_backend(spec: str, device: str, threads: int | None) -> ImageBackend:
         pass
     from interleave_thinker.backends.specs import BackendOptions, load_image_backend
 
-    return load_image_backend(spec, BackendOptions(device=device))
+    return load_image_backend(spec, BackendOptions(device=device, dtype=dtype))
 
 
 def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict[str, Any]:
@@ -76,13 +76,15 @@ def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict
     return {"ok": True, "image": encoded, "timings": timings}
 
 
-def worker_main(spec: str, device: str, threads: int | None, max_pixels: int, conn: Connection) -> None:
+def worker_main(
+    spec: str, device: str, threads: int | None, max_pixels: int, conn: Connection, dtype: str = "auto"
+) -> None:
     """Process entry point. Signals are ignored: the parent drains and stops workers itself, so a
     Ctrl-C or a SIGTERM to the whole process group cannot cut a generation short."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        backend = load_backend(spec, device, threads)
+        backend = load_backend(spec, device, threads, dtype)
     except BaseException as exc:  # any load failure is reported, then the process ends
         conn.send({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return
