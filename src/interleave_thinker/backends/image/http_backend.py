@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
 from PIL import Image
 
 from interleave_thinker.backends.encoding import decode_base64_image, png_base64
-from interleave_thinker.backends.image.pooled import PooledImageBackend
+from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import KNOB_PRESETS, preset_knobs
 from interleave_thinker.backends.protocols import ImageRequest
-from interleave_thinker.backends.remote import RetryableError, RetrySettings
+from interleave_thinker.backends.remote import RetryableError
 from interleave_thinker.backends.remote_backend import pool_settings
 from interleave_thinker.core.errors import ConfigError
 
@@ -101,22 +101,14 @@ class HTTPImageBackend(PooledImageBackend):
         urls: str | Sequence[str],
         *,
         knobs: str | Mapping[str, Any] = "klein",
-        retry: RetrySettings | None = None,
-        concurrency: int = 8,
-        cooldown: float = 30.0,
-        api_key: str | None = None,
-        key_env: str = DEFAULT_KEY_ENV,
+        **transport: Unpack[PoolKeywords],
     ) -> None:
-        endpoints = [urls] if isinstance(urls, str) else list(urls)
-        self.urls = [normalize_endpoint(u) for u in endpoints]
-        self.key_envs = (key_env,)
+        self.urls = endpoint_list(urls, normalize_endpoint)
         self.knobs = resolve_knobs(knobs)
         self.guidance_key = "text_guidance_scale" if "text_guidance_scale" in self.knobs else "guidance_scale"
-        self.concurrency = concurrency
         preset = f"#{knobs}" if isinstance(knobs, str) else "#custom"
         self.name = "http:" + ",".join(self.urls) + preset  # traces record which knobs were sent
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.open_caller(self.urls, retry=retry, concurrency=concurrency, cooldown=cooldown, headers=headers)
+        self.open_pool(DEFAULT_KEY_ENV, transport)
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> HTTPImageBackend:

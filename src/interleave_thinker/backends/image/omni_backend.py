@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import httpx
 from PIL import Image
@@ -39,10 +39,9 @@ from PIL import Image
 from interleave_thinker.backends.encoding import decode_base64_image, png_bytes
 from interleave_thinker.backends.image.http_backend import normalize_endpoint, read_endpoints_file
 from interleave_thinker.backends.image.omni_errors import advice
-from interleave_thinker.backends.image.pooled import PooledImageBackend
+from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import model_defaults
 from interleave_thinker.backends.protocols import ImageRequest
-from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import pool_settings
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -95,21 +94,13 @@ class OmniImagesBackend(PooledImageBackend):
         *,
         model: str | None = None,
         negative_prompt: str | None = None,
-        retry: RetrySettings | None = None,
-        concurrency: int = 8,
-        cooldown: float = 30.0,
-        api_key: str | None = None,
-        key_env: str = DEFAULT_KEY_ENV,
+        **transport: Unpack[PoolKeywords],
     ) -> None:
-        endpoints = [urls] if isinstance(urls, str) else list(urls)
-        self.urls = [normalize_base(u) for u in endpoints]
+        self.urls = endpoint_list(urls, normalize_base)
         self.model = model
         self.negative_prompt = negative_prompt
-        self.concurrency = concurrency
-        self.key_envs = (key_env,)
         self.name = f"{self.kind}:" + ",".join(self.urls) + (f"#{model}" if model else "")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.open_caller(self.urls, retry=retry, concurrency=concurrency, cooldown=cooldown, headers=headers)
+        self.open_pool(DEFAULT_KEY_ENV, transport)
         self._served: str | None = model
         self._served_lock = threading.Lock()
 

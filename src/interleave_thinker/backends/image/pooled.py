@@ -3,20 +3,55 @@ the backend's concurrency (the server or the pool batches them), results in orde
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
+from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend
 
 if TYPE_CHECKING:
     from PIL import Image
 
 
+class PoolKeywords(TypedDict, total=False):
+    """The transport keywords every pooled generator's constructor takes (``pool_settings`` builds them
+    from the user's ``remote`` section), declared once here."""
+
+    retry: RetrySettings | None
+    concurrency: int
+    cooldown: float
+    api_key: str | None
+    """The bearer token sent to every endpoint (none: no Authorization header)."""
+    key_env: str
+    """The variable the key came from: its value is scrubbed from every error."""
+
+
+def endpoint_list(urls: str | Sequence[str], normalize: Callable[[str], str]) -> list[str]:
+    """One URL or several, each normalised."""
+    return [normalize(u) for u in ([urls] if isinstance(urls, str) else urls)]
+
+
 class PooledImageBackend(RemoteBackend, ImageBatchMixin):
-    """Subclasses set ``concurrency``, call :meth:`open_caller` and implement ``generate``."""
+    """Subclasses set ``urls`` and ``name``, call :meth:`open_pool` and implement ``generate``."""
 
     concurrency: int = 8
+    urls: list[str]
+
+    def open_pool(self, default_key_env: str, transport: PoolKeywords) -> None:
+        """The endpoint pool over ``self.urls`` with the bearer token, retries and concurrency given."""
+        self.concurrency = transport.get("concurrency", 8)
+        self.key_envs = (transport.get("key_env", default_key_env),)
+        api_key = transport.get("api_key")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.open_caller(
+            self.urls,
+            retry=transport.get("retry"),
+            concurrency=self.concurrency,
+            cooldown=transport.get("cooldown", 30.0),
+            headers=headers,
+        )
 
     def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
         """Requests run in parallel up to ``concurrency``, spread over the pool; results keep their order."""
