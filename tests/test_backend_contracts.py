@@ -12,7 +12,6 @@ import base64
 import hashlib
 import io
 import sys
-import types
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from interleave_thinker.testing.contracts import (
     status_server,
 )
 from interleave_thinker.testing.doubles import openai_chat
+from interleave_thinker.testing.doubles.gemini_sdk import install_genai_client
 from interleave_thinker.testing.doubles.omni import OmniServer, OmniState, scripted_engine
 from interleave_thinker.testing.doubles.openai_images import openai_images_server
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
@@ -292,12 +292,7 @@ class GeminiKind:
             def close(self) -> None:
                 pass
 
-        genai = types.ModuleType("google.genai")
-        genai.Client = Client  # type: ignore[attr-defined]
-        google = types.ModuleType("google")
-        google.genai = genai  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "google", google)
-        monkeypatch.setitem(sys.modules, "google.genai", genai)
+        install_genai_client(monkeypatch, Client)
         super().test_a_key_in_the_named_variable_is_accepted(monkeypatch)  # type: ignore[misc]
         assert keys == ["contract-key"]
 

@@ -20,8 +20,8 @@ TINY_BUILDERS = frozenset({"build_tiny_vlm", "build_tiny_flux2_klein"})
 
 
 def _is_tiny_module(relative: Path) -> bool:
-    """``testing/tiny*.py`` (where the tiny models live) or ``core/tiny*.py`` (where they were)."""
-    return relative.parts[0] in ("testing", "core") and relative.name.startswith("tiny")
+    """``testing/tiny*.py``: where the tiny models live."""
+    return relative.parts[0] == "testing" and relative.name.startswith("tiny")
 
 
 def _modules() -> list[Path]:

@@ -18,6 +18,7 @@ from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
 from interleave_thinker.backends.vlm.gemini_backend import GeminiVLMBackend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.testing.doubles.gemini_sdk import install_genai_client
 
 FAST = RetrySettings(max_retries=3, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -196,12 +197,7 @@ def test_sdk_client_built_with_key_from_configured_env(monkeypatch: pytest.Monke
             built.append(kwargs)
             self.models = FakeModels(["hello from sdk"])
 
-    genai = types.ModuleType("google.genai")
-    genai.Client = Client  # type: ignore[attr-defined]
-    google = types.ModuleType("google")
-    google.genai = genai  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "google", google)
-    monkeypatch.setitem(sys.modules, "google.genai", genai)
+    install_genai_client(monkeypatch, Client)
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.setenv("TEAM_GEMINI_KEY", "g-456")
     options = BackendOptions(remote=RemoteOptions(api_key_env="TEAM_GEMINI_KEY", timeout=12))
