@@ -106,3 +106,74 @@ def test_index_html_is_escaped(run_dir: Path) -> None:
 
 def test_markdown_text_escapes_only_markup() -> None:
     assert markdown_text("a *b* & <i>c</i> [d](e) \\") == "a *b* &amp; &lt;i&gt;c&lt;/i&gt; \\[d\\](e) \\\\"
+
+
+# --- the templates behind the pages (issue 17, items 6 and 7) -------------------------------------
+def test_page_templates_are_package_data() -> None:
+    """Loaded the way an installed package finds them (a wheel or `pip install -e .`)."""
+    from importlib.resources import files
+
+    from jinja2 import select_autoescape
+
+    folder = files("interleave_thinker.runtime").joinpath("templates")
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".j2"))
+    assert names == ["document.md.j2", "index.html.j2", "report.html.j2"]
+    assert "{{" in folder.joinpath("index.html.j2").read_text(encoding="utf-8")
+    autoescape = select_autoescape(enabled_extensions=("html.j2",), default_for_string=True, default=True)
+    assert autoescape("index.html.j2") and autoescape("report.html.j2")
+    # ...and the wheel carries them: each matches a package-data pattern of pyproject.toml.
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads(
+        (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    )
+    patterns = config["tool"]["setuptools"]["package-data"]["interleave_thinker"]
+    for name in names:
+        assert any(fnmatch.fnmatch(f"runtime/templates/{name}", p) for p in patterns), name
+
+
+def test_markdown_values_are_escaped_by_the_template_itself() -> None:
+    """document.md escapes every value it prints, not only those a caller remembered to escape."""
+    from interleave_thinker.runtime.documents import page_templates
+
+    template = page_templates("markdown").from_string("# {{ title | oneline }}\n{{ body }}\n")
+    page = template.render(title="a\n<script>x</script>", body="[y](javascript:z) <img onerror=1>")
+    assert page == "# a &lt;script&gt;x&lt;/script&gt;\n\\[y\\](javascript:z) &lt;img onerror=1&gt;"
+
+
+def test_attempts_are_numbered_from_1_and_accepted_images_are_not_smaller_than_thumbnails(
+    run_dir: Path,
+) -> None:
+    import re
+
+    page = (run_dir / "index.html").read_text(encoding="utf-8")
+    assert "attempt 1 · seed" in page and "attempt 0" not in page
+    assert re.findall(r'alt="(attempt \d+)"', page) == ["attempt 1"] * 3  # one accepted attempt per step
+    thumb = int(re.search(r"\.attempt img\{width:(\d+)px", page).group(1))  # type: ignore[union-attr]
+    accepted = int(re.search(r"img\.accepted\{min-width:(\d+)px", page).group(1))  # type: ignore[union-attr]
+    assert accepted >= thumb
+    assert page.count('<img class="accepted"') == 3
+    assert "image-rendering:pixelated" in page  # 16 px images are upscaled: keep them sharp
+
+
+def test_report_html_is_escaped_and_links_each_request(run_dir: Path) -> None:
+    from interleave_thinker.core.types import Trace
+    from interleave_thinker.runtime.reports import render_report, summarize
+
+    trace = Trace.model_validate_json((run_dir / "trace.json").read_text(encoding="utf-8"))
+    traces = {"r<1>": trace}
+    page = render_report(traces, summarize(traces))
+    parser = Elements()
+    parser.feed(page)
+    assert [t for t, _ in parser.tags].count("script") == 1  # the page's own status/task filter
+    for tag, attrs in parser.tags:
+        assert tag not in ("svg", "iframe", "object"), (tag, attrs)
+        handlers = {k: v for k, v in attrs.items() if k.startswith("on")}
+        assert handlers in ({}, {"onchange": "f()"}), (tag, attrs)  # only the page's own selects
+        for name in ("href", "src"):
+            assert not attrs.get(name, "").strip().lower().startswith("javascript:"), (tag, attrs)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the prompt, shown as text
+    assert 'href="r%3C1%3E/index.html"' not in page and 'href="requests/r%3C1%3E/index.html"' in page
+    assert page.count('src="requests/r%3C1%3E/images/step0') == 3
+    assert "1 requests: 1 succeeded, 0 failed, 0 unfinished · success rate 100.0%" in page

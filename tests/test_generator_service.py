@@ -272,7 +272,7 @@ def test_health_is_open_and_edit_needs_the_token(service: GeneratorProcess, clie
             assert "bearer token" in refused.json()["error"]
         assert anonymous.get("/metrics").status_code == 401
     assert (
-        client.get("/metrics").json()["unauthorized"] == 3
+        client.get("/metrics.json").json()["unauthorized"] == 3
     )  # /edit refusals; /metrics ones are not requests
 
 
@@ -304,12 +304,12 @@ def test_health_is_open_and_edit_needs_the_token(service: GeneratorProcess, clie
     ],
 )
 def test_bad_requests_get_400_with_a_message(client: httpx.Client, body: str, message: str) -> None:
-    before = client.get("/metrics").json()["bad_request"]
+    before = client.get("/metrics.json").json()["bad_request"]
     reply = client.post("/edit", content=body, headers={"Content-Type": "application/json"})
     assert reply.status_code == 400
     assert reply.json()["success"] is False
     assert message in reply.json()["error"]
-    assert client.get("/metrics").json()["bad_request"] == before + 1
+    assert client.get("/metrics.json").json()["bad_request"] == before + 1
 
 
 @pytest.mark.slow
@@ -325,7 +325,7 @@ def test_openai_routes_share_the_token_limits_and_metrics(
     service: GeneratorProcess, client: httpx.Client
 ) -> None:
     """``/v1/images/*`` beside ``/edit``: errors in vLLM's shape, counted with the other requests."""
-    before = client.get("/metrics").json()
+    before = client.get("/metrics.json").json()
     with httpx.Client(base_url=service.url, timeout=30.0) as anonymous:
         assert anonymous.get("/v1/models").status_code == 401
         refused = anonymous.post("/v1/images/generations", json={"prompt": "p", "size": "64x64"})
@@ -357,7 +357,7 @@ def test_openai_routes_share_the_token_limits_and_metrics(
     assert made.status_code == 200 and isinstance(made.json()["created"], int)
     with Image.open(io.BytesIO(base64.b64decode(made.json()["data"][0]["b64_json"], validate=True))) as image:
         assert image.size == (64, 48)
-    after = client.get("/metrics").json()
+    after = client.get("/metrics.json").json()
     deltas = {k: after[k] - before[k] for k in ("unauthorized", "bad_request", "completed", "failed")}
     assert deltas == {"unauthorized": 2, "bad_request": 3, "completed": 1, "failed": 0}
 
@@ -385,7 +385,7 @@ def test_200_requests_at_concurrency_32_lose_and_duplicate_nothing(
         (p, s): local_generator.generate(ImageRequest(p, width=64, height=64, seed=s, steps=2)).tobytes()
         for p, s in combos
     }
-    before = client.get("/metrics").json()
+    before = client.get("/metrics.json").json()
 
     def one(i: int) -> tuple[int, Image.Image, dict[str, float]]:
         prompt, seed = combos[i % len(combos)]
@@ -402,7 +402,7 @@ def test_200_requests_at_concurrency_32_lose_and_duplicate_nothing(
             f"request {i} got another request's image"
         )
         assert 0 < timings["pipeline_s"] <= timings["total_s"]
-    after = client.get("/metrics").json()
+    after = client.get("/metrics.json").json()
     assert after["completed"] - before["completed"] == 200
     assert [after[k] - before[k] for k in ("failed", "timed_out", "rejected")] == [0, 0, 0]
     assert (after["queue_depth"], after["in_flight"]) == (0, 0)
@@ -427,7 +427,7 @@ def test_full_queue_gets_503_and_late_replies_504(limited: GeneratorProcess) -> 
     with httpx.Client(base_url=limited.url, timeout=60.0) as client:
 
         def metric(name: str) -> Any:
-            return client.get("/metrics").json()[name]
+            return client.get("/metrics.json").json()[name]
 
         def slow_request() -> httpx.Response:
             return client.post("/edit", json={"prompt": "slow", **SLOW})
@@ -449,7 +449,7 @@ def test_full_queue_gets_503_and_late_replies_504(limited: GeneratorProcess) -> 
                 "error": "Generation timed out: no reply within the service's --timeout of 1s.",
             }
         wait_until(lambda: metric("in_flight") == 0 and metric("queue_depth") == 0)
-        metrics = client.get("/metrics").json()
+        metrics = client.get("/metrics.json").json()
         assert {k: metrics[k] for k in ("completed", "timed_out", "rejected", "failed")} == {
             "completed": 0,
             "timed_out": 2,
@@ -468,7 +468,7 @@ def test_a_client_that_disconnects_frees_its_place_in_the_queue() -> None:
         with httpx.Client(base_url=service.url, timeout=120.0) as client:
 
             def metric(name: str) -> Any:
-                return client.get("/metrics").json()[name]
+                return client.get("/metrics.json").json()[name]
 
             first, first_reply = in_background(lambda: client.post("/edit", json={"prompt": "a", **SLOW}))
             wait_until(lambda: metric("in_flight") == 1)
@@ -495,7 +495,7 @@ def test_a_client_that_disconnects_frees_its_place_in_the_queue() -> None:
 @pytest.mark.slow
 def test_a_dead_idle_worker_fails_health_and_requests_go_to_a_live_one(client: httpx.Client) -> None:
     wait_until(lambda: client.get("/health").status_code == 200, timeout=120)
-    victim = client.get("/metrics").json()["workers"][0]
+    victim = client.get("/metrics.json").json()["workers"][0]
     os.kill(victim["pid"], signal.SIGKILL)
     wait_until(lambda: client.get("/health").status_code == 503)
     health = client.get("/health").json()
@@ -503,16 +503,16 @@ def test_a_dead_idle_worker_fails_health_and_requests_go_to_a_live_one(client: h
     results = [client.post("/edit", json={"prompt": "next", "seed": s, **SMALL}) for s in range(4)]
     assert [decode_reply(r).size for r in results] == [(64, 64)] * 4  # none got the dead worker's 500
     wait_until(lambda: client.get("/health").status_code == 200, timeout=120)
-    worker = client.get("/metrics").json()["workers"][0]
+    worker = client.get("/metrics.json").json()["workers"][0]
     assert worker["pid"] != victim["pid"] and worker["restarts"] >= 1
 
 
 @pytest.mark.slow
 def test_worker_crash_fails_its_request_and_the_worker_restarts(client: httpx.Client) -> None:
-    before = client.get("/metrics").json()
+    before = client.get("/metrics.json").json()
     thread, reply = in_background(lambda: client.post("/edit", json={"prompt": "doomed", **SLOW}))
-    wait_until(lambda: client.get("/metrics").json()["in_flight"] == 1)
-    busy = next(w for w in client.get("/metrics").json()["workers"] if w["state"] == "busy")
+    wait_until(lambda: client.get("/metrics.json").json()["in_flight"] == 1)
+    busy = next(w for w in client.get("/metrics.json").json()["workers"] if w["state"] == "busy")
     os.kill(busy["pid"], signal.SIGKILL)
     thread.join(30)
     assert reply[0].status_code == 500
@@ -522,7 +522,7 @@ def test_worker_crash_fails_its_request_and_the_worker_restarts(client: httpx.Cl
     wait_until(lambda: client.get("/health").json()["workers_ready"] == 2, timeout=120)
     results = [client.post("/edit", json={"prompt": "after", "seed": s, **SMALL}) for s in range(4)]
     assert [decode_reply(r).size for r in results] == [(64, 64)] * 4
-    after = client.get("/metrics").json()
+    after = client.get("/metrics.json").json()
     worker = after["workers"][busy["index"]]
     restarts_before = before["workers"][busy["index"]]["restarts"]
     assert (worker["restarts"], worker["state"]) == (restarts_before + 1, "idle")
@@ -535,9 +535,9 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(
     service: GeneratorProcess, client: httpx.Client
 ) -> None:
     assert service.process is not None
-    worker_pids = [w["pid"] for w in client.get("/metrics").json()["workers"]]
+    worker_pids = [w["pid"] for w in client.get("/metrics.json").json()["workers"]]
     thread, reply = in_background(lambda: client.post("/edit", json={"prompt": "last", **SLOW}))
-    wait_until(lambda: client.get("/metrics").json()["in_flight"] == 1)
+    wait_until(lambda: client.get("/metrics.json").json()["in_flight"] == 1)
     service.process.send_signal(signal.SIGTERM)
     assert service.process.wait(60) == 0
     thread.join(30)

@@ -261,7 +261,7 @@ def test_pool_of_two_services_survives_losing_one() -> None:
         images = before + after
         assert all(image.size == (64, 64) for image in images)
         assert len({image.tobytes() for image in images}) == 1  # both nodes give the same image
-        metrics = httpx.get(f"{services[1].url}/metrics", timeout=10).json()
+        metrics = httpx.get(f"{services[1].url}/metrics.json", timeout=10).json()
         assert (metrics["completed"], metrics["failed"]) == (2 + 4, 0)
     finally:
         for service in services:

@@ -228,11 +228,24 @@ class RemoteCaller:
         self.name = name
         self.pool = pool
         self.retry = retry or RetrySettings()
-        self.client = httpx.Client(timeout=self.retry.timeout, headers=headers or {})
+        # Unbounded connection pool: the slots bound calls in flight, so httpx's default cap of 100
+        # connections (20 kept alive) would only be a second, hidden limit under a larger concurrency.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        self.client = httpx.Client(timeout=self.retry.timeout, headers=headers or {}, limits=limits)
+        self.concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
         self._sleep = sleep
         self._header_secrets = header_secrets(headers)
         self._secrets = secrets
+
+    def resize(self, concurrency: int) -> None:
+        """Allow ``concurrency`` calls in flight from now on (the batch scheduler sets its per-backend
+        limit here, so one number bounds a backend end to end); calls already in flight finish in the
+        slots they took."""
+        if concurrency < 1:
+            raise ConfigError(f"{self.name}: concurrency {concurrency} must be >= 1.")
+        self.concurrency = concurrency
+        self._slots = threading.BoundedSemaphore(concurrency)
 
     def secrets(self) -> list[str]:
         extra = [s for s in (self._secrets() if self._secrets else ()) if s]

@@ -93,6 +93,7 @@ class RemoteBackend(Closeable):
         "(or name another variable in remote.api_key_env)"
     )
     not_found_hint: str = ""
+    concurrency: int = 8
 
     def open_caller(
         self,
@@ -116,6 +117,12 @@ class RemoteBackend(Closeable):
             secrets=lambda: [os.environ.get(env) for env in self.key_envs],  # read, never kept
         )
         return self.caller
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Allow ``concurrency`` calls in flight, in the transport and in batched calls alike: the
+        batch scheduler passes its per-backend limit here, so one number holds end to end."""
+        self.caller.resize(concurrency)
+        self.concurrency = concurrency
 
     def api_key(self, *, required: bool, configured: bool = False) -> str | None:
         """The key from ``key_envs`` (see :func:`read_api_key`)."""

@@ -8,11 +8,12 @@ nothing heavy: a bad spec is reported before torch or diffusers load.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.core.config import RemoteOptions
@@ -52,6 +53,15 @@ def parse_spec(spec: str, known: dict[str, object] | None = None) -> BackendSpec
             f"Unknown backend kind '{kind}' in {spec!r}; known kinds: {', '.join(sorted(known))}."
         )
     return BackendSpec(kind=kind, target=target, raw=spec)
+
+
+LOCAL_KINDS = frozenset({"transformers", "diffusers", "fastvideo", "tiny"})
+"""Kinds that load a model into this process (and torch with it); every other kind is served."""
+
+
+def is_local(spec: str) -> bool:
+    """Whether ``spec`` loads a model into this process, so that its libraries are worth importing."""
+    return spec.partition(":")[0] in LOCAL_KINDS
 
 
 def _transformers_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBackend:
@@ -137,12 +147,23 @@ def load_vlm_backend(
     spec: str, options: BackendOptions | None = None, *, role: str = "planner"
 ) -> VLMBackend:
     parsed = parse_spec(spec, VLM_BACKENDS)  # type: ignore[arg-type]
-    return VLM_BACKENDS[parsed.kind](parsed, options or BackendOptions(), role)
+    return with_spec(VLM_BACKENDS[parsed.kind](parsed, options or BackendOptions(), role), spec)
 
 
 def load_image_backend(spec: str, options: BackendOptions | None = None) -> ImageBackend:
     parsed = parse_spec(spec, IMAGE_BACKENDS)  # type: ignore[arg-type]
-    return IMAGE_BACKENDS[parsed.kind](parsed, options or BackendOptions())
+    return with_spec(IMAGE_BACKENDS[parsed.kind](parsed, options or BackendOptions()), spec)
+
+
+B = TypeVar("B")
+
+
+def with_spec(backend: B, spec: str) -> B:
+    """Mark ``backend`` with the spec it was loaded from, which traces record (``tiny:critic``, not the
+    folder it resolves to); a loader that delegates to another spec is marked with the outer one."""
+    with contextlib.suppress(AttributeError):  # a class refusing new attributes is described by its name
+        backend.spec = spec  # type: ignore[attr-defined]
+    return backend
 
 
 def check_specs(config: PipelineConfig) -> None:

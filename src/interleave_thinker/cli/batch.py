@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli.options import (
     ConcurrencyOption,
     LimitOption,
@@ -37,6 +38,23 @@ logger = logging.getLogger("interleave_thinker.batch")
 ROLES = ("planner", "critic", "generator")
 SETTINGS_KEYS = ("planner", "critic", "generator", "loop", "generation")
 """The options a resumed batch must share with the batch it continues."""
+FreshOption = Annotated[
+    bool,
+    typer.Option(
+        "--fresh",
+        help="Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
+    ),
+]
+
+
+def start_fresh(out: Path, fresh: bool) -> None:
+    """``--fresh``: the earlier work in ``out`` moves aside (never deleted), and the command starts over."""
+    from interleave_thinker.runtime.resume import move_aside
+
+    moved = move_aside(out) if fresh else None
+    if moved is not None:
+        message = f"--fresh: moved the earlier contents of {out} to {moved}"
+        console.print(message, highlight=False, markup=False, soft_wrap=True)
 
 
 def in_order(traces: dict[str, Trace], ids: list[str]) -> dict[str, Trace]:
@@ -93,6 +111,7 @@ def batch(
         ),
     ] = True,
     quiet: QuietOption = False,
+    fresh: FreshOption = False,
 ) -> None:
     """Run many requests concurrently; a restarted batch skips finished requests and resumes the rest."""
     from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
@@ -103,6 +122,7 @@ def batch(
     items = select(read_batch_input(input), shard=parse_shard(shard) if shard else None, limit=limit)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
     with folder_lock(out):
+        start_fresh(out, fresh)
         _run_batch(
             input, out, items, cfg, limits, micro_batch or [], concurrency, resume, retry_failed, quiet
         )
@@ -129,8 +149,9 @@ def _run_batch(
     settings_record = {k: cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
     store.open({"input": input, "ids": [i.id for i in items], "settings": settings_record}, resume=resume)
 
-    # 2. Load the models and run.
-    quiet_diffusers()
+    # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
+    if is_local(cfg.generator):
+        quiet_diffusers()
     with console.status("loading models"):
         pipe = Pipeline.from_config(cfg)
     settings = BatchSettings(
@@ -183,7 +204,7 @@ def report(
     ] = None,
 ) -> None:
     """Rebuild summary.json, results.json and report.html of batch folders from their saved traces."""
-    from interleave_thinker.runtime.reports import SUMMARY, write_reports
+    from interleave_thinker.runtime.reports import CARRIED_KEYS, SUMMARY, write_reports
     from interleave_thinker.runtime.store import REQUESTS, RunStore
 
     merged: dict[str, Trace] = {}
@@ -195,9 +216,9 @@ def report(
             raise InputError(f"{folder} holds no requests/*/trace.json; is it a batch folder?")
         ordered = in_order(traces, store.manifest().get("ids", []))
         previous = read_summary(folder / SUMMARY) or {}
-        summary = write_reports(
-            folder, ordered, previous.get("backends"), previous.get("wall_s"), previous.get("runs")
-        )
+        carried = {key: previous[key] for key in CARRIED_KEYS if key in previous}
+        figures = (previous.get("backends"), previous.get("wall_s"), previous.get("runs"))
+        summary = write_reports(folder, ordered, *figures, extra=carried)
         typer.echo(
             f"{folder / 'report.html'}: {summary['requests']['total']} requests, success rate {summary['success_rate']:.1%}"
         )

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from rich.console import Console
 
+from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli import eval_score
 from interleave_thinker.cli import options as flags
-from interleave_thinker.cli.batch import parse_limits
+from interleave_thinker.cli.batch import FreshOption, parse_limits, start_fresh
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.cli.progress import counter_bar
 
@@ -72,6 +73,7 @@ def generate(
     micro_batch: flags.MicroBatchOption = None,
     resume: Annotated[bool, typer.Option(help="Continue a run in --out: skip finished items.")] = True,
     quiet: flags.QuietOption = False,
+    fresh: FreshOption = False,
 ) -> None:
     """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
     from interleave_thinker.eval.datasets import load_items
@@ -84,10 +86,12 @@ def generate(
     items = select(load_items(benchmark, data), limit=limit, shard=parse_shard(shard) if shard else None)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
     run = GenerationRun(benchmark, mode, data, out, items, cfg)
+    start_fresh(out, fresh)
     store = open_store(run, resume=resume)
 
-    # 2. Load the models and run.
-    quiet_diffusers()
+    # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
+    if is_local(cfg.generator):
+        quiet_diffusers()
     with console.status(f"loading models ({mode} mode)"):
         pipeline = load_pipeline(run)
     scheduling = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))

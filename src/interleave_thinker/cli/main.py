@@ -14,8 +14,20 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-from interleave_thinker.cli import batch, data, scoring, serve_generator, serve_vlm, train, train_grpo
+from interleave_thinker.cli import (
+    batch,
+    data,
+    data_export,
+    data_generate,
+    data_prompts,
+    scoring,
+    serve_generator,
+    serve_vlm,
+    train,
+    train_grpo,
+)
 from interleave_thinker.cli import demo as demo_cli
 from interleave_thinker.cli import eval as eval_cli
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
@@ -44,6 +56,9 @@ app.add_typer(serve_app, name="serve")
 serve_app.command("generator")(serve_generator.command)
 serve_app.command("vlm")(serve_vlm.command)
 app.add_typer(data.app, name="data")
+data.app.command("export")(data_export.export)
+data.app.command("prompts")(data_prompts.prompts)
+data.app.command("generate")(data_generate.generate)
 app.add_typer(train.app, name="train")
 app.add_typer(eval_cli.app, name="eval")
 train.app.command("grpo")(train_grpo.grpo)
@@ -106,13 +121,13 @@ def run(
             reopen_if_failed(out_dir)
         with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
             pipe = Pipeline.from_config(cfg)
-        console.print(f"templates: {pipe.templates.kind} ({pipe.templates.origin})")
+        console.print(Text(f"templates: {pipe.templates.kind} ({pipe.templates.origin})"))
         with pipe, RichObserver(console) as observer:
             result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer, resume=resume)
     if not result.ok:
         raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
     for warning in result.trace.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(Text.assemble(("warning:", "yellow"), " ", warning))
     typer.echo(str(out_dir / "index.html"))
 
 
@@ -156,6 +171,11 @@ def quiet_libraries() -> None:
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` on stderr; the message is literal text (a path or reply may hold ``[...]``)."""
+    console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -170,10 +190,10 @@ def main() -> None:
     try:
         app()
     except USAGE_ERRORS as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         sys.exit(2)
     except InterleaveThinkerError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         sys.exit(1)
     except KeyboardInterrupt:
         console.print(
@@ -186,5 +206,5 @@ def main() -> None:
             raise
         from interleave_thinker.runtime.failures import failure_reason
 
-        console.print(f"[red]error:[/] {failure_reason(exc)}", highlight=False, soft_wrap=True)
+        print_error(failure_reason(exc))
         sys.exit(1)

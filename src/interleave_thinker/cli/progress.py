@@ -1,4 +1,8 @@
-"""A live terminal display of plan, steps and attempts (rich), fed by the loop's observer hooks."""
+"""A live terminal display of plan, steps and attempts (rich), fed by the loop's observer hooks.
+
+Model and user text (step names, prompts, errors) is printed as :class:`rich.text.Text`, never as markup:
+rich would take a plan's ``[image]`` label or a reply's ``[bold]`` for a style tag and swallow it.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,21 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
+from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.runtime.observer import Observer
+
+SHOWN_CHARS = 200
+"""Longest model text one terminal line shows (the trace and the page keep all of it)."""
 
 
 def counter_bar(console: Console, label: str = "{task.description}", *, quiet: bool = False) -> Progress:
@@ -27,19 +38,63 @@ def counter_bar(console: Console, label: str = "{task.description}", *, quiet: b
     )
 
 
+class StepsColumn(ProgressColumn):
+    """``N/M steps`` once the plan exists; nothing while planning (the bar pulses, the label says why)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text("")
+        return Text(f"{int(task.completed)}/{int(task.total)} steps")
+
+
+def shown(text: str | None) -> str:
+    """Model text for one terminal line: cleaned, on one line, bounded."""
+    return one_line(text or "", SHOWN_CHARS)
+
+
+def plan_lines(plan: Plan) -> list[Text]:
+    """The plan as printed: a header, then ``N. [image|text] name: prompt`` per step, all literal."""
+    label = " (single-step fallback)" if plan.fallback else ""
+    lines = [Text.assemble(("Plan", "bold"), f"{label}: {len(plan.steps)} step(s)")]
+    for step in plan.steps:
+        kind = "text" if step.is_text_answer else "image"
+        what = step.generation_prompt or step.auxiliary_text
+        lines.append(Text(f"  {step.step_number}. [{kind}] {shown(step.step_name)}: {shown(what)}"))
+    return lines
+
+
+def attempt_line(step_index: int, attempt: Attempt) -> Text:
+    """One finished attempt, numbered from 1 as people count (the trace keeps 0-based ``attempt``)."""
+    if attempt.generation_error:
+        state: tuple[str, str] = ("generation failed", "red")
+        detail = f": {shown(attempt.generation_error)}"
+    elif attempt.forced:
+        state, detail = ("accepted (last attempt, no critic call)", "yellow"), ""
+    elif attempt.verdict is None:
+        state, detail = ("critic gave no valid verdict", "red"), f" ({len(attempt.critic_raw)} replies)"
+    elif attempt.accepted:
+        state, detail = ("accepted by the critic", "green"), ""
+    else:
+        state, detail = ("rejected", "yellow"), "; retrying with a refined prompt"
+    head = f"  step {step_index} attempt {attempt.attempt + 1} (seed {attempt.seed}): "
+    return Text.assemble(head, state, detail)
+
+
 class RichObserver(Observer):
+    """One bar for the run: a pulsing bar and the phase while planning, then ``N/M steps``."""
+
     def __init__(self, console: Console) -> None:
         self.console = console
         self.progress = Progress(
             SpinnerColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total} steps"),
+            StepsColumn(),
             TimeElapsedColumn(),
             console=console,
             transient=True,
         )
-        self.task = self.progress.add_task("planning", total=None)
+        self.task = self.progress.add_task("starting the run", total=None)
 
     def __enter__(self) -> RichObserver:
         self.progress.start()
@@ -49,35 +104,18 @@ class RichObserver(Observer):
         self.progress.stop()
 
     def on_planning(self) -> None:
-        self.progress.update(self.task, description="[bold]planner[/] thinking")
+        self.progress.update(self.task, description="planning: the planner is thinking")
 
     def on_plan(self, plan: Plan) -> None:
-        label = " (single-step fallback)" if plan.fallback else ""
-        self.console.print(f"[bold]Plan[/]{label}: {len(plan.steps)} step(s)")
-        for step in plan.steps:
-            kind = "text" if step.is_text_answer else "image"
-            self.console.print(
-                f"  {step.step_number}. [{kind}] {step.step_name or ''}: {step.generation_prompt or step.auxiliary_text or ''}"
-            )
-        self.progress.update(self.task, total=len(plan.steps), completed=0)
+        for line in plan_lines(plan):
+            self.console.print(line)
+        self.progress.update(self.task, total=len(plan.steps), completed=0, description="plan ready")
 
     def on_attempt_start(self, step_index: int, attempt: int, prompt: str) -> None:
         self.progress.update(self.task, description=f"step {step_index} attempt {attempt + 1}: generating")
 
     def on_attempt_end(self, step_index: int, attempt: Attempt) -> None:
-        if attempt.generation_error:
-            state = f"[red]generation failed[/]: {attempt.generation_error}"
-        elif attempt.forced:
-            state = "[yellow]accepted (last attempt, no critic call)[/]"
-        elif attempt.verdict is None:
-            state = f"[red]critic gave no valid verdict[/] ({len(attempt.critic_raw)} replies)"
-        elif attempt.accepted:
-            state = "[green]accepted by the critic[/]"
-        else:
-            state = "[yellow]rejected[/]; retrying with a refined prompt"
-        self.console.print(
-            f"  step {step_index} attempt {attempt.attempt + 1} (seed {attempt.seed}): {state}"
-        )
+        self.console.print(attempt_line(step_index, attempt))
 
     def on_step_end(self, step_index: int, record: StepRecord) -> None:
         self.progress.update(self.task, advance=1, description=f"step {step_index} done")

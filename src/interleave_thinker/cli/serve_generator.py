@@ -39,7 +39,7 @@ def command(
         float, typer.Option(min=0.001, help="Seconds per request, queueing included; later: 504.")
     ] = 300.0,
     api_key_env: Annotated[
-        str | None, typer.Option(help="Require 'Authorization: Bearer $NAME' on /edit and /metrics.")
+        str | None, typer.Option(help="Require 'Authorization: Bearer $NAME' on every route but /health.")
     ] = None,
     max_body_mb: shared.MaxBodyOption = 20.0,
     max_pixels: shared.MaxPixelsOption = 4096 * 4096,
@@ -49,7 +49,7 @@ def command(
     read_timeout: shared.ReadTimeoutOption = 30.0,
     log_level: shared.LogLevelOption = "info",
 ) -> None:
-    """Serve an image backend over "/edit" (POST /edit, GET /health, GET /metrics), one worker process per device.
+    """Serve an image backend over "/edit" (POST /edit, GET /health, GET /metrics, GET /metrics.json), one worker process per device.
     SIGTERM or Ctrl-C stops accepting requests, finishes the ones in flight, stops the workers and exits 0."""
     cfg = _settings(settings, generator)
     from interleave_thinker.server.generator import ServiceSettings, api_key_from_env, serve

@@ -37,7 +37,7 @@ def command(
     read_timeout: shared.ReadTimeoutOption = 30.0,
     log_level: shared.LogLevelOption = "info",
 ) -> None:
-    """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, /v1/models, /health).
+    """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, /v1/models, /health, /metrics).
 
     For CPU users and tests: one model, one request at a time; a request whose client disconnects is stopped at its next token, and SIGTERM stops within a few seconds. The production server is vLLM (`vllm serve InterleaveThinker/InterleaveThinker-Planner-8B`); point the `openai:` backend at either, they speak the same API.
     """

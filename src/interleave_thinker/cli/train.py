@@ -1,4 +1,5 @@
-"""`interleave-thinker train sft`: fine-tune the planner or the critic with TRL (grpo comes later)."""
+"""`interleave-thinker train sft`: fine-tune the planner or the critic with TRL; the flags `train sft` and
+`train grpo` share (``--set KEY=VALUE`` overrides, ``--resume`` that leaves a finished run alone)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ ResumeOption = Annotated[
     bool, typer.Option("--resume", help="Continue from the newest checkpoint-N in the output folder.")
 ]
 OutOption = Annotated[Path | None, typer.Option("--out", help="Overrides output_dir of the config.")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Change one config key, e.g. --set training.learning_rate=1e-5 (repeatable; VALUE is YAML).",
+    ),
+]
 OutputDirOption = Annotated[
     Path | None,
     typer.Option("--output-dir", hidden=True, callback=deprecated("--output-dir", "--out")),
@@ -37,6 +46,7 @@ class TrainFlags:
     role: Role | None
     resume: bool
     out: Path | None
+    sets: tuple[str, ...] = ()
 
 
 with_train_flags = with_flags(
@@ -45,10 +55,27 @@ with_train_flags = with_flags(
         "resume": (ResumeOption, False),
         "out": (OutOption, None),
         "output_dir": (OutputDirOption, None),
+        "sets": (SetOption, None),
     },
     "flags",
-    lambda given: TrainFlags(given["role"], given["resume"], given["out"] or given["output_dir"]),
+    lambda given: TrainFlags(
+        given["role"], given["resume"], given["out"] or given["output_dir"], tuple(given["sets"] or ())
+    ),
 )
+
+
+def already_finished(flags: TrainFlags, output_dir: Path, max_steps: int, num_train_epochs: float) -> bool:
+    """``--resume`` of a run whose newest checkpoint reached its end: say so, and train nothing."""
+    from interleave_thinker.train.common import finished_at
+
+    step = finished_at(output_dir, max_steps, num_train_epochs) if flags.resume else None
+    if step is None:
+        return False
+    typer.echo(
+        f"{output_dir} already finished at step {step}; nothing to do "
+        f"(to train on, raise the step count, e.g. --resume --set training.max_steps={2 * step})."
+    )
+    return True
 
 
 @app.command()
@@ -63,7 +90,12 @@ def sft(
     from interleave_thinker.train.sft.config import SFTRunConfig
     from interleave_thinker.train.sft.trainer import run_sft
 
-    run_config = SFTRunConfig.load(config)
+    run_config = SFTRunConfig.load(config, sets=flags.sets)
+    training = run_config.training
+    if already_finished(
+        flags, flags.out or run_config.output_dir, training.max_steps, training.num_train_epochs
+    ):
+        return
     result = run_sft(run_config, flags.role, resume=flags.resume, output_dir=flags.out)
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from interleave_thinker.cli.specs import check_spec
-from interleave_thinker.cli.train import TrainFlags, with_train_flags
+from interleave_thinker.cli.train import TrainFlags, already_finished, with_train_flags
 
 
 @with_train_flags
@@ -21,7 +21,12 @@ def grpo(
     """GRPO on TRL's GRPOTrainer with our rewards (critic: the release's reward; planner: format + plan)."""
     from interleave_thinker.train.grpo.config import GRPORunConfig
 
-    run_config = GRPORunConfig.load(config, {"output_dir": str(flags.out) if flags.out else None})
+    run_config = GRPORunConfig.load(
+        config, {"output_dir": str(flags.out) if flags.out else None}, sets=flags.sets
+    )
+    training = run_config.training
+    if already_finished(flags, run_config.output_dir, training.max_steps, training.num_train_epochs):
+        return
     if run_config.reward.stepwise and (flags.role or run_config.role) != "planner":
         check_spec("config key 'reward.judge'", run_config.reward.judge, "vlm")
         check_spec("config key 'reward.generator'", run_config.reward.generator, "image")

@@ -21,9 +21,12 @@ if TYPE_CHECKING:
     from interleave_thinker.core.prompt_store import TemplateStore
 
 ENV_PREFIX = "INTERLEAVE_THINKER_"
-PresetName = Literal["official", "official-sft-critic", "tiny"]
+PresetName = Literal[
+    "official", "official-sft-critic", "tiny", "teacher-nano", "teacher-klein", "teacher-qwen"
+]
 PlannerFallback = Literal["error", "single-step"]
 TextSteps = Literal["text", "generate"]
+FirstRewrittenPrompt = Literal["planned", "empty"]
 """The choices of settings fields, also the choices of their flags (one spelling everywhere)."""
 PRESETS: tuple[str, ...] = get_args(PresetName)
 
@@ -87,6 +90,28 @@ class LoopOptions(_Section):
         description="When the planner never returns a valid plan: 'error', or 'single-step' (the request as one "
         "step, marked in the trace and page).",
     )
+    generator_budget: int | None = Field(
+        default=None,
+        ge=1,
+        description="Generator calls per request, shared by its steps, instead of max_attempts per step (the "
+        "authors' data-generation scripts: 15); none = max_attempts per step.",
+    )
+    first_rewritten_prompt: FirstRewrittenPrompt = Field(
+        default="planned",
+        description="The critic's rewritten_prompt on a step's first attempt: 'planned' (the planned prompt, as "
+        "the UEval runner and demo) or 'empty' (the authors' data-generation scripts).",
+    )
+
+    @model_validator(mode="after")
+    def _seeds_distinct(self) -> LoopOptions:
+        per_step = self.generator_budget or self.max_attempts
+        if per_step > self.seed_stride:
+            raise ValueError(
+                f"loop.seed_stride {self.seed_stride} is below the {per_step} generator calls a step may make "
+                "(loop.generator_budget or loop.max_attempts), so two attempts could share a seed; raise "
+                "loop.seed_stride"
+            )
+        return self
 
 
 class GenerationOptions(_Section):
@@ -157,11 +182,36 @@ class PromptOptions(_Section):
         return TemplateStore(**dict(self))
 
 
+class RolePrices(_Section):
+    """Prices of one backend role, in any one currency; 0 = free or unknown."""
+
+    per_call: float = Field(default=0.0, ge=0, description="Price of one call.")
+    per_1k_input_tokens: float = Field(
+        default=0.0, ge=0, description="Price of 1,000 input tokens (as the server reports them)."
+    )
+    per_1k_output_tokens: float = Field(
+        default=0.0, ge=0, description="Price of 1,000 output tokens (as the server reports them)."
+    )
+    per_image: float = Field(default=0.0, ge=0, description="Price of one generated image.")
+
+
+class PriceOptions(_Section):
+    """What each backend role costs, for the estimated cost of `data generate` (docs/data.md)."""
+
+    currency: str = Field(default="USD", description="Label of the prices' currency in the summary.")
+    planner: RolePrices = Field(default_factory=RolePrices, description="Prices of the planner's calls.")
+    critic: RolePrices = Field(default_factory=RolePrices, description="Prices of the critic's calls.")
+    judge: RolePrices = Field(default_factory=RolePrices, description="Prices of the judge's calls.")
+    generator: RolePrices = Field(default_factory=RolePrices, description="Prices of the generator's calls.")
+
+
 class PipelineConfig(_Section):
     """Everything needed to build a :class:`~interleave_thinker.Pipeline`."""
 
     preset: str | None = Field(
-        default=None, description="Backends and settings to start from (official, official-sft-critic, tiny)."
+        default=None,
+        description="Backends and settings to start from (official, official-sft-critic, tiny; for "
+        "`data generate`: teacher-nano, teacher-klein, teacher-qwen).",
     )
     planner: str = Field(description="VLM backend spec of the planner, e.g. 'transformers:ID'.")
     critic: str = Field(description="VLM backend spec of the critic (the planner's spec = one shared model).")
@@ -174,6 +224,11 @@ class PipelineConfig(_Section):
     generation: GenerationOptions = Field(default_factory=GenerationOptions)
     prompts: PromptOptions = Field(default_factory=PromptOptions)
     remote: RemoteOptions = Field(default_factory=RemoteOptions)
+    judge: str | None = Field(
+        default=None,
+        description="VLM backend spec of the judge that scores every attempt in `data generate`.",
+    )
+    prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
 
     @model_validator(mode="after")

@@ -104,7 +104,14 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 adds ``Attempt.scores`` (judge scores made in the run); a schema-2 trace has none, which
+    reads as None. The version exists so that an older reader refuses such a trace instead of taking its
+    unknown field for a broken trace."""
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 """Version N -> the function that turns a version-N trace into version N + 1."""
 SUPPORTED_VERSIONS = (*sorted(MIGRATIONS), SCHEMA_VERSION)
 

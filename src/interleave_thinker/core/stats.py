@@ -1,7 +1,7 @@
-"""One percentile for every latency figure the package reports (``summary.json``, ``/metrics``, limits).
+"""One percentile for every latency figure the package reports (``summary.json``, ``/metrics.json``, limits).
 
 Why one: two definitions gave two answers for the same numbers (p50 of [1, 2, 3, 4] was 3.0 in
-``summary.json`` and 2.0 in ``/metrics``). The definition is linear interpolation between the closest
+``summary.json`` and 2.0 in ``/metrics``, now ``/metrics.json``). The definition is linear interpolation between the closest
 ranks, numpy's default (``method="linear"``), the same as ``statistics.quantiles(method="inclusive")``:
 p50 is the median, and p0/p100 are the smallest and largest values.
 """

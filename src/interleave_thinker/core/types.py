@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of ``trace.json``; older ones are migrated on read (``core/run_folder.py``).
 
-2: ``StepRecord.planned_prompt``.
+2: ``StepRecord.planned_prompt``. 3: ``Attempt.scores`` (the judge's SC/PQ, from `data generate`).
 """
 WHITE_CANVAS = "white-canvas"
 """Name recorded as the "before" image of a text-to-image attempt (the release's white canvas)."""
@@ -83,6 +83,15 @@ class Durations(_Model):
     critic_s: float = 0.0
 
 
+class AttemptScores(_Model):
+    """The judge's scores of one attempt, made in the run (`data generate`): SC and PQ 0-10, or the error."""
+
+    sc: float | None = None
+    pq: float | None = None
+    error: str | None = None
+    raw_replies: dict[str, list[str]] = Field(default_factory=dict, description="Judge replies by kind.")
+
+
 class Attempt(_Model):
     """One generator call for a step and, unless skipped, the critic's verdict on it."""
 
@@ -99,6 +108,7 @@ class Attempt(_Model):
     generation_error: str | None = None
     accepted: bool = False
     forced: bool = Field(default=False, description="Accepted as the last attempt without a verdict.")
+    scores: AttemptScores | None = Field(default=None, description="Judge scores, when judged in the run.")
     durations: Durations = Field(default_factory=Durations)
 
 

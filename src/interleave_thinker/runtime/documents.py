@@ -1,13 +1,19 @@
-"""Render a finished trace as Markdown and as a self-contained HTML page (images referenced relatively)."""
+"""Render a finished trace as Markdown and as a self-contained HTML page (images referenced relatively),
+from the Jinja2 templates in ``runtime/templates/`` (package data)."""
 
 from __future__ import annotations
 
-import html
+from functools import cache
 from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HTML
-from interleave_thinker.core.types import Attempt, StepRecord, Trace
+from interleave_thinker.core.types import Trace
+
+TEMPLATES_DIR = "templates"
+"""The package data folder of the page templates (``runtime/templates/*.j2``), shared with ``reports``."""
 
 
 def notices(trace: Trace, notice: str | None = None) -> list[str]:
@@ -38,102 +44,78 @@ def markdown_text(text: str) -> str:
     return text.translate(_MARKDOWN_ESCAPES)
 
 
-def _inline(text: str) -> str:
+def _oneline(text: str) -> str:
     """One-line text (titles, notices): newlines would end the heading or quote they sit in."""
-    return markdown_text(" ".join(text.split()))
+    return " ".join(text.split())
+
+
+def _markdown_value(value: object) -> str:
+    """Every ``{{ }}`` value of a Markdown template, escaped: Markdown's autoescape."""
+    return "" if value is None else markdown_text(str(value))
+
+
+@cache
+def page_templates(kind: str) -> Environment:
+    """The environment of the package's page templates: ``html`` autoescaped (``select_autoescape``),
+    ``markdown`` escaped by :func:`markdown_text` on every value (Jinja has no Markdown autoescape)."""
+    loader = PackageLoader("interleave_thinker.runtime", TEMPLATES_DIR)
+    if kind == "html":
+        autoescape = select_autoescape(enabled_extensions=("html.j2",), default_for_string=True, default=True)
+        return Environment(loader=loader, autoescape=autoescape, undefined=StrictUndefined)
+    environment = Environment(
+        loader=loader,
+        autoescape=False,
+        finalize=_markdown_value,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=StrictUndefined,
+    )
+    environment.filters["oneline"] = _oneline
+    return environment
 
 
 def render_markdown(trace: Trace, notice: str | None = None) -> str:
-    lines = [f"# {_inline(trace.request.text)}", ""]
-    lines += [f"> {_inline(n)}" for n in notices(trace, notice)]
-    lines += [""] if lines[-1] != "" else []
-    for name in trace.input_images:
-        lines += [f"![input]({IMAGES_DIR}/{name})", ""]
-    for index, step in enumerate(trace.steps, start=1):
-        title = _inline(step.step.step_name or f"Step {index}")
-        lines += [f"## {index}. {title}", ""]
-        if step.text:
-            lines += [markdown_text(step.text), ""]
-        if step.accepted_image:
-            lines += [f"![step {index}]({IMAGES_DIR}/{step.accepted_image})", ""]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-_STYLE = """
-body{font-family:system-ui,sans-serif;max-width:860px;margin:2rem auto;padding:0 1rem;color:#222}
-.notice{background:#fff4d6;border:1px solid #e0b84c;padding:.6rem .8rem;border-radius:6px;margin:.4rem 0}
-.step{border-top:1px solid #ddd;padding:1rem 0}
-img{max-width:100%;border:1px solid #ccc;border-radius:4px}
-.attempt{display:flex;gap:1rem;margin:.5rem 0}.attempt img{width:160px;height:auto}
-.meta{color:#666;font-size:.85rem}pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem}
-details{margin:.5rem 0}
-""".strip()
-
-
-def _attempt_html(attempt: Attempt) -> str:
-    state = (
-        "accepted"
-        if attempt.accepted and not attempt.forced
-        else "forced pass"
-        if attempt.forced
-        else "rejected"
-    )
-    parts = [
-        f'<div class="attempt"><div class="meta">attempt {attempt.attempt} · seed {attempt.seed} · {state}</div>'
-    ]
-    if attempt.image_file:
-        parts.append(
-            f'<img src="{IMAGES_DIR}/{html.escape(attempt.image_file)}" alt="attempt {attempt.attempt}">'
+    page = (
+        page_templates("markdown")
+        .get_template("document.md.j2")
+        .render(
+            title=trace.request.text,
+            notices=notices(trace, notice),
+            input_images=trace.input_images,
+            steps=trace.steps,
+            images_dir=IMAGES_DIR,
         )
-    parts.append("<div>")
-    parts.append(f"<p><b>Prompt:</b> {html.escape(attempt.prompt)}</p>")
-    if attempt.verdict is not None:
-        parts.append(f"<p><b>Critic:</b> success={attempt.verdict.success}</p>")
-        if attempt.verdict.reasoning:
-            parts.append(f"<pre>{html.escape(attempt.verdict.reasoning)}</pre>")
-        if not attempt.verdict.success:
-            parts.append(f"<p><b>Refined prompt:</b> {html.escape(attempt.verdict.refine_prompt)}</p>")
-    elif attempt.critic_error:
-        parts.append(f"<p><b>Critic gave no valid verdict:</b> {html.escape(attempt.critic_error)}</p>")
-    if attempt.generation_error:
-        parts.append(f"<p><b>Generation failed:</b> {html.escape(attempt.generation_error)}</p>")
-    parts.append("</div></div>")
-    return "".join(parts)
+    )
+    return page.rstrip() + "\n"
 
 
-def _step_html(index: int, step: StepRecord) -> str:
-    title = html.escape(step.step.step_name or f"Step {index}")
-    parts = [f'<section class="step"><h2>{index}. {title}</h2>']
-    if step.text:
-        parts.append(f"<p>{html.escape(step.text)}</p>")
-    if step.accepted_image:
-        parts.append(f'<img src="{IMAGES_DIR}/{html.escape(step.accepted_image)}" alt="step {index}">')
-    if step.attempts:
-        parts.append(f"<details><summary>{len(step.attempts)} attempt(s) and the critic's notes</summary>")
-        parts += [_attempt_html(a) for a in step.attempts]
-        parts.append("</details>")
-    parts.append("</section>")
-    return "".join(parts)
+THUMB_PX = 160
+"""Width of an attempt's thumbnail on the page."""
+ACCEPTED_MIN_PX = 2 * THUMB_PX
+"""Smallest width of a step's accepted image: never smaller than the thumbnails (tiny images are 64 px)."""
 
 
 def render_html(trace: Trace, notice: str | None = None) -> str:
-    title = html.escape(trace.request.text.strip())
-    body = [f"<h1>{title}</h1>"]
-    body += [f'<div class="notice">{html.escape(n)}</div>' for n in notices(trace, notice)]
-    for name in trace.input_images:
-        body.append(f'<img src="{IMAGES_DIR}/{html.escape(name)}" alt="input image" style="width:200px">')
-    body += [_step_html(i, s) for i, s in enumerate(trace.steps, start=1)]
-    if trace.planner.plan is not None and trace.planner.plan.reasoning:
-        body.append(
-            f"<details><summary>Planner reasoning</summary><pre>{html.escape(trace.planner.plan.reasoning)}</pre></details>"
-        )
-    backends = ", ".join(f"{role}: {html.escape(spec)}" for role, spec in trace.backends.items())
-    body.append(
-        f'<p class="meta">{backends} · status {trace.status} · {trace.duration_s:.1f}s · trace.json</p>'
-    )
+    plan = trace.planner.plan
+    generation = trace.settings.get("generation")
+    width = generation.get("width") if isinstance(generation, dict) else None
     return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{title}</title><style>{_STYLE}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+        page_templates("html")
+        .get_template("index.html.j2")
+        .render(
+            title=trace.request.text.strip(),
+            notices=notices(trace, notice),
+            input_images=trace.input_images,
+            steps=trace.steps,
+            reasoning=plan.reasoning if plan is not None else None,
+            backends=trace.backends,
+            status=trace.status,
+            duration_s=trace.duration_s,
+            images_dir=IMAGES_DIR,
+            thumb_px=THUMB_PX,
+            accepted_min_px=ACCEPTED_MIN_PX,
+            pixelated=isinstance(width, int) and width < ACCEPTED_MIN_PX,  # upscaled: keep the pixels sharp
+        )
     )
 
 

@@ -3,6 +3,10 @@
 Requests run in worker threads; every backend call goes through one of these wrappers, which bounds
 the calls in flight (a semaphore), records latency and busy time for the batch summary, and, for
 local models that batch exactly, gathers concurrent calls into one batched call.
+
+A served backend's transport has its own slots (``remote.concurrency``); the wrapper sets them to the
+same limit (``RemoteBackend.set_concurrency``), so ``--per-backend-limit generator=64`` means 64 calls
+on the wire, not 64 waiting for the transport's default 8.
 """
 
 from __future__ import annotations
@@ -107,6 +111,9 @@ class _Limited:
     def __init__(self, inner: Any, stats: BackendStats, *, micro_batch: bool, max_wait: float) -> None:
         self.inner, self.stats, self.name = inner, stats, inner.name
         self._slots = threading.BoundedSemaphore(stats.limit)
+        resize = getattr(inner, "set_concurrency", None)
+        if callable(resize):  # a served backend: its transport takes the same limit, one number end to end
+            resize(stats.limit)
         self._batcher = (
             MicroBatcher(self._run_batch, max_batch=stats.limit, max_wait=max_wait) if micro_batch else None
         )

@@ -4,6 +4,10 @@ Defaults follow the released UEval runner: three attempts per step, the last acc
 critic call ("forcing pass"), seeds ``step_number * 100 + attempt``, step 1 of a narrative request is
 text-to-image, every other step edits the latest image, and the critic's "before" image of a
 text-to-image attempt is a 1024x1024 white canvas.
+
+The authors' data-generation loop is a choice of settings of this one loop (``loop.*``): the critic on
+every attempt, a budget of generator calls per request instead of a limit per step, an empty
+``rewritten_prompt`` on a first attempt; with a judge, every attempt is also scored (SC/PQ) as it is made.
 """
 
 from __future__ import annotations
@@ -13,13 +17,22 @@ import time
 from PIL import Image
 
 from interleave_thinker.agents.critic import Critic
+from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.planner import Planner, single_step_plan
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
-from interleave_thinker.core.types import WHITE_CANVAS, Attempt, Durations, PlanStep, StepRecord
+from interleave_thinker.core.types import (
+    WHITE_CANVAS,
+    Attempt,
+    AttemptScores,
+    Durations,
+    PlanStep,
+    StepRecord,
+    Trace,
+)
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
 
@@ -34,7 +47,9 @@ class StepLoop:
         loop: LoopOptions,
         generation: GenerationOptions,
         observer: Observer | None = None,
+        judge: Judge | None = None,
     ) -> None:
+        self.judge = judge
         self.planner = planner
         self.critic = critic
         self.generator = generator
@@ -70,20 +85,38 @@ class StepLoop:
                 continue
             step_record = self._new_step(step)
             trace.steps.append(step_record)
-            self._run_step(recorder, index, step_record, latest)
+            self._run_step(recorder, index, step_record, latest, self._attempt_limit(trace))
             step_record.complete = True
             recorder.checkpoint()
             self.observer.on_step_end(index, step_record)
             if step_record.kind == "image":
                 if step_record.accepted_image is None:
-                    trace.status = "failed"
-                    trace.error = f"Step {index} produced no image: " + "; ".join(
-                        a.generation_error or "" for a in step_record.attempts
-                    )
-                    recorder.checkpoint()
+                    self._fail_step(recorder, index, step_record)
                     return
                 latest = (recorder.images[step_record.accepted_image], step_record.accepted_image)
         trace.status = "succeeded"
+        recorder.checkpoint()
+
+    def _attempt_limit(self, trace: Trace) -> int:
+        """Generator calls the next step may make: ``max_attempts``, or what the request's budget has left."""
+        budget = self.loop.generator_budget
+        if budget is None:
+            return self.loop.max_attempts
+        used = sum(len(s.attempts) for s in trace.steps)
+        return max(0, budget - used)
+
+    def _fail_step(self, recorder: RunRecorder, index: int, record: StepRecord) -> None:
+        trace = recorder.trace
+        trace.status = "failed"
+        if not record.attempts and self.loop.generator_budget is not None:
+            trace.error = (
+                f"Step {index} got no generator call: the budget of {self.loop.generator_budget} calls per "
+                "request (loop.generator_budget) was used up by the steps before it."
+            )
+        else:
+            trace.error = f"Step {index} produced no image: " + "; ".join(
+                a.generation_error or "" for a in record.attempts
+            )
         recorder.checkpoint()
 
     def _plan(self, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
@@ -120,14 +153,21 @@ class StepLoop:
         return StepRecord(step=step, kind=kind, text=step.output_text, planned_prompt=planned)
 
     def _run_step(
-        self, recorder: RunRecorder, index: int, record: StepRecord, latest: tuple[Image.Image, str] | None
+        self,
+        recorder: RunRecorder,
+        index: int,
+        record: StepRecord,
+        latest: tuple[Image.Image, str] | None,
+        limit: int,
     ) -> None:
+        """Up to ``limit`` attempts, until the critic accepts one (or the last is forced)."""
         planned = record.planned_prompt
         if planned is None:
             return
         prompt = planned
-        for attempt_index in range(self.loop.max_attempts):
-            attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest)
+        for attempt_index in range(limit):
+            is_last = attempt_index == limit - 1
+            attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest, last=is_last)
             record.attempts.append(attempt)
             recorder.checkpoint()
             self.observer.on_attempt_end(index, attempt)
@@ -152,56 +192,73 @@ class StepLoop:
         planned: str,
         prompt: str,
         latest: tuple[Image.Image, str] | None,
+        *,
+        last: bool,
     ) -> Attempt:
-        seed = self.seed(index, attempt_index)
+        """One generator call, then (unless forced) the critic's verdict and (with a judge) the scores."""
         attempt = Attempt(
             step_number=index,
             attempt=attempt_index,
             prompt=prompt,
-            seed=seed,
+            seed=self.seed(index, attempt_index),
             before_image=latest[1] if latest else WHITE_CANVAS,
         )
         self.observer.on_attempt_start(index, attempt_index, prompt)
-        durations = Durations()
+        image = self._generate(attempt, latest)
+        if image is None:
+            return attempt
+        attempt.image_file = recorder.add_image(f"step{index:02d}_attempt{attempt_index}.png", image)
+        before = latest[0] if latest else white_canvas()
+        if last and not self.loop.critic_on_last_attempt:
+            attempt.accepted = attempt.forced = True
+        else:
+            first_empty = attempt_index == 0 and self.loop.first_rewritten_prompt == "empty"
+            self._review(attempt, before, image, planned, "" if first_empty else prompt)
+        if self.judge is not None:
+            attempt.scores = _scores(self.judge, before, image, planned)
+        return attempt
+
+    def _generate(self, attempt: Attempt, latest: tuple[Image.Image, str] | None) -> Image.Image | None:
+        """The attempt's image, or None with the generation error recorded; the time goes in its durations."""
         start = time.perf_counter()
         try:
             request = ImageRequest(
-                prompt,
+                attempt.prompt,
                 image=latest[0] if latest else None,
                 width=self.generation.width,
                 height=self.generation.height,
-                seed=seed,
+                seed=attempt.seed,
                 steps=self.generation.steps,
                 guidance=self.generation.guidance,
             )
-            image = self.generator.generate(request)
+            return self.generator.generate(request)
         except InterleaveThinkerError as exc:
             attempt.generation_error = str(exc)
-            return attempt
+            return None
         finally:
-            durations.generate_s = round(time.perf_counter() - start, 4)
-            attempt.durations = durations
-        attempt.image_file = recorder.add_image(f"step{index:02d}_attempt{attempt_index}.png", image)
+            attempt.durations = Durations(generate_s=round(time.perf_counter() - start, 4))
 
-        is_last = attempt_index == self.loop.max_attempts - 1
-        if is_last and not self.loop.critic_on_last_attempt:
-            attempt.accepted = attempt.forced = True
-            return attempt
+    def _review(
+        self, attempt: Attempt, before: Image.Image, image: Image.Image, planned: str, rewritten: str
+    ) -> None:
+        """The critic's verdict on the attempt; no verdict leaves it not accepted, with the errors."""
         result = self.critic.review(
-            before=latest[0] if latest else white_canvas(),
-            after=image,
-            original_instruction=planned,
-            rewritten_prompt=prompt,
+            before=before, after=image, original_instruction=planned, rewritten_prompt=rewritten
         )
         attempt.critic_called = True
         attempt.critic_raw = result.raw_replies
         attempt.verdict = result.verdict
-        durations.critic_s = round(result.duration_s, 4)
+        attempt.durations.critic_s = round(result.duration_s, 4)
         if result.verdict is None:
             attempt.critic_error = "; ".join(result.errors) or "the critic gave no reply"
         else:
             attempt.accepted = result.verdict.success
-        return attempt
+
+
+def _scores(judge: Judge, before: Image.Image, image: Image.Image, planned: str) -> AttemptScores:
+    """SC and PQ of one attempt, as the critic reward judges them (after resized to before's size)."""
+    result = judge.judge(before, image, planned)
+    return AttemptScores(sc=result.sc, pq=result.pq, error=result.error, raw_replies=result.raw_replies)
 
 
 def _planner_unreachable(error: str) -> str:

@@ -1,21 +1,35 @@
 """One process at a time per output folder.
 
 Two batches (or runs) on one ``--out`` would both do all the work and write duplicate journal lines.
-The lock is an ``fcntl`` lock on ``OUT/.lock``: the kernel drops it when its process dies, however it
-dies, so a lock left by a dead process is simply taken over; the file holds the owner's pid only to
-name it in the error.
+The lock is a native ``filelock.UnixFileLock`` (``flock``) on ``OUT/.lock``: the kernel drops it when its
+process dies, however it dies, so a lock left by a dead process is simply taken over. No soft fallback
+(a marker file would outlive a killed holder); the file holds the owner's pid only to name it in the error.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import Timeout, UnixFileLock
+
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.run_folder import LOCK_FILE
+
+
+def _write_pid(fd: int) -> None:
+    """Called by filelock with the locked descriptor: record who holds the folder."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def _owner(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")[:32].strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 @contextmanager
@@ -24,23 +38,20 @@ def folder_lock(folder: Path) -> Iterator[None]:
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    lock = UnixFileLock(path, blocking=False, preserve_lock_file=True, on_acquired=_write_pid)
     try:
+        lock.acquire()
+    except Timeout:
+        raise InputError(
+            f"{folder} is in use by another interleave-thinker process (pid {_owner(path)}); wait for it "
+            "to finish or stop it, or use another --out."
+        ) from None
+    try:
+        yield
+    finally:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise InputError(
-                f"{folder} is in use by another interleave-thinker process (pid {owner}); wait for it "
-                "to finish or stop it, or use another --out."
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        try:
-            yield
-        finally:
             if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
                 path.unlink()  # a command that failed before writing anything leaves no folder behind
                 folder.rmdir()
-    finally:
-        os.close(fd)  # closing drops the lock
+        finally:
+            lock.release()

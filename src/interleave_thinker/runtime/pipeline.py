@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from interleave_thinker.agents.critic import Critic
+from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.agents.planner import Planner
 from interleave_thinker.agents.retry import RetryPolicy
@@ -27,12 +28,20 @@ from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
+from interleave_thinker.runtime.call_overrides import (
+    call_settings,
+    for_call,
+    given_overrides,
+    preset_config,
+)
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import note_backend_errors
+from interleave_thinker.runtime.input_images import InputImages, open_image_file, read_input_images
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.resume import is_finished, restore_pages, resume_recorder
+from interleave_thinker.runtime.used_backends import backend_description
 
 logger = logging.getLogger(__name__)
 
@@ -77,17 +86,7 @@ def _step_output(step: StepRecord, images: dict[str, Image.Image]) -> StepOutput
 
 def load_input_images(paths: Sequence[str | Path]) -> list[Image.Image]:
     """Open every input image up front, so a bad path fails before anything is generated or written."""
-    images = []
-    for path in paths:
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"Input image {p} does not exist.")
-        try:
-            with Image.open(p) as handle:
-                images.append(handle.convert("RGB"))
-        except (UnidentifiedImageError, OSError) as exc:
-            raise InputError(f"Input image {p} cannot be read as an image ({exc}).") from None
-    return images
+    return [open_image_file(path) for path in paths]
 
 
 def normalize_request_text(text: str, n_images: int) -> tuple[str, list[str]]:
@@ -126,10 +125,18 @@ class Pipeline:
         retry = RetryPolicy(agents.max_parse_attempts, agents.temperature, agents.retry_temperature)
         self.planner = Planner(planner, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
         self.critic = Critic(critic, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
+        self.judge: Judge | None = None
+        """Set by `data generate`: every attempt is then scored (SC/PQ) as it is made."""
+        self.call_overrides: dict[str, Any] = {}
+        """The per-call settings this copy runs with (``runtime/call_overrides.for_call``)."""
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> Pipeline:
-        return cls.from_config(PipelineConfig.resolve(preset=name, overrides=overrides))
+    def from_preset(
+        cls, name: str, *, device: str | None = None, dtype: str | None = None, **overrides: Any
+    ) -> Pipeline:
+        """The preset's pipeline; ``device``/``dtype`` set ``model.device``/``model.dtype``, and
+        ``overrides`` are config sections (``loop={"max_attempts": 5}``), as in a YAML file."""
+        return cls.from_config(preset_config(name, device=device, dtype=dtype, overrides=overrides))
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> Pipeline:
@@ -149,19 +156,43 @@ class Pipeline:
     def __call__(
         self,
         prompt: str,
-        images: Sequence[str | Path] | None = None,
+        images: InputImages | None = None,
         *,
         out_dir: str | Path | None = None,
         observer: Observer | None = None,
         request_id: str | None = None,
         task: str | None = None,
         resume: bool = False,
+        seed: int | None = None,
+        steps: int | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        guidance: float | None = None,
+        max_attempts: int | None = None,
     ) -> Result:
         """Run one request; with ``out_dir`` every image and the trace are written as they are made.
 
+        ``images`` are file paths or PIL images (one, or a list in ``<image>`` order). ``seed``
+        (``loop.seed_base``), ``steps``, ``width``, ``height``, ``guidance`` (``generation.*``) and
+        ``max_attempts`` (``loop.max_attempts``) override the config for this call only, checked as
+        the config is (a bad value raises ConfigError naming the argument) and recorded in the trace.
         With ``resume=True`` and a trace of the same request in ``out_dir``, a finished request is
         returned as it is and an unfinished one continues after its last complete step.
         """
+        overrides = given_overrides(
+            seed=seed, steps=steps, width=width, height=height, guidance=guidance, max_attempts=max_attempts
+        )
+        if overrides:  # this call only: a copy of the pipeline with the merged config runs it
+            call = for_call(self, overrides)
+            return call(
+                prompt,
+                images,
+                out_dir=out_dir,
+                observer=observer,
+                request_id=request_id,
+                task=task,
+                resume=resume,
+            )
         # 1. Check inputs before anything is generated or written.
         request, input_images, warnings = self._check_inputs(prompt, images, request_id, task)
         # 2. Open the trace and its recorder, or pick up the run already in ``out_dir``.
@@ -180,13 +211,12 @@ class Pipeline:
         return self._result(recorder)
 
     def _check_inputs(
-        self, prompt: str, images: Sequence[str | Path] | None, request_id: str | None, task: str | None
+        self, prompt: str, images: InputImages | None, request_id: str | None, task: str | None
     ) -> tuple[Request, list[Image.Image], list[str]]:
         """The request, its images (opened) and the warnings about it; bad input raises InputError."""
-        paths = [str(p) for p in images or []]
-        input_images = load_input_images(paths)
+        names, input_images = read_input_images(images)
         text, warnings = normalize_request_text(clean_text(prompt), len(input_images))
-        request = Request(text=text, images=paths, id=request_id, task=clean_text(task) if task else task)
+        request = Request(text=text, images=names, id=request_id, task=clean_text(task) if task else task)
         return request, input_images, warnings
 
     def _open(
@@ -213,6 +243,7 @@ class Pipeline:
             loop=self.config.loop,
             generation=self.config.generation,
             observer=observer,
+            judge=self.judge,
         )
         loop.run(recorder, input_images, recorder.trace.input_images)
 
@@ -241,14 +272,11 @@ class Pipeline:
         """A fresh trace (backends, settings, templates) with copies of the input images."""
         trace = Trace(
             request=request,
-            backends={
-                "planner": self.config.planner,
-                "critic": self.config.critic,
-                "generator": self.config.generator,
-            },
+            backends=self._used_backends(),
             settings={
                 "loop": self.config.loop.model_dump(),
                 "generation": self.config.generation.model_dump(),
+                **call_settings(self.call_overrides),
             },
             templates=self.templates.info(),
             warnings=warnings + self._template_warnings(),
@@ -258,6 +286,17 @@ class Pipeline:
             recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
         ]
         return recorder
+
+    def _used_backends(self) -> dict[str, str]:
+        """Each role's backend as it ran (its spec, name or class; ``runtime/used_backends``)."""
+        used = {
+            "planner": backend_description(self.planner_backend),
+            "critic": backend_description(self.critic_backend),
+            "generator": backend_description(self.generator),
+        }
+        if self.judge is not None:
+            used["judge"] = backend_description(self.judge.backend)
+        return used
 
     def close(self) -> None:
         """Release the backends' connections (served backends hold HTTP clients)."""

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR, REPORT, REQUESTS, RESULTS, SUMMARY
 from interleave_thinker.core.stats import latency_percentiles
 from interleave_thinker.core.types import Trace
+from interleave_thinker.runtime.documents import page_templates
 from interleave_thinker.runtime.failures import backend_errors
 
 _WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
@@ -141,57 +140,26 @@ def accumulate(previous: dict[str, Any] | None, backends: dict[str, Any], wall_s
     return {"runs": runs, "wall_s": sum(r.get("wall_s") or 0.0 for r in runs), "backends": total}
 
 
-def _card(request_id: str, trace: Trace, folder: str) -> str:
-    task = html.escape(trace.request.task or "")
-    parts = [f'<div class="card" data-status="{trace.status}" data-task="{task}">']
-    parts.append(
-        f'<h3><a href="{quote(folder)}/index.html">{html.escape(request_id)}</a> · {trace.status}</h3>'
-    )
-    parts.append(f"<p>{html.escape(trace.request.text[:300])}</p>")
-    if trace.error:
-        parts.append(f'<p class="error">{html.escape(trace.error)}</p>')
-    parts.append('<div class="steps">')
-    for index, step in enumerate(trace.steps, start=1):
-        parts.append("<figure>")
-        if step.accepted_image:
-            src = f"{quote(folder)}/{IMAGES_DIR}/{quote(step.accepted_image)}"
-            parts.append(f'<img loading="lazy" src="{html.escape(src)}" alt="step {index}">')
-        caption = f"{index}. {len(step.attempts)} attempt(s)" if step.kind == "image" else f"{index}. text"
-        parts.append(
-            f"<figcaption>{html.escape(caption)}<br>{html.escape((step.text or '')[:120])}</figcaption></figure>"
-        )
-    parts.append("</div></div>")
-    return "".join(parts)
-
-
 def render_report(
     traces: dict[str, Trace], summary: dict[str, Any], folders: dict[str, str] | None = None
 ) -> str:
-    tasks = sorted({t.request.task for t in traces.values() if t.request.task})
-    options = "".join(f'<option value="{html.escape(t)}">{html.escape(t)}</option>' for t in tasks)
-    counts = summary["requests"]
-    head = (
-        "<style>body{font-family:system-ui,sans-serif;margin:1.5rem}.card{border:1px solid #ddd;border-radius:6px;"
-        "padding:.5rem 1rem;margin:.7rem 0}.steps{display:flex;gap:.5rem;flex-wrap:wrap}figure{margin:0;width:150px}"
-        "img{width:150px;border:1px solid #ccc}figcaption{font-size:.75rem;color:#555}.error{color:#a00}"
-        ".hidden{display:none}</style>"
-    )
-    script = (
-        "<script>function f(){const s=document.getElementById('status').value,t=document.getElementById('task').value;"
-        "for(const c of document.querySelectorAll('.card')){const ok=(!s||c.dataset.status===s)&&(!t||c.dataset.task===t);"
-        "c.classList.toggle('hidden',!ok)}}</script>"
-    )
-    controls = (
-        '<p>Status <select id="status" onchange="f()"><option value="">all</option><option>succeeded</option>'
-        f'<option>failed</option><option>running</option></select> Task <select id="task" onchange="f()">'
-        f'<option value="">all</option>{options}</select></p>'
-    )
-    cards = "\n".join(_card(i, t, request_folder(i, folders)) for i, t in traces.items())
+    """``report.html``: a card per request (its steps' accepted images, linked to its page)."""
     return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Batch report</title>{head}{script}</head><body>'
-        f"<h1>Batch report</h1><p>{counts['total']} requests: {counts['succeeded']} succeeded, {counts['failed']} failed, "
-        f"{counts['unfinished']} unfinished · success rate {summary['success_rate']:.1%}</p>{controls}{cards}</body></html>\n"
+        page_templates("html")
+        .get_template("report.html.j2")
+        .render(
+            counts=summary["requests"],
+            success_rate=summary["success_rate"],
+            tasks=sorted({t.request.task for t in traces.values() if t.request.task}),
+            cards=[{"id": i, "trace": t, "folder": request_folder(i, folders)} for i, t in traces.items()],
+            images_dir=IMAGES_DIR,
+        )
     )
+
+
+CARRIED_KEYS = ("usage", "estimated_cost")
+"""Summary figures only the runs that made them know (`data generate`'s counts per backend and their
+cost): rebuilding the outputs from the traces (`report`) carries them over from the earlier summary."""
 
 
 def write_reports(
@@ -201,10 +169,13 @@ def write_reports(
     wall_s: float | None = None,
     runs: list[dict[str, Any]] | None = None,
     folders: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``extra``: figures the traces cannot give, kept as they are (see :data:`CARRIED_KEYS`)."""
     summary = summarize(traces, backends, wall_s)
     if runs is not None:
         summary["runs"] = runs
+    summary.update(extra or {})
     write_atomic(root / SUMMARY, json.dumps(summary, indent=2))
     write_atomic(root / RESULTS, json.dumps(ueval_results(traces, folders), indent=2, ensure_ascii=False))
     write_atomic(root / REPORT, render_report(traces, summary, folders))

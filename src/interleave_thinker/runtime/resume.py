@@ -2,7 +2,8 @@
 
 Every decision a restart makes is here; the rest of the runtime asks:
 
-- a batch folder continues only with the settings it started with (:func:`merged_manifest`);
+- a batch folder continues only with the settings it started with (:func:`merged_manifest`, which
+  names every differing setting); ``--fresh`` moves the earlier work aside instead (:func:`move_aside`);
 - a request with a journal line is done and skipped, unless it failed and failed requests are
   retried (the default; ``--no-retry-failed`` keeps them): :func:`pending`;
 - a failed request that runs again keeps its plan and its complete steps, or starts over when it
@@ -21,14 +22,17 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.images import open_rgb
 from interleave_thinker.core.run_folder import (
     IMAGES_DIR,
     LOCK_FILE,
+    MANIFEST,
     has_pages,
     image_path,
     load_trace,
@@ -37,6 +41,7 @@ from interleave_thinker.core.run_folder import (
     trace_path,
     write_trace,
 )
+from interleave_thinker.core.settings_diff import setting_differences
 from interleave_thinker.core.types import Request, Trace
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.documents import write_documents
@@ -53,25 +58,78 @@ def is_finished(trace: Trace) -> bool:
 # --- batches ---------------------------------------------------------------------------------------------
 
 
+def with_added_defaults(recorded: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """Recorded settings plus the loop and generation keys they lack where ``given`` has the key's
+    default: an older version that wrote them ran with the default behaviour, so a resume must not take
+    a key added since (``loop.generator_budget``) for a changed setting."""
+    filled = dict(recorded)
+    for section, model in (("loop", LoopOptions), ("generation", GenerationOptions)):
+        old, new = recorded.get(section), given.get(section)
+        if isinstance(old, dict) and isinstance(new, dict):
+            defaults = model().model_dump(mode="json")
+            added = {k: v for k, v in new.items() if k not in old and k in defaults and v == defaults[k]}
+            filled[section] = {**old, **added}
+    return filled
+
+
 def merged_manifest(path: Path, manifest: dict[str, Any], *, resume: bool) -> dict[str, Any]:
     """The manifest to write at ``path``: ``manifest``, with the ids of the batch it continues first.
 
-    A used folder without ``resume``, or one started with other settings, is an error: two runs must
-    not mix in one folder.
+    A used folder without ``resume``, or one started with other settings, is an error naming each
+    differing setting and the way out (``--fresh`` or another ``--out``): two runs must not mix in one
+    folder.
     """
     if not path.exists():
         return manifest
     root = path.parent
+    way_out = (
+        f"run it with --fresh to move the earlier one aside (to {aside_path(root)}) and start over, "
+        "or use another --out."
+    )
     if not resume:
-        raise InputError(f"{root} already holds a batch; use --resume to continue it or another --out.")
+        raise InputError(f"{root} already holds a batch; use --resume to continue it, or {way_out}")
     previous = json.loads(path.read_text(encoding="utf-8"))
-    if previous.get("settings") != manifest.get("settings"):
+    given = manifest.get("settings") or {}
+    differences = setting_differences(with_added_defaults(previous.get("settings") or {}, given), given)
+    if differences:
+        lines = "\n".join(f"  {line}" for line in differences)
         raise InputError(
-            f"{path} was written with other settings (backends, loop or generation); "
-            "resume with the same options, or use another --out."
+            f"{path} was written with other settings (recorded -> given):\n{lines}\n"
+            f"Resume with the same options, or {way_out}"
         )
     merged = list(dict.fromkeys([*previous.get("ids", []), *manifest.get("ids", [])]))
     return {**manifest, "ids": merged}
+
+
+def aside_path(root: Path) -> Path:
+    """Where ``--fresh`` moves the work in ``root``: ``<root>.old-<UTC time of its batch.json>``.
+
+    The time is the manifest's (else the folder's) modification time, so the path a refusal names is
+    the path a following ``--fresh`` uses; a taken name gets ``-2``, ``-3``, ...
+    """
+    stamp_of = root / MANIFEST if (root / MANIFEST).exists() else root
+    stamp = datetime.fromtimestamp(stamp_of.stat().st_mtime, tz=UTC).strftime("%Y%m%d-%H%M%S")
+    candidate, n = root.with_name(f"{root.name}.old-{stamp}"), 1
+    while candidate.exists():
+        n += 1
+        candidate = root.with_name(f"{root.name}.old-{stamp}-{n}")
+    return candidate
+
+
+def move_aside(root: Path) -> Path | None:
+    """``--fresh``: move everything in ``root`` (but the lock its holder keeps) to :func:`aside_path`.
+
+    Nothing is deleted, so finished work stays on disk; returns where it went, or None when ``root``
+    held nothing.
+    """
+    children = [c for c in root.iterdir() if c.name != LOCK_FILE] if root.is_dir() else []
+    if not children:
+        return None
+    target = aside_path(root)
+    target.mkdir(parents=True)
+    for child in children:
+        child.rename(target / child.name)
+    return target
 
 
 def pending(items: list[BatchItem], journal: dict[str, str], *, retry_failed: bool) -> list[BatchItem]:

@@ -76,6 +76,7 @@ def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline,
     limited = Pipeline(
         planner=planner, critic=critic, generator=generator, config=config, templates=pipe.templates
     )
+    limited.judge = pipe.judge
     return limited, stats
 
 

@@ -21,14 +21,16 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from PIL import Image, UnidentifiedImageError
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from interleave_thinker.backends.protocols import Message, VLMBackend
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.cancel import CallGate, install_stop_check
 from interleave_thinker.server.limits import BodyLimit
+from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
 
 DEFAULT_MAX_TOKENS = 4096
 """Reply length when a request names none (the agents' own default)."""
@@ -93,11 +95,12 @@ class RequestError(Exception):
 
 
 def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None = None) -> FastAPI:
-    """The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``."""
+    """The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``."""
     limits = limits or VLMLimits()
     app = FastAPI(title="interleave-thinker VLM server", version="1")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
     gate = CallGate()
+    tokens = _add_metrics(app, gate)
     app.state.gate = gate
     app.state.cancellable = install_stop_check(backend, gate.should_stop)
     created = int(time.time())
@@ -138,9 +141,34 @@ def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None =
         text = await _run_while_connected(gate, call, request)
         if text is None:  # the client left: nobody reads this reply
             return _error(499, "The client closed the connection; generation was stopped.", "cancelled")
-        return _completion(served_name, text, _usage(backend, messages, text), max_tokens)
+        usage = _usage(backend, messages, text)
+        if usage is not None:
+            tokens.labels("prompt").inc(usage["prompt_tokens"])
+            tokens.labels("completion").inc(usage["completion_tokens"])
+        return _completion(served_name, text, usage, max_tokens)
 
     return app
+
+
+def _add_metrics(app: FastAPI, gate: CallGate) -> Counter:
+    """``GET /metrics`` on the app's own registry (two apps in one process keep separate figures):
+    requests by route and status (413s included: the middleware is outermost), latency, in flight,
+    generations stopped by a client leaving, and the token counter the chat route feeds."""
+    registry = CollectorRegistry()
+    app.add_middleware(RequestMetrics, metrics=HTTPMetrics(registry))
+    registry.register(
+        CountFrom(
+            f"{PREFIX}vlm_cancelled", "Generations stopped because the client left.", lambda: gate.cancelled
+        )
+    )
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return metrics_reply(registry)
+
+    return Counter(
+        f"{PREFIX}vlm_tokens", "Tokens of answered chat completions (text only).", ["kind"], registry=registry
+    )
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -347,15 +347,12 @@ def _ensure_one(root: Path, name: str, seed: int) -> Path:
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """Exclusive advisory lock so concurrent processes never build the same cache at once."""
-    import fcntl
+    """Exclusive lock so concurrent processes never build the same cache at once (``flock``: the kernel
+    drops it when its holder dies, so a killed build never blocks the next one)."""
+    from filelock import UnixFileLock
 
-    with path.open("a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with UnixFileLock(path, preserve_lock_file=True):
+        yield
 
 
 def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:

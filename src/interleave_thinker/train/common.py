@@ -8,6 +8,7 @@ trainer with copies of the same code, so a fix to one (a dtype, a frozen project
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,6 +95,38 @@ def last_checkpoint(output_dir: Path) -> Path | None:
 
     found = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
     return Path(found) if found else None
+
+
+def finished_at(output_dir: Path, max_steps: int, num_train_epochs: float) -> int | None:
+    """The step at which the run in ``output_dir`` finished, or None when its newest checkpoint has more to do.
+
+    Why: a Trainer resumed from the checkpoint of its last step still trains one step more (and
+    overwrites the final model), so ``--resume`` of a finished run must stop before building a trainer.
+    Finished means the checkpoint reached ``max_steps`` (when > 0) or else ``num_train_epochs``.
+    """
+    checkpoint = last_checkpoint(output_dir)
+    state_file = checkpoint / "trainer_state.json" if checkpoint else None
+    if state_file is None or not state_file.is_file():
+        return None
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        step, epoch = int(state.get("global_step", 0)), float(state.get("epoch") or 0.0)
+    except (OSError, ValueError, TypeError):
+        return None  # an unreadable state: let the trainer say what is wrong with the checkpoint
+    done = step >= max_steps if max_steps > 0 else epoch >= num_train_epochs - 1e-6
+    return step if done else None
+
+
+def trl_common_args(checkpointing: bool) -> dict[str, Any]:
+    """TrainingArguments both trainers set the same way, under transformers' current names.
+
+    ``activation_checkpointing`` is what ``training.gradient_checkpointing`` means since transformers 5
+    (the old name is a deprecated alias that warned on every run, since TRL defaults it to True).
+    ``disable_tqdm`` is explicit because its default follows transformers' log level, which the CLI sets
+    to ``error`` to keep the libraries quiet: the progress bar with its ETA stays. Both can still be
+    overridden under ``trl:``.
+    """
+    return {"activation_checkpointing": checkpointing, "disable_tqdm": False}
 
 
 def training_callbacks(

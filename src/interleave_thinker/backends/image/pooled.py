@@ -36,7 +36,6 @@ def endpoint_list(urls: str | Sequence[str], normalize: Callable[[str], str]) ->
 class PooledImageBackend(RemoteBackend, ImageBatchMixin):
     """Subclasses set ``urls`` and ``name``, call :meth:`open_pool` and implement ``generate``."""
 
-    concurrency: int = 8
     urls: list[str]
 
     def open_pool(self, default_key_env: str, transport: PoolKeywords) -> None:

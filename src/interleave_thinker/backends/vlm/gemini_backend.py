@@ -15,6 +15,7 @@ lossless, so the model sees exactly the pixels the local backend would), system 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,7 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
         self.key_envs, configured = key_envs(api_key_env, DEFAULT_KEY_ENVS)
         self.client = client if client is not None else self._make_client(configured)
         self.open_caller([self.name], retry=self.retry, concurrency=concurrency, sleep=sleep)
+        self._usage = threading.local()
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> GeminiVLMBackend:
@@ -78,7 +80,13 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
         config: dict[str, Any] = {"temperature": float(temperature), "max_output_tokens": max_new_tokens}
         if system:
             config["system_instruction"] = system
+        self._usage.value = {}
         return str(self.caller.call(lambda _client, _url, timeout: self._generate(contents, config, timeout)))
+
+    def last_usage(self) -> dict[str, int]:
+        """Token counts of this thread's last reply (from ``usage_metadata``; empty when absent), named as
+        the OpenAI-compatible backend names them: what `data generate` counts and prices."""
+        return dict(getattr(self._usage, "value", {}))
 
     def _make_client(self, configured: bool) -> Any:
         """A real ``google.genai.Client``; the key is checked first (:class:`ConfigError`), then the SDK
@@ -127,6 +135,12 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
         text = getattr(response, "text", None)
         if not isinstance(text, str) or not text.strip():
             raise RetryableError(f"reply without text (blocked or empty): {_finish_reason(response)}")
+        meta = getattr(response, "usage_metadata", None)
+        counts = {
+            "prompt_tokens": getattr(meta, "prompt_token_count", None),
+            "completion_tokens": getattr(meta, "candidates_token_count", None),
+        }
+        self._usage.value = {k: v for k, v in counts.items() if type(v) is int}
         return text.strip()
 
 

@@ -64,6 +64,7 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
         self.api_key(required=configured, configured=configured)  # optional for local servers
         self.open_caller(urls, retry=retry, concurrency=concurrency, cooldown=cooldown)
         self._model_lock = threading.Lock()
+        self._usage = threading.local()
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> OpenAIVLMBackend:
@@ -95,7 +96,13 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
             "max_tokens": max_new_tokens,
             "temperature": float(temperature),
         }
+        self._usage.value = {}
         return str(self._call(lambda client, url, timeout: self._complete(client, url, timeout, body)))
+
+    def last_usage(self) -> dict[str, int]:
+        """Token counts the server reported for this thread's last reply (``prompt_tokens``,
+        ``completion_tokens``; empty when it sent none): what `data generate` counts and prices."""
+        return dict(getattr(self._usage, "value", {}))
 
     def chat_batch(
         self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
@@ -157,6 +164,13 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
                 f"reply without choices[0].message.content (HTTP {response.status_code}): "
                 f"{self._snippet(response.text)}"
             )
+        usage = response.json().get("usage")  # a dict: choices[0] was read from it
+        if isinstance(usage, dict):
+            self._usage.value = {
+                k: v
+                for k, v in usage.items()
+                if k in ("prompt_tokens", "completion_tokens") and type(v) is int
+            }
         return content.strip()
 
     def _resolve_model(self) -> str:

@@ -1,4 +1,5 @@
-"""The FastAPI app: ``POST /edit`` (the authors' protocol), ``GET /health``, ``GET /metrics``, and the
+"""The FastAPI app: ``POST /edit`` (the authors' protocol), ``GET /health``, ``GET /metrics`` (Prometheus
+text; ``GET /metrics.json`` the same figures as JSON), and the
 OpenAI images API (:mod:`.openai_routes`) from the same workers, queue, limits, metrics and token.
 
 Every ``/edit`` error reply has the protocol's shape, ``{"success": false, "error": "..."}``, so the authors'
@@ -18,13 +19,16 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
+from starlette.responses import Response
 
 from interleave_thinker.server.generator.guards import admit, check_token
-from interleave_thinker.server.generator.metrics import ServiceMetrics
+from interleave_thinker.server.generator.metrics import PoolCollector, ServiceMetrics
 from interleave_thinker.server.generator.openai_routes import RunJob, add_openai_routes
 from interleave_thinker.server.generator.pool import ClientGone, JobTimeout, QueueFull, WorkerPool
 from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
 from interleave_thinker.server.generator.settings import ServiceSettings
+from interleave_thinker.server.prometheus import HTTPMetrics, RequestMetrics, metrics_reply
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +52,11 @@ def create_app(settings: ServiceSettings, pool: WorkerPool | None = None) -> Fas
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.pool, app.state.metrics, app.state.settings = workers, ServiceMetrics(), settings
+    registry = CollectorRegistry()  # this app's own: two apps in one process keep separate figures
+    metrics = ServiceMetrics(registry=registry)
+    registry.register(PoolCollector(workers.describe, metrics.started))
+    app.add_middleware(RequestMetrics, metrics=HTTPMetrics(registry))
+    app.state.pool, app.state.metrics, app.state.settings = workers, metrics, settings
 
     @app.exception_handler(RequestError)
     async def refused(_: Request, exc: RequestError) -> JSONResponse:
@@ -75,7 +83,7 @@ def _lifespan(workers: WorkerPool) -> Callable[[FastAPI], AbstractAsyncContextMa
 
 
 def _add_status_routes(app: FastAPI) -> None:
-    """``GET /health`` (for load balancers, open) and ``GET /metrics`` (behind the token)."""
+    """``GET /health`` (for load balancers, open), ``GET /metrics`` and ``GET /metrics.json`` (behind the token)."""
     settings, metrics, workers = app.state.settings, app.state.metrics, app.state.pool
 
     @app.get("/health")
@@ -95,6 +103,11 @@ def _add_status_routes(app: FastAPI) -> None:
         return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
     @app.get("/metrics")
+    async def prometheus_metrics(request: Request) -> Response:
+        check_token(request, settings.api_key)
+        return metrics_reply(metrics.registry)
+
+    @app.get("/metrics.json")
     async def service_metrics(request: Request) -> JSONResponse:
         check_token(request, settings.api_key)
         return JSONResponse({"generator": settings.generator, **metrics.snapshot(), **workers.describe()})

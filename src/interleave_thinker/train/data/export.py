@@ -49,9 +49,24 @@ class ImageCopier:
         return self.done[path]
 
 
+def relocate_sft(example: SFTExample, copy: ImageCopier) -> SFTExample:
+    """``example`` pointing at its images' copies in the export folder."""
+    return dataclasses.replace(example, images=tuple(copy(p) for p in example.images))
+
+
+def sharegpt_info(file_name: str) -> dict[str, Any]:
+    """LLaMA-Factory's ``dataset_info.json`` entry for a ShareGPT file with images."""
+    return {
+        "file_name": file_name,
+        "formatting": "sharegpt",
+        "columns": {"messages": "messages", "images": "images"},
+        "tags": SHAREGPT_TAGS,
+    }
+
+
 def _relocate(result: BuildResult, copy: ImageCopier) -> BuildResult:
     def sft(e: SFTExample) -> SFTExample:
-        return dataclasses.replace(e, images=tuple(copy(p) for p in e.images))
+        return relocate_sft(e, copy)
 
     def rl(e: CriticRLExample) -> CriticRLExample:
         return dataclasses.replace(
@@ -100,12 +115,7 @@ def export(result: BuildResult, out: Path, *, trl: bool = True) -> BuildResult:
     for name, examples in (("planner_sft", moved.planner_sft), ("critic_sft", moved.critic_sft)):
         records = [sharegpt_record(e, out) for e in examples]
         write_atomic(out / f"{name}.json", json.dumps(records, ensure_ascii=False, indent=2) + "\n")
-        info[f"interleave_{name}"] = {
-            "file_name": f"{name}.json",
-            "formatting": "sharegpt",
-            "columns": {"messages": "messages", "images": "images"},
-            "tags": SHAREGPT_TAGS,
-        }
+        info[f"interleave_{name}"] = sharegpt_info(f"{name}.json")
     write_atomic(out / DATASET_INFO, json.dumps(info, indent=2) + "\n")
     lines = [json.dumps(easyr1_record(e, out), ensure_ascii=False) for e in moved.critic_rl]
     write_atomic(out / "critic_rl.jsonl", "".join(line + "\n" for line in lines))

@@ -98,6 +98,9 @@ def from_trace(run_dir: Path, name: str | None = None) -> Trajectory:
                     label=verdict.success if verdict else None,
                     refine_prompt=verdict.refine_prompt if verdict else None,
                     reasoning=verdict.reasoning if verdict else None,
+                    # Scores made in the run (`data generate`), so no second judge pass is needed.
+                    sc=a.scores.sc if a.scores else None,
+                    pq=a.scores.pq if a.scores else None,
                 )
             )
         steps.append(view)
@@ -185,7 +188,8 @@ def discover(source: Path, *, image_dir: Path | None = None) -> list[Trajectory]
     if source.is_file():
         return [from_record(load_record(source, image_dir=image_dir), str(source))]
     traces = find_runs(source)
-    records = sorted(source.rglob(RECORD_FILE))
+    # A record beside a trace.json (`data generate` writes both) is the same trajectory: read the trace.
+    records = sorted(p for p in source.rglob(RECORD_FILE) if not (p.parent / TRACE_FILE).is_file())
     if not traces and not records:
         raise InputError(
             f"--from {source}: found no {TRACE_FILE} (a run folder, a folder of runs or a batch folder) "

@@ -4,12 +4,14 @@ frozen starting (SFT) model, responses up to 4096 tokens, grad clip 1.0, bf16.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from interleave_thinker.core.config import PromptOptions, RemoteOptions, load_model_file
+from interleave_thinker.core.config import PromptOptions, RemoteOptions
+from interleave_thinker.train.overrides import load_run_config
 from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, _Section
 
 Role = Literal["planner", "critic"]
@@ -154,5 +156,8 @@ class GRPORunConfig(_Section):
         return self
 
     @classmethod
-    def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> GRPORunConfig:
-        return load_model_file(cls, path, overrides, "GRPO config")
+    def load(
+        cls, path: Path, overrides: dict[str, Any] | None = None, sets: Sequence[str] = ()
+    ) -> GRPORunConfig:
+        """Read YAML with top-level ``overrides`` and ``--set KEY=VALUE`` changes, validated once."""
+        return load_run_config(cls, path, "GRPO config", overrides=overrides, sets=sets)

@@ -21,6 +21,7 @@ from interleave_thinker.train.common import (
     load_policy,
     report_targets,
     training_callbacks,
+    trl_common_args,
     trl_trainer,
 )
 from interleave_thinker.train.grpo.config import GRPORunConfig, Role
@@ -199,7 +200,7 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
         "num_train_epochs": t.num_train_epochs,
         "max_grad_norm": t.max_grad_norm,
         "bf16": t.bf16,
-        "gradient_checkpointing": t.gradient_checkpointing,
+        **trl_common_args(t.gradient_checkpointing),
         "save_steps": t.save_steps,
         "logging_steps": t.logging_steps,
         "seed": t.seed,

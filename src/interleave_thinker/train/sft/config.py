@@ -8,12 +8,13 @@ tokens only. ``trl:`` passes any further ``trl.SFTConfig`` field through, checke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from interleave_thinker.core.config import load_model_file
+from interleave_thinker.train.overrides import load_run_config
 
 Role = Literal["planner", "critic"]
 
@@ -124,6 +125,9 @@ class SFTRunConfig(_Section):
         return self
 
     @classmethod
-    def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> SFTRunConfig:
-        """Read YAML (relative paths are taken from the working folder, as the CLI sees them)."""
-        return load_model_file(cls, path, overrides, "SFT config")
+    def load(
+        cls, path: Path, overrides: dict[str, Any] | None = None, sets: Sequence[str] = ()
+    ) -> SFTRunConfig:
+        """Read YAML (relative paths are taken from the working folder, as the CLI sees them);
+        ``sets`` are ``--set KEY=VALUE`` changes (see :mod:`interleave_thinker.train.overrides`)."""
+        return load_run_config(cls, path, "SFT config", overrides=overrides, sets=sets)

@@ -19,6 +19,7 @@ from interleave_thinker.train.common import (
     load_policy,
     report_targets,
     training_callbacks,
+    trl_common_args,
     trl_trainer,
 )
 from interleave_thinker.train.data.loaders import load_sft
@@ -122,7 +123,7 @@ def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate
         "gradient_accumulation_steps": t.gradient_accumulation_steps,
         "max_length": t.max_length,
         "bf16": t.bf16,
-        "gradient_checkpointing": t.gradient_checkpointing,
+        **trl_common_args(t.gradient_checkpointing),
         "assistant_only_loss": t.assistant_only_loss,
         "padding_free": t.padding_free,
         "save_strategy": "steps",

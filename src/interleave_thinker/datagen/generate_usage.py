@@ -1,0 +1,156 @@
+"""Call, token and image counts per backend role of `data generate`, and the cost they add up to.
+
+Why wrappers of our own and not the scheduler's limiter statistics: the judge runs inside the step loop
+beside the planner, critic and generator but is no role of the scheduler, and tokens are known only
+to the backend that read the server's reply (``last_usage`` of the OpenAI-compatible backend). Every
+call the loop makes passes one meter; a retry the transport makes inside one call is not counted again.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from interleave_thinker.backends.protocols import (
+    ImageBackend,
+    ImageBatchMixin,
+    ImageRequest,
+    Message,
+    VLMBackend,
+    VLMBatchMixin,
+)
+from interleave_thinker.core.config import PriceOptions, RolePrices
+
+ROLES = ("planner", "critic", "judge", "generator")
+COUNTS = ("calls", "input_tokens", "output_tokens", "images_in", "images_out")
+
+
+@dataclass
+class Usage:
+    """What one role's backend was asked for: calls, tokens (as its server reported them), images."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    images_in: int = 0
+    images_out: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {name: getattr(self, name) for name in COUNTS}
+
+
+def _images_in(messages: list[Message]) -> int:
+    return sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image"
+    )
+
+
+class MeteredVLM(VLMBatchMixin):
+    """A chat backend whose every call is counted into ``usage`` (failed calls too: the server saw them)."""
+
+    def __init__(self, inner: VLMBackend, usage: Usage) -> None:
+        self.inner, self.usage, self.name = inner, usage, inner.name
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        try:
+            return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+        finally:
+            last_usage = getattr(self.inner, "last_usage", None)
+            tokens = last_usage() if callable(last_usage) else {}
+            self.usage.add(
+                calls=1,
+                images_in=_images_in(messages),
+                input_tokens=int(tokens.get("prompt_tokens", 0)),
+                output_tokens=int(tokens.get("completion_tokens", 0)),
+            )
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+class MeteredImage(ImageBatchMixin):
+    """A generator whose every call is counted into ``usage``: one image in per edit, one out per success."""
+
+    def __init__(self, inner: ImageBackend, usage: Usage) -> None:
+        self.inner, self.usage, self.name = inner, usage, inner.name
+
+    def generate(self, request: ImageRequest) -> Image.Image:
+        made = 0
+        try:
+            image = self.inner.generate(request)
+            made = 1
+            return image
+        finally:
+            self.usage.add(calls=1, images_in=int(request.image is not None), images_out=made)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+def add_usage(*tables: dict[str, Any] | None) -> dict[str, dict[str, int]]:
+    """Per-role counts summed over several runs of one batch (a resume adds to the earlier runs')."""
+    total: dict[str, dict[str, int]] = {}
+    for table in tables:
+        for role, counts in (table or {}).items():
+            if not isinstance(counts, dict):
+                continue
+            merged = total.setdefault(role, dict.fromkeys(COUNTS, 0))
+            for name in COUNTS:
+                value = counts.get(name, 0)
+                merged[name] += value if type(value) is int else 0
+    return total
+
+
+def role_cost(counts: dict[str, int], prices: RolePrices) -> float:
+    return (
+        counts.get("calls", 0) * prices.per_call
+        + counts.get("input_tokens", 0) / 1000 * prices.per_1k_input_tokens
+        + counts.get("output_tokens", 0) / 1000 * prices.per_1k_output_tokens
+        + counts.get("images_out", 0) * prices.per_image
+    )
+
+
+def estimate_cost(usage: dict[str, dict[str, int]], prices: PriceOptions) -> dict[str, Any] | None:
+    """The cost of ``usage`` at ``prices`` per role and in total; None when no price is set."""
+    per_role = {role: getattr(prices, role) for role in ROLES}
+    if not any(value for p in per_role.values() for value in p.model_dump().values()):
+        return None
+    costs = {role: round(role_cost(usage.get(role, {}), p), 6) for role, p in per_role.items()}
+    return {"currency": prices.currency, "roles": costs, "total": round(sum(costs.values()), 6)}
+
+
+def usage_lines(usage: dict[str, dict[str, int]], cost: dict[str, Any] | None) -> list[str]:
+    """The summary's counts (and cost) as terminal lines, one per role."""
+    lines = []
+    for role in ROLES:
+        c = usage.get(role)
+        if c is None:
+            continue
+        line = (
+            f"{role}: {c['calls']} calls, {c['input_tokens']} input / {c['output_tokens']} output tokens, "
+            f"{c['images_in']} images in, {c['images_out']} out"
+        )
+        if cost is not None:
+            line += f", {cost['roles'][role]:.4f} {cost['currency']}"
+        lines.append(line)
+    if cost is not None:
+        lines.append(f"estimated cost: {cost['total']:.4f} {cost['currency']}")
+    return lines
