@@ -1,4 +1,4 @@
-"""A batch whose backends are all served loads no model library (torch, transformers, diffusers).
+"""A batch (or a run) whose backends are all served loads no model library (torch, transformers, diffusers).
 
 Each batch runs in a fresh interpreter (the test process itself may have loaded torch) against real
 HTTP servers on 127.0.0.1: a scripted OpenAI chat server for planner and critic, and a generator of
@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,20 @@ def noting_first(handle: Handle, first: list[float]) -> Handle:
     return note
 
 
+def run_probe(args: list[str]) -> dict[str, Any]:
+    """``interleave-thinker ARGS`` in a fresh interpreter (it must exit 0): the modules and RSS PROBE saw."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPENAI_API_KEY": KEY},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 @contextmanager
 def generators() -> Iterator[dict[str, str]]:
     """One running generator of each served kind, as the spec that drives it."""
@@ -80,17 +95,22 @@ def test_served_only_batch_imports_no_model_library(kind: str, tmp_path: Path) -
         ]
         args += ["--generator", specs[kind], "--concurrency", "4", "--quiet"]
         start = time.time()
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "OPENAI_API_KEY": KEY},
-        )
-    assert done.returncode == 0, done.stderr[-2000:]
-    probe = json.loads(done.stdout.strip().splitlines()[-1])
+        probe = run_probe(args)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["requests"]["succeeded"] == 4
     assert probe["heavy"] == []
     assert len(first) == 1
     print(f"{kind}: first request after {first[0] - start:.2f}s, peak RSS {probe['rss_mb']} MB")
+
+
+def test_served_only_run_imports_no_model_library(tmp_path: Path) -> None:
+    """`run` quiets diffusers only when the generator is local, so served backends alone load no torch."""
+    chat = scripted_models.handler("chat", scripted_models.State())
+    edit = scripted_models.handler("edit", scripted_models.State())
+    with LocalServer(chat) as planner, LocalServer(edit) as generator:
+        vlm = f"openai:{planner.url}/v1#scripted"
+        args = ["run", "draw a cat", "--out", str(tmp_path / "run"), "--preset", "tiny"]
+        args += ["--planner", vlm, "--critic", vlm, "--generator", f"http:{generator.url}"]
+        heavy = run_probe(args)["heavy"]
+    assert heavy == []
+    assert json.loads((tmp_path / "run" / "trace.json").read_text())["status"] == "succeeded"

@@ -205,6 +205,20 @@ def test_exports_load_back_as_the_same_examples(runs: Path, tmp_path: Path) -> N
     assert ds.load_from_disk(str(out / "trl" / "critic_rl"))[0]["ground_truth"]["success"] is False
 
 
+def test_build_keeps_the_other_dataset_info_entries(runs: Path, tmp_path: Path) -> None:
+    """A folder LLaMA-Factory already reads keeps its other datasets; a rebuild replaces only ours."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = {"file_name": "mine.json", "formatting": "alpaca"}
+    (out / "dataset_info.json").write_text(json.dumps({"mine": mine, "interleave_critic_sft": {}}))
+    result = build(discover(runs), builtin_templates(), write_canvas(tmp_path / "white.png"), seed=0)
+    export(result, out, trl=False)
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert sorted(info) == ["interleave_critic_sft", "interleave_planner_sft", "mine"]
+    assert info["mine"] == mine
+    assert info["interleave_critic_sft"]["file_name"] == "critic_sft.json"
+
+
 def test_records_build_with_judge_scores_for_missing_attempts(tmp_path: Path) -> None:
     data = shared_path("fixtures", "train-data")
     trajectories = discover(data / "records", image_dir=data)
@@ -243,6 +257,19 @@ def test_build_and_stats_commands(runs: Path, tmp_path: Path) -> None:
     bad = runner.invoke(app, ["stats", "--input", str(runs), "--rules", str(rules)])
     assert bad.exit_code != 0
     assert "unknown key 'high_scor'" in str(bad.exception)
+
+
+def test_quiet_build_hides_the_datasets_bars(runs: Path, tmp_path: Path) -> None:
+    """`-q` hides "Saving the dataset" too, and only while the command runs."""
+    shown = {}
+    for flags in ([], ["-q"]):
+        out = tmp_path / f"built{len(flags)}"
+        result = CliRunner().invoke(app, ["build", "--input", str(runs), "--out", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        assert len(datasets_module().load_from_disk(str(out / "trl" / "critic_sft"))) == 12
+        shown[len(flags)] = "Saving the dataset" in result.stderr
+    assert shown == {0: True, 1: False}
+    assert not datasets_module().utils.are_progress_bars_disabled()
 
 
 def test_unscored_records_build_planner_pairs_and_empty_critic_sets(tmp_path: Path) -> None:

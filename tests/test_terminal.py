@@ -122,3 +122,18 @@ def test_errors_and_generation_failures_print_literally(monkeypatch: pytest.Monk
     shown = screen(buffer)
     assert f"error: Input image a{MARKUP}.png does not exist." in shown
     assert f"step 1 attempt 1 (seed 100): generation failed: server said {MARKUP}" in shown
+
+
+def test_user_paths_print_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path holding ``[x]`` is shown as typed, not read as a rich style tag (`reward` on no rollouts)."""
+    from interleave_thinker.cli import scoring
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(scoring, "console", Console(file=buffer, color_system=None, width=1000))
+    rollouts = tmp_path / "runs[x]" / "rollouts [bold].jsonl"
+    rollouts.parent.mkdir()
+    rollouts.write_text("\n")
+    flags = ["--generator", "tiny:generator", "--judge", "tiny:judge", "--out", str(tmp_path / "o.jsonl")]
+    result = CliRunner().invoke(main.app, ["reward", "--input", str(rollouts), *flags])
+    assert result.exit_code == 1, result.output
+    assert buffer.getvalue() == f"error: {rollouts} holds no rollouts; nothing to score.\n"

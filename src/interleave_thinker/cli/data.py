@@ -97,10 +97,11 @@ class JudgePass:
 
 
 def _score(
-    trajectories: list[Any], judge: str, cfg: PipelineConfig, max_new_tokens: int
+    trajectories: list[Any], judge: str, cfg: PipelineConfig, max_new_tokens: int, quiet: bool = False
 ) -> tuple[dict[str, tuple[float, float]], JudgePass]:
     """Score the unscored attempts with a progress bar on stderr; replies stay off the terminal."""
     from rich.console import Console
+    from rich.markup import escape
 
     from interleave_thinker.cli.progress import counter_bar
     from interleave_thinker.train.data.scoring import score_missing, unscored
@@ -109,9 +110,9 @@ def _score(
     if not pending:
         return {}, JudgePass()
     console = Console(stderr=True)
-    with console.status(f"loading the judge {judge} (a tiny one is built once, about 2 minutes)"):
+    with console.status(escape(f"loading the judge {judge} (a tiny one is built once, about 2 minutes)")):
         scorer = load_judge(judge, cfg, max_new_tokens)
-    progress = counter_bar(console, "judging attempts")
+    progress = counter_bar(console, "judging attempts", quiet=quiet)
     with progress:
         task = progress.add_task("judge", total=pending)
         scores, errors = score_missing(
@@ -130,6 +131,7 @@ def _gather(
     cache: Path | None,
     cfg: PipelineConfig,
     judge_tokens: int = 1024,
+    quiet: bool = False,
 ) -> tuple[Any, Any, JudgePass]:
     from interleave_thinker.train.data.rules import BuildRules
     from interleave_thinker.train.data.scoring import apply_scores, load_cache, save_cache
@@ -141,7 +143,7 @@ def _gather(
         apply_scores(trajectories, load_cache(cache))
     judged = JudgePass()
     if judge:
-        scores, judged = _score(trajectories, judge, cfg, judge_tokens)
+        scores, judged = _score(trajectories, judge, cfg, judge_tokens, quiet)
         if cache is not None and scores:
             save_cache(cache, scores)
     return trajectories, rules, judged
@@ -243,17 +245,19 @@ def build(
     image_dir: ImageDirOpt = None,
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the TRL save_to_disk copies.")] = False,
     judge_max_new_tokens: JudgeTokensOption = 1024,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Build planner SFT, critic SFT and critic RL data; write ShareGPT, EasyR1 and TRL copies."""
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
     from interleave_thinker.train.data.export import export
     from interleave_thinker.train.data.scoring import save_errors
+    from interleave_thinker.train.data.trl_format import datasets_bars
 
     cfg = _settings(settings, judge)
     out.mkdir(parents=True, exist_ok=True)
     trajectories, build_rules, judged = _gather(
-        source, image_dir, rules, judge, out, cfg, judge_max_new_tokens
+        source, image_dir, rules, judge, out, cfg, judge_max_new_tokens, quiet
     )
     _report_judge(judged, save_errors(out, judged.errors) if judged.asked else None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -261,7 +265,8 @@ def build(
         result = build_examples(
             trajectories, cfg.prompts.store().load(), canvas, rules=build_rules, seed=seed
         )
-        export(result, out, trl=not no_trl)
+        with datasets_bars(show=not quiet or no_trl):
+            export(result, out, trl=not no_trl)
     _print_stats(result.stats)
     typer.echo(f"wrote {out}")
     _fail_if_useless(judged, sum(result.stats.examples.values()))

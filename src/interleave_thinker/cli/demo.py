@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.core.errors import ConfigError
 
@@ -46,7 +47,8 @@ def demo(
     )
     if out_root is not None:
         options = dataclasses.replace(options, out_root=out_root.resolve())
-    quiet_diffusers()
+    if is_local(cfg.generator):
+        quiet_diffusers()
     typer.echo(f"loading models ({cfg.preset or 'custom'} preset)…", err=True)
     app = build_demo(cfg, options=options)
     app.launch(server_name=host, server_port=port, share=share, **launch_kwargs(options))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli import eval_score
@@ -102,7 +103,7 @@ def generate(
     shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
     console.print(
         f"{record['written']} of {record['items']} items have an output; {len(missing)} missing"
-        + (f" ({shown})" if missing else "")
+        + (f" ({escape(shown)})" if missing else "")
     )
     typer.echo(str(out))
 
@@ -119,4 +120,4 @@ def report(
     from interleave_thinker.eval.report import write_report
 
     typer.echo(write_report(list(dirs), out))
-    console.print(f"wrote {out}")
+    console.print(escape(f"wrote {out}"))

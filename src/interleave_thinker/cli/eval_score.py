@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from interleave_thinker.cli.options import SettingsFlags, with_settings
 from interleave_thinker.cli.specs import check_spec
@@ -68,11 +69,11 @@ def score(
         judge_cache=judge_cache,
         backend_options=BackendOptions.from_config(cfg),
     )
-    with console.status(f"scoring {protocol} with {judge}"):
+    with console.status(escape(f"scoring {protocol} with {judge}")):
         summary = run_score(options)
     note = summary["judge"].get("note")
     if note:
-        console.print(f"[yellow]{note}[/yellow]")
+        console.print(f"[yellow]{escape(note)}[/yellow]")
     counts = summary["counts"]
     console.print(
         f"{counts['scored']} scored, {counts['failed']} failed, {counts['missing_outputs']} missing outputs; "

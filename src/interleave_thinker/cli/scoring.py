@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from interleave_thinker.cli.options import SettingsFlags, with_settings
 from interleave_thinker.cli.progress import counter_bar
@@ -47,7 +48,7 @@ def judge(
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
     before_image, after_image = load_input_images([before, after])
-    with console.status(f"loading the judge {judge}"):
+    with console.status(escape(f"loading the judge {judge}")):
         scorer = load_judge(judge, cfg, max_new_tokens)
     with console.status("judging: semantic consistency, then perceptual quality"):
         result = scorer.judge(before_image, after_image, instruction)
@@ -108,9 +109,9 @@ def reward(
     cfg = settings.resolve()
     rows = read_rollouts(input)
     if not rows:
-        console.print(f"error: {input} holds no rollouts; nothing to score.")
+        console.print(escape(f"error: {input} holds no rollouts; nothing to score."))
         raise typer.Exit(1)
-    with console.status(f"loading the generator {generator} and the judge {judge}"):
+    with console.status(escape(f"loading the generator {generator} and the judge {judge}")):
         scorer = StepwiseScorer(
             load_image_backend(generator, BackendOptions.from_config(cfg)),
             load_judge(judge, cfg, max_new_tokens),
@@ -136,9 +137,9 @@ def reward(
     scorer.close()
     write_atomic(out, "\n".join(lines) + ("\n" if lines else ""))
     mean = sum(json.loads(line)["overall"] for line in lines) / max(1, len(lines))
-    console.print(f"scored {len(lines)} rollouts, mean overall {mean:.4f} -> {out}")
+    console.print(escape(f"scored {len(lines)} rollouts, mean overall {mean:.4f} -> {out}"))
     if failed:
-        console.print(f"{failed} of {judged} step-wise scoring(s) failed (reward_error in {out}).")
+        console.print(escape(f"{failed} of {judged} step-wise scoring(s) failed (reward_error in {out})."))
     if judged and failed == judged:
         console.print("error: every step-wise scoring failed; semantic and quality are all 0.5.")
         raise typer.Exit(1)

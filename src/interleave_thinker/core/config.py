@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -141,7 +141,12 @@ class RemoteOptions(_Section):
     deadline: float | None = Field(
         default=None, gt=0, description="Total seconds per call, retries included."
     )
-    concurrency: int = Field(default=8, ge=1, description="Calls in flight per served backend.")
+    concurrency: int = Field(
+        default=8,
+        ge=1,
+        description="Calls in flight per served backend; in `batch`, the default per-backend limit of a served "
+        "backend (`--per-backend-limit` overrides it).",
+    )
     cooldown: float = Field(
         default=30.0, ge=0, description="Seconds an endpoint that failed is skipped in a pool."
     )
@@ -316,19 +321,6 @@ def config_table() -> str:
         )
         rows.append(f"| `{key}` | {shown} | {field_help(key).replace('|', '/')} |")
     return "\n".join(rows)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def load_model_file(model: type[M], path: Path, overrides: dict[str, Any] | None, what: str) -> M:
-    """A typed config read from YAML with top-level ``overrides`` (None = keep), errors naming the file."""
-    data = load_yaml(path)
-    data.update({key: value for key, value in (overrides or {}).items() if value is not None})
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"Invalid {what} {path}: {format_validation_error(exc)}") from None
 
 
 def format_validation_error(exc: ValidationError) -> str:

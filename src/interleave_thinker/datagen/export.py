@@ -16,7 +16,6 @@ import shutil
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import write_atomic
@@ -24,8 +23,8 @@ from interleave_thinker.core.run_folder import TRACE_FILE, load_trace
 from interleave_thinker.datagen.export_format import Format, Interleaved, interleave
 from interleave_thinker.train.data.examples import ChatTurn, SFTExample
 from interleave_thinker.train.data.export import (
-    DATASET_INFO,
     ImageCopier,
+    merge_dataset_info,
     relocate_sft,
     sharegpt_info,
     sharegpt_record,
@@ -103,23 +102,6 @@ def read_runs(
     return kept, stats
 
 
-def _merge_info(out: Path, name: str) -> None:
-    """Add this corpus to ``dataset_info.json``, keeping the entries of earlier exports and builds."""
-    path = out / DATASET_INFO
-    info: Any = {}
-    if path.is_file():
-        try:
-            info = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InputError(f"{path}: not JSON ({exc}); remove it or choose another --out.") from None
-        if not isinstance(info, dict):
-            raise InputError(
-                f"{path}: expected a JSON object of datasets; remove it or choose another --out."
-            )
-    info[f"interleave_{name}"] = sharegpt_info(f"{name}.json")
-    write_atomic(path, json.dumps(info, indent=2) + "\n")
-
-
 def _save_dataset(target: Path, examples: list[SFTExample]) -> None:
     """``save_to_disk`` into a hidden sibling, then swap it in, so no reader sees half a dataset."""
     staged, old = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
@@ -146,7 +128,7 @@ def write_corpus(
     stats.images = len({p for _, example in moved for p in example.images})
     records = [{"id": key, **sharegpt_record(example, out)} for key, example in moved]
     write_atomic(out / f"{name}.json", json.dumps(records, ensure_ascii=False, indent=2) + "\n")
-    _merge_info(out, name)
+    merge_dataset_info(out, {f"interleave_{name}": sharegpt_info(f"{name}.json")})
     if trl:
         _save_dataset(out / "trl" / name, [example for _, example in moved])
     write_atomic(out / f"{name}_stats.json", json.dumps(dataclasses.asdict(stats), indent=2) + "\n")

@@ -1,9 +1,10 @@
 """Write built examples as a self-contained folder in every format users train with.
 
 ``out/`` holds ``images/`` (each image once, named by content hash), LLaMA-Factory ShareGPT files
-with a ``dataset_info.json`` entry per file, EasyR1's ``critic_rl.jsonl``, TRL datasets saved with
-``save_to_disk`` under ``trl/`` (non-empty sets only), and ``stats.json``. Image paths in the files are relative to
-``out/``, so our loaders (default image folder: the file's folder) read the same examples back.
+with a ``dataset_info.json`` entry per file (merged with the entries already there), EasyR1's
+``critic_rl.jsonl``, TRL datasets saved with ``save_to_disk`` under ``trl/`` (non-empty sets only), and
+``stats.json``. Image paths in the files are relative to ``out/``, so our loaders (default image folder:
+the file's folder) read the same examples back.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.train.data.builder import BuildResult
 from interleave_thinker.train.data.examples import CriticRLExample, SFTExample
@@ -62,6 +64,24 @@ def sharegpt_info(file_name: str) -> dict[str, Any]:
         "columns": {"messages": "messages", "images": "images"},
         "tags": SHAREGPT_TAGS,
     }
+
+
+def merge_dataset_info(out: Path, entries: dict[str, Any]) -> None:
+    """Add ``entries`` to ``out/dataset_info.json``, keeping the entries of earlier exports and builds
+    (LLaMA-Factory reads one such file per folder, so each corpus written there must stay listed)."""
+    path = out / DATASET_INFO
+    info: Any = {}
+    if path.is_file():
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise InputError(f"{path}: not JSON ({exc}); remove it or choose another --out.") from None
+        if not isinstance(info, dict):
+            raise InputError(
+                f"{path}: expected a JSON object of datasets; remove it or choose another --out."
+            )
+    info.update(entries)
+    write_atomic(path, json.dumps(info, indent=2) + "\n")
 
 
 def _relocate(result: BuildResult, copy: ImageCopier) -> BuildResult:
@@ -116,7 +136,7 @@ def export(result: BuildResult, out: Path, *, trl: bool = True) -> BuildResult:
         records = [sharegpt_record(e, out) for e in examples]
         write_atomic(out / f"{name}.json", json.dumps(records, ensure_ascii=False, indent=2) + "\n")
         info[f"interleave_{name}"] = sharegpt_info(f"{name}.json")
-    write_atomic(out / DATASET_INFO, json.dumps(info, indent=2) + "\n")
+    merge_dataset_info(out, info)
     lines = [json.dumps(easyr1_record(e, out), ensure_ascii=False) for e in moved.critic_rl]
     write_atomic(out / "critic_rl.jsonl", "".join(line + "\n" for line in lines))
     write_atomic(out / "stats.json", json.dumps(dataclasses.asdict(moved.stats), indent=2) + "\n")

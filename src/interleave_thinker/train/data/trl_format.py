@@ -8,7 +8,8 @@ release's layouts (the critic's ``[before, after, text]``, the guidance planner'
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from interleave_thinker.agents.messages import IMAGE_MARKER
@@ -18,6 +19,23 @@ from interleave_thinker.train.data.examples import CriticRLExample, SFTExample
 def datasets_module() -> Any:
     """``datasets``, imported on use (it is heavy and ships no type information)."""
     return importlib.import_module("datasets")
+
+
+@contextmanager
+def datasets_bars(show: bool) -> Iterator[None]:
+    """``datasets``' own progress bars ("Saving the dataset") hidden inside the block unless ``show``
+    (a command's ``-q``), as they were after it. Nothing is imported when they stay shown."""
+    if show:
+        yield
+        return
+    utils = datasets_module().utils
+    was_hidden = utils.are_progress_bars_disabled()
+    utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_hidden:
+            utils.enable_progress_bars()
 
 
 def content_parts(text: str) -> list[dict[str, str | None]]:
