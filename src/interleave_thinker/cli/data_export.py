@@ -11,6 +11,7 @@ from rich.console import Console
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
 from interleave_thinker.datagen.export_format import DROP_REASONS, Format
+from interleave_thinker.train.data.trl_format import datasets_bars
 
 SOURCE_HELP = "A run folder, a folder of runs, or a batch folder (traces in requests/<id>/)."
 FORMAT_HELP = (
@@ -33,7 +34,8 @@ def export(
     with progress:
         task = progress.add_task("runs", total=len(runs))
         kept, stats = read_runs(runs, source, fmt, lambda: progress.advance(task))
-    write_corpus(kept, stats, out, trl=not no_trl)
+    with datasets_bars(show=not quiet):
+        write_corpus(kept, stats, out, trl=not no_trl)
     typer.echo(f"runs: {stats.runs}, kept: {stats.kept}, images: {stats.images}")
     for reason, count in stats.dropped.items():
         typer.echo(f"dropped {count}: {DROP_REASONS[reason]}")

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from interleave_thinker.cli.options import SettingsFlags, with_settings
 from interleave_thinker.cli.specs import check_spec
@@ -62,7 +63,7 @@ def prompts(
     )
     info = {"taxonomy": str(taxonomy or "shipped taxonomy.yaml"), "taxonomy_sha256": digest}
     with folder_lock(work):
-        with console.status(f"loading the teacher {llm}"):
+        with console.status(f"loading the teacher {escape(llm)}"):
             backend = load_vlm_backend(llm, BackendOptions.from_config(cfg), role="teacher")
         stats = BackendStats("teacher", default_limit(llm, cfg.remote.concurrency, False))
         teacher = LimitedVLM(backend, stats)
