@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli.options import (
     ConcurrencyOption,
     LimitOption,
@@ -150,8 +149,7 @@ def _run_batch(
     store.open({"input": input, "ids": [i.id for i in items], "settings": settings_record}, resume=resume)
 
     # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
-    if is_local(cfg.generator):
-        quiet_diffusers()
+    quiet_diffusers(cfg.generator)
     with console.status("loading models"):
         pipe = Pipeline.from_config(cfg)
     settings = BatchSettings(

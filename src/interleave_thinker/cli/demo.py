@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.core.errors import ConfigError
 
@@ -47,8 +46,7 @@ def demo(
     )
     if out_root is not None:
         options = dataclasses.replace(options, out_root=out_root.resolve())
-    if is_local(cfg.generator):
-        quiet_diffusers()
+    quiet_diffusers(cfg.generator)
     typer.echo(f"loading models ({cfg.preset or 'custom'} preset)…", err=True)
     app = build_demo(cfg, options=options)
     app.launch(server_name=host, server_port=port, share=share, **launch_kwargs(options))

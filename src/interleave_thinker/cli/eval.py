@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli import eval_score
 from interleave_thinker.cli import options as flags
 from interleave_thinker.cli.batch import FreshOption, parse_limits, start_fresh
@@ -91,8 +90,7 @@ def generate(
     store = open_store(run, resume=resume)
 
     # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
-    if is_local(cfg.generator):
-        quiet_diffusers()
+    quiet_diffusers(cfg.generator)
     with console.status(f"loading models ({mode} mode)"):
         pipeline = load_pipeline(run)
     scheduling = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))

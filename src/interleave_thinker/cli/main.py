@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from interleave_thinker.backends.specs import is_local
 from interleave_thinker.cli import (
     batch,
     data,
@@ -114,8 +113,7 @@ def run(
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = settings.resolve()
-    if is_local(cfg.generator):
-        quiet_diffusers()
+    quiet_diffusers(cfg.generator)
     # SIGTERM unwinds like Ctrl-C: the trace is written and no temporary file is left behind.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with folder_lock(out_dir):

@@ -179,7 +179,12 @@ def deprecated(old: str, new: str) -> Callable[[Any], Any]:
     return note
 
 
-def quiet_diffusers() -> None:
+def quiet_diffusers(generator: str) -> None:
+    """Silence diffusers' bars for a local ``generator``; a served one imports nothing (no torch)."""
+    from interleave_thinker.backends.specs import is_local
+
+    if not is_local(generator):
+        return
     from diffusers.utils import logging as diffusers_logging
 
     diffusers_logging.disable_progress_bar()
