@@ -3,9 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+UV_VERSION ?= 0.13.9
+UV_PIP = eval "$$($(BIN)/python tools/uv_env.py)" && $(BIN)/uv pip install --python $(BIN)/python
 DEMO_PROMPT ?= How to draw a cat step by step?
 
-.PHONY: demo test lint typecheck unit quick install clean
+.PHONY: demo demo-install test lint typecheck unit quick install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +20,24 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# `make demo` installs only what the run needs (no dev tools, no browser), with uv: it unpacks the pinned
+# torch (about 5 GB with its CUDA libraries) in parallel, several times faster than pip. The test install
+# above, if current, serves the demo too. See docs/architecture.md, "The first demo".
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ ! pyproject.toml -nt $(STAMP) ]; then touch $@; else $(MAKE) --no-print-directory demo-install; fi
+
+demo-install:
+	@echo "== install 1/3: $(VENV) and uv $(UV_VERSION)"
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	@echo "== install 2/3: torch==2.14.1 torchvision==0.29.1 (about 5 GB unpacked: the longest step)"
+	$(UV_PIP) torch==2.14.1 torchvision==0.29.1
+	@echo "== install 3/3: interleave-thinker and its dependencies"
+	$(UV_PIP) -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	@echo "== run: the tiny preset, offline"
 	$(BIN)/interleave-thinker run "$(DEMO_PROMPT)" --preset tiny --planner-fallback single-step
 
 lint: $(STAMP)

@@ -6,8 +6,8 @@ chat server for planner and critic (0.2 s a call) and the vLLM-Omni stand-in as 
 requests are in flight. Printed: the time from starting the process to the first request a server
 sees, the process's peak RSS, the most generator calls in flight at once, and which model libraries
 were imported, each with its goal beside.
-(The stand-in's images are flat colours: their PNGs are small, a real model's are ~1.5 MB; a request
-in flight still holds its decoded 3 MB images.)
+(The stand-in's images are flat colours: their PNGs are small, a real model's are ~1.5 MB. A request
+in flight keeps its images as the PNG bytes it wrote, decoded only the latest one: ``runtime/recorder.py``.)
 Run: python benchmarks/bench_batch_light.py [REQUESTS]
 """
 

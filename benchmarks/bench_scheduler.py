@@ -5,14 +5,18 @@
 (b) Orchestration overhead per attempt with instantaneous backends (no disk, no image encoding).
 (c) The tiny transformers and diffusers backends: 8 concurrent calls, micro-batched vs one at a time,
     and whether outputs are identical.
-Run: python benchmarks/bench_scheduler.py [--skip-tiny]
+(d) Scale: served backends of GPU-like latency in their own process, over HTTP on 127.0.0.1
+    (``_served.py``, ``_scale.py``): 1,024 requests at concurrency 1,024 (planner 1 s, critic 1 s,
+    generator 4 s), then 3,000 requests with short latencies (0.2 / 0.2 / 1 s) where CPU becomes the
+    limit: longest request chain / wall, peak RSS, peak threads, CPU ms per backend call.
+Run: python benchmarks/bench_scheduler.py [--skip-tiny] [--only-scale] [--scale-requests 128]
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import math
-import sys
 import tempfile
 import threading
 import time
@@ -21,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from _scale import Row, measure, report  # type: ignore[import-not-found]
 from _sim import SimImage, SimVLM  # type: ignore[import-not-found]
 from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.backends.protocols import ImageRequest
@@ -192,8 +197,55 @@ def part_c() -> None:
     print("       diffusers batching differs by float rounding, so it is off by default.")
 
 
+def part_d(requests: int, short_requests: int, profile: str | None) -> None:
+    """Scale rows: served backends of GPU-like latency, then short latencies (where CPU becomes the limit)."""
+    print(
+        "(d) scale, served backends over HTTP on 127.0.0.1 (their own process); 'met by' > 1 meets the goal"
+    )
+    for row in (
+        Row(requests, requests, 1.0, 1.0, 4.0),
+        Row(short_requests, min(requests, short_requests), 0.2, 0.2, 1.0),
+    ):
+        if row.requests:
+            report(row, measure(row, f"{profile}.{row.requests}" if profile else None))
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--skip-tiny", action="store_true", help="skip (c), the tiny local models")
+    parser.add_argument("--only-scale", action="store_true", help="run only (d), the scale rows")
+    parser.add_argument("--skip-scale", action="store_true", help="skip (d), the scale rows")
+    parser.add_argument(
+        "--scale-requests",
+        type=int,
+        default=1024,
+        help="requests of the first scale row, all in flight at once (one wave); also the concurrency "
+        "of the second row (default 1024)",
+    )
+    parser.add_argument(
+        "--short-requests",
+        type=int,
+        default=None,
+        help="requests of the second scale row, short latencies (default 3000, or 3 x --scale-requests "
+        "when that is given; 0 skips the row)",
+    )
+    parser.add_argument(
+        "--profile", metavar="FILE", help="write a cProfile of each scale row's batch to FILE.<requests>"
+    )
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
-    part_a()
-    part_b()
-    if "--skip-tiny" not in sys.argv:
-        part_c()
+    args = arguments()
+    short = args.short_requests
+    if short is None:
+        short = 3000 if args.scale_requests == 1024 else 3 * args.scale_requests
+    if not args.only_scale:
+        part_a()
+        part_b()
+        if not args.skip_tiny:
+            part_c()
+    if not args.skip_scale:
+        part_d(args.scale_requests, short, args.profile)

@@ -1,18 +1,34 @@
 """Reproducibility across machines: the tiny cache and the format training give byte-identical weights
-when built in fresh folders, whatever CPU kernels and thread count the calling process would use."""
+when built in fresh folders, whatever CPU kernels and thread count the calling process would use; and
+the shipped tiny models (``testing/artefacts``) are exactly what a fresh build makes."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.testing.tiny import ensure_tiny_models
-from interleave_thinker.testing.tiny_format import _build_one
-
-pytestmark = pytest.mark.slow
+from interleave_thinker.testing import shipped, tiny, tiny_format
+from interleave_thinker.testing.shipped import REBUILD_ENV, file_digest, load_manifest, recipe_digest
+from interleave_thinker.testing.tiny import (
+    COMPLETE_MARKER,
+    ensure_tiny_model,
+    ensure_tiny_models,
+    tiny_recipe,
+)
+from interleave_thinker.testing.tiny_format import (
+    FORMAT_VERSION,
+    SHIPPED_ROLES,
+    _build_one,
+    ensure_format_trained,
+    format_recipe,
+    template_digest,
+)
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -29,16 +45,95 @@ def build_fresh(root: Path, monkeypatch: pytest.MonkeyPatch, *, isa: str, thread
         patch.setenv("ATEN_CPU_CAPABILITY", isa)
         patch.setenv("OMP_NUM_THREADS", threads)
         patch.setenv("MKL_NUM_THREADS", threads)
+        patch.setenv(REBUILD_ENV, "1")  # built, not copied from the shipped generator
         paths = ensure_tiny_models(root / "tiny")
         _build_one(root / "critic", "critic", builtin_templates(), paths.planner, steps=6)
     return digests(root)
 
 
+@pytest.mark.slow
 def test_two_fresh_builds_give_byte_identical_weights(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = build_fresh(tmp_path / "a", monkeypatch, isa="default", threads="1")
     second = build_fresh(tmp_path / "b", monkeypatch, isa="avx2", threads="2")
     assert {"tiny/planner/model.safetensors", "tiny/critic/model.safetensors"} <= set(first)
+    assert "tiny/generator/transformer/diffusion_pytorch_model.safetensors" in first
     assert "critic/model/model.safetensors" in first  # the format-trained critic
     assert first == second
+
+
+def expected_recipes() -> dict[str, dict[str, Any]]:
+    """The recipe of every shipped model as the code stands (built-in templates)."""
+    templates = builtin_templates()
+    recipes: dict[str, dict[str, Any]] = {"generator": tiny_recipe("generator")}
+    for role in SHIPPED_ROLES:
+        digest = template_digest(role, templates)
+        recipes[f"format-v{FORMAT_VERSION}-{digest}/{role}"] = format_recipe(role, digest)
+    return recipes
+
+
+def test_shipped_models_match_their_manifest_and_the_current_recipes() -> None:
+    """If this fails after a change to a tiny model's recipe, regenerate them:
+    python -m interleave_thinker.testing.tiny_format --write-artefacts (docs/testing.md)."""
+    models = load_manifest()["models"]
+    assert json.loads(json.dumps(expected_recipes())) == {key: e["recipe"] for key, e in models.items()}
+    for key, entry in models.items():
+        assert entry["recipe_digest"] == recipe_digest(entry["recipe"])
+        assert any(name.endswith("model.safetensors") for name in entry["files"]), key
+        found = {name: file_digest(shipped.ARTEFACTS / key / name) for name in entry["files"]}
+        assert found == entry["files"], key
+    on_disk = {str(p.relative_to(shipped.ARTEFACTS)) for p in shipped.ARTEFACTS.rglob("*") if p.is_file()}
+    listed = {f"{key}/{name}" for key, entry in models.items() for name in entry["files"]}
+    assert on_disk == listed | {"manifest.json"}  # nothing shipped that the manifest does not vouch for
+
+
+def refuse(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("a shipped model must be copied, not built")
+
+
+def test_first_use_copies_the_shipped_models_instead_of_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(REBUILD_ENV, raising=False)
+    monkeypatch.setattr(tiny, "run_pinned", refuse)
+    monkeypatch.setattr(tiny_format, "_build_one", refuse)
+    generator = ensure_tiny_model("generator", tmp_path)
+    critic = ensure_format_trained("critic", tmp_path, templates=builtin_templates())
+    for key, folder in (("generator", generator), (f"{critic.parent.name}/critic", critic)):
+        entry = load_manifest()["models"][key]
+        assert {name: file_digest(folder / name) for name in entry["files"]} == entry["files"]
+        assert (folder / COMPLETE_MARKER).is_file()
+    assert not (tmp_path / "planner").exists()  # the base planner is needed only to train
+
+
+def test_a_changed_recipe_a_tampered_file_or_the_rebuild_switch_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(REBUILD_ENV, raising=False)
+    recipe = tiny_recipe("generator")
+    assert shipped.shipped_folder("generator", recipe) is not None
+    assert shipped.shipped_folder("generator", {**recipe, "seed": 99}) is None
+    assert shipped.shipped_folder("planner", tiny_recipe("planner")) is None  # not shipped
+    with monkeypatch.context() as patch:
+        patch.setenv(REBUILD_ENV, "1")
+        assert shipped.shipped_folder("generator", recipe) is None
+    copy = tmp_path / "artefacts"
+    shutil.copytree(shipped.ARTEFACTS, copy)
+    monkeypatch.setattr(shipped, "ARTEFACTS", copy)
+    monkeypatch.setattr(shipped, "MANIFEST", copy / "manifest.json")
+    (copy / "generator" / "model_index.json").write_text("{}", encoding="utf-8")
+    assert shipped.shipped_folder("generator", recipe) is None
+    assert not shipped.install_shipped("generator", recipe, tmp_path / "into")
+
+
+@pytest.mark.slow
+def test_the_shipped_models_are_what_a_fresh_build_makes(tmp_path: Path) -> None:
+    """The full recipe (minutes of format training), built from scratch with the pinned numerics."""
+    models = load_manifest()["models"]
+    built = tiny_format.build_shipped(tmp_path)
+    assert set(built) == set(models)
+    for key, (recipe, folder) in built.items():
+        assert recipe_digest(recipe) == models[key]["recipe_digest"], key
+        made = {str(name): file_digest(folder / name) for name in shipped.model_files(folder)}
+        assert made == models[key]["files"], key

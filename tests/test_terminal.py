@@ -57,7 +57,9 @@ def scripted_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setitem(specs.VLM_BACKENDS, "scripted", vlm)
     monkeypatch.setitem(specs.IMAGE_BACKENDS, "scripted", lambda spec, options: ScriptedImageBackend())
-    monkeypatch.setattr(main, "quiet_diffusers", lambda generator: None)  # nothing of diffusers is loaded here
+    monkeypatch.setattr(
+        main, "quiet_diffusers", lambda generator: None
+    )  # nothing of diffusers is loaded here
     handler = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, handler)  # `run` installs its own

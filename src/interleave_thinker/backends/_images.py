@@ -36,7 +36,8 @@ def apply_max_pixels(messages: list[Message], factor: int = 32) -> list[Message]
         parts: list[dict[str, Any]] = []
         for part in content:
             if part.get("type") == "image":
-                image = part["image"].convert("RGB")
+                image = part["image"]
+                image = image if image.mode == "RGB" else image.convert("RGB")  # no copy: only read
                 if part.get("max_pixels"):
                     image = bound_pixels(image, int(part["max_pixels"]), factor)
                 parts.append({"type": "image", "image": image})

@@ -1,8 +1,11 @@
 """What every served backend shares: an endpoint pool, retries with backoff and jitter, deadlines,
 a concurrency limit, and the translation of transport failures into :class:`BackendError`.
 
-Backends stay synchronous (one ``chat`` / ``generate`` method); the batch scheduler runs them in
-worker threads, so one thread-safe ``httpx.Client`` per backend is all the transport we need.
+Backends stay synchronous (one ``chat`` / ``generate`` method) and send through one ``httpx.Client``.
+Its two blocking points, sending (:class:`~interleave_thinker.backends.green_transport.GreenTransport`)
+and sleeping between tries (:func:`interleave_thinker.core.green.sleep`), suspend the request's greenlet
+inside the batch scheduler instead of holding a thread, and block as usual everywhere else; the slots
+are a :class:`interleave_thinker.core.green.Semaphore` for the same reason.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from interleave_thinker.backends.green_transport import GreenTransport
 from interleave_thinker.backends.secrets import header_secrets, leaks, scrub
+from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -222,7 +227,7 @@ class RemoteCaller:
         retry: RetrySettings | None = None,
         concurrency: int = 8,
         headers: dict[str, str] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = green.sleep,
         secrets: Callable[[], Iterable[str | None]] | None = None,
     ) -> None:
         self.name = name
@@ -231,9 +236,11 @@ class RemoteCaller:
         # Unbounded connection pool: the slots bound calls in flight, so httpx's default cap of 100
         # connections (20 kept alive) would only be a second, hidden limit under a larger concurrency.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        self.client = httpx.Client(timeout=self.retry.timeout, headers=headers or {}, limits=limits)
+        self.client = httpx.Client(
+            timeout=self.retry.timeout, headers=headers or {}, transport=GreenTransport(limits)
+        )
         self.concurrency = concurrency
-        self._slots = threading.BoundedSemaphore(concurrency)
+        self._slots = green.Semaphore(concurrency)
         self._sleep = sleep
         self._header_secrets = header_secrets(headers)
         self._secrets = secrets
@@ -245,7 +252,7 @@ class RemoteCaller:
         if concurrency < 1:
             raise ConfigError(f"{self.name}: concurrency {concurrency} must be >= 1.")
         self.concurrency = concurrency
-        self._slots = threading.BoundedSemaphore(concurrency)
+        self._slots = green.Semaphore(concurrency)
 
     def secrets(self) -> list[str]:
         extra = [s for s in (self._secrets() if self._secrets else ()) if s]

@@ -10,7 +10,6 @@ what a missing key means, and what an error says about secrets lives here and in
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from interleave_thinker.backends.remote import (
     error_message,
     is_retryable_status,
 )
+from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -94,6 +94,10 @@ class RemoteBackend(Closeable):
     )
     not_found_hint: str = ""
     concurrency: int = 8
+    cooperative: bool = True
+    """Whether every blocking point of a call goes through the caller (HTTP through its client, sleeps
+    through its ``sleep``), so that a batch request may run it on the event loop; a backend whose SDK
+    blocks on its own says False and the batch runs its calls in a small executor."""
 
     def open_caller(
         self,
@@ -103,7 +107,7 @@ class RemoteBackend(Closeable):
         concurrency: int = 8,
         cooldown: float = 30.0,
         headers: dict[str, str] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = green.sleep,
     ) -> RemoteCaller:
         """The pool and the caller; every error it raises is scrubbed of the values of ``key_envs``."""
         self.pool = EndpointPool(list(urls), cooldown=cooldown)

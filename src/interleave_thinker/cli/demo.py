@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.core.errors import ConfigError
@@ -31,6 +32,8 @@ def demo(
     max_upload_mb: Annotated[float, typer.Option(min=0.1, help="Size limit of each uploaded image.")] = 10.0,
 ) -> None:
     """Serve the web demo: the plan, every attempt and the critic's verdicts stream into the page."""
+    from interleave_thinker.cli.progress import LoadingDisplay
+
     cfg = settings.resolve()
     try:
         from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
@@ -46,7 +49,7 @@ def demo(
     )
     if out_root is not None:
         options = dataclasses.replace(options, out_root=out_root.resolve())
-    quiet_diffusers(cfg.generator)
-    typer.echo(f"loading models ({cfg.preset or 'custom'} preset)…", err=True)
-    app = build_demo(cfg, options=options)
+    with LoadingDisplay(Console(stderr=True), f"loading models ({cfg.preset or 'custom'} preset)"):
+        quiet_diffusers(cfg.generator)  # imports torch and diffusers: part of the time shown
+        app = build_demo(cfg, options=options)
     app.launch(server_name=host, server_port=port, share=share, **launch_kwargs(options))

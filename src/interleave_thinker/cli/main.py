@@ -104,7 +104,7 @@ def run(
     ] = False,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
-    from interleave_thinker.cli.progress import RichObserver
+    from interleave_thinker.cli.progress import LoadingDisplay, RichObserver
     from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
     from interleave_thinker.runtime.resume import reopen_if_failed
@@ -113,13 +113,13 @@ def run(
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = settings.resolve()
-    quiet_diffusers(cfg.generator)
     # SIGTERM unwinds like Ctrl-C: the trace is written and no temporary file is left behind.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with folder_lock(out_dir):
         if resume:
             reopen_if_failed(out_dir)
-        with console.status(f"loading models ({cfg.preset or 'custom'} preset)"):
+        with LoadingDisplay(console, f"loading models ({cfg.preset or 'custom'} preset)"):
+            quiet_diffusers(cfg.generator)  # imports torch and diffusers: part of the time shown
             pipe = Pipeline.from_config(cfg)
         console.print(Text(f"templates: {pipe.templates.kind} ({pipe.templates.origin})"))
         with pipe, RichObserver(console) as observer:

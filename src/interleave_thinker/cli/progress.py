@@ -6,6 +6,8 @@ rich would take a plan's ``[image]`` label or a reply's ``[bold]`` for a style t
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -14,12 +16,14 @@ from rich.progress import (
     ProgressColumn,
     SpinnerColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
 
+from interleave_thinker.core.build_progress import BuildReporter, reporting_builds
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
 from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.runtime.observer import Observer
@@ -80,21 +84,80 @@ def attempt_line(step_index: int, attempt: Attempt) -> Text:
     return Text.assemble(head, state, detail)
 
 
+def phase_bar(console: Console, *extra: ProgressColumn) -> Progress:
+    """A live bar for one phase, drawn on a terminal only (off one, the phase lines say it all)."""
+    return Progress(
+        *(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), StepsColumn()),
+        *(TimeElapsedColumn(), *extra),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+
+
+def elapsed_since(start: float) -> str:
+    return f"{time.monotonic() - start:.1f} s"
+
+
+class LoadingDisplay(BuildReporter):
+    """The loading phase: a spinner with the elapsed time, a bar with steps and time left for each tiny
+    model built on the way (format training takes minutes), and a line with the time each part took.
+
+    Why lines as well as bars: a bar is drawn only on a terminal, and a log or CI output should still say
+    what took the time. Off a terminal, a build also prints its steps every tenth of the way.
+    """
+
+    def __init__(self, console: Console, label: str) -> None:
+        self.console, self.label = console, label
+        self.progress = phase_bar(console, TimeRemainingColumn())
+        self.started: dict[str, tuple[float, TaskID, int]] = {}
+        self.reporting = reporting_builds(self)
+
+    def __enter__(self) -> LoadingDisplay:
+        self.start_time = time.monotonic()
+        if not self.console.is_terminal:
+            self.console.print(Text(f"{self.label}…"))
+        self.progress.add_task(self.label, total=None)
+        self.progress.start()
+        self.reporting.__enter__()
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.reporting.__exit__(None, None, None)
+        self.progress.stop()
+        if exc_type is None:
+            self.console.print(Text(f"{self.label}: done in {elapsed_since(self.start_time)}"))
+
+    def start(self, what: str) -> None:
+        task = self.progress.add_task(f"building {what} (once; cached after)", total=None)
+        self.started[what] = (time.monotonic(), task, 0)
+        if not self.console.is_terminal:
+            self.console.print(Text(f"building {what} (once; cached after)…"))
+
+    def step(self, what: str, done: int, total: int) -> None:
+        start, task, shown_tenth = self.started[what]
+        self.progress.update(task, total=total, completed=done)
+        tenth = done * 10 // max(total, 1)
+        if not self.console.is_terminal and tenth > shown_tenth:
+            self.console.print(Text(f"building {what}: {done}/{total} steps, {elapsed_since(start)}"))
+            self.started[what] = (start, task, tenth)
+
+    def end(self, what: str) -> None:
+        start, task, _ = self.started.pop(what)
+        self.progress.remove_task(task)
+        self.console.print(Text(f"built {what} in {elapsed_since(start)}"))
+
+
 class RichObserver(Observer):
-    """One bar for the run: a pulsing bar and the phase while planning, then ``N/M steps``."""
+    """One bar for the run: a pulsing bar and the phase while planning, then ``N/M steps``; a line with
+    the time taken when planning and each step end (also off a terminal, where no bar is drawn)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            StepsColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
+        self.progress = phase_bar(console)
         self.task = self.progress.add_task("starting the run", total=None)
+        self.phase_start = time.monotonic()
+        self.steps = 0
 
     def __enter__(self) -> RichObserver:
         self.progress.start()
@@ -104,9 +167,14 @@ class RichObserver(Observer):
         self.progress.stop()
 
     def on_planning(self) -> None:
+        self.phase_start = time.monotonic()
         self.progress.update(self.task, description="planning: the planner is thinking")
+        if not self.console.is_terminal:
+            self.console.print(Text("planning: the planner is thinking…"))
 
     def on_plan(self, plan: Plan) -> None:
+        self.console.print(Text(f"planned in {elapsed_since(self.phase_start)}"))
+        self.phase_start, self.steps = time.monotonic(), len(plan.steps)
         for line in plan_lines(plan):
             self.console.print(line)
         self.progress.update(self.task, total=len(plan.steps), completed=0, description="plan ready")
@@ -119,3 +187,6 @@ class RichObserver(Observer):
 
     def on_step_end(self, step_index: int, record: StepRecord) -> None:
         self.progress.update(self.task, advance=1, description=f"step {step_index} done")
+        of = f"/{self.steps}" if self.steps else ""  # a resumed run may not announce its plan again
+        self.console.print(Text(f"  step {step_index}{of} done in {elapsed_since(self.phase_start)}"))
+        self.phase_start = time.monotonic()

@@ -11,6 +11,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HTML
 from interleave_thinker.core.types import Trace
+from interleave_thinker.runtime.file_writes import off_loop
 
 TEMPLATES_DIR = "templates"
 """The package data folder of the page templates (``runtime/templates/*.j2``), shared with ``reports``."""
@@ -120,5 +121,10 @@ def render_html(trace: Trace, notice: str | None = None) -> str:
 
 
 def write_documents(trace: Trace, out_dir: Path, notice: str | None = None) -> None:
-    write_atomic(out_dir / DOCUMENT_MD, render_markdown(trace, notice))
-    write_atomic(out_dir / INDEX_HTML, render_html(trace, notice))
+    """Both pages, rendered and written off the event loop in a batch (``runtime/file_writes``)."""
+
+    def write() -> None:
+        write_atomic(out_dir / DOCUMENT_MD, render_markdown(trace, notice))
+        write_atomic(out_dir / INDEX_HTML, render_html(trace, notice))
+
+    off_loop(write)

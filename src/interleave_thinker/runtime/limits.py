@@ -1,8 +1,16 @@
 """Per-backend concurrency limits, call statistics and cross-request micro-batching.
 
-Requests run in worker threads; every backend call goes through one of these wrappers, which bounds
-the calls in flight (a semaphore), records latency and busy time for the batch summary, and, for
-local models that batch exactly, gathers concurrent calls into one batched call.
+Requests run in greenlets on the batch's event loop (see :mod:`interleave_thinker.core.green`); every
+backend call goes through one of these wrappers, which bounds the calls in flight (a semaphore a
+greenlet waits on without blocking the loop), records latency and busy time for the batch summary, and,
+for local models that batch exactly, gathers concurrent calls into one batched call.
+
+Where a call runs: a served backend whose blocking points are cooperative (``cooperative = True``, every
+``httpx`` backend) runs in the request's greenlet, suspended while its reply is on the wire. Any other
+backend (a local model's forward pass, an SDK that blocks) runs in a small executor of ``limit``
+threads, awaited from the greenlet, so the loop never stops for it; micro-batched calls run on the
+batcher's one dispatcher thread. Outside a batch (``run``, the Python API) the wrappers call straight
+through.
 
 A served backend's transport has its own slots (``remote.concurrency``); the wrapper sets them to the
 same limit (``RemoteBackend.set_concurrency``), so ``--per-backend-limit generator=64`` means 64 calls
@@ -15,7 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +37,7 @@ from interleave_thinker.backends.protocols import (
     VLMBackend,
     VLMBatchMixin,
 )
+from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
 
 
@@ -60,7 +69,7 @@ class BackendStats:
 
 
 class MicroBatcher:
-    """Collects calls from many threads for up to ``max_wait`` seconds (or ``max_batch`` calls) and runs
+    """Collects calls from many requests for up to ``max_wait`` seconds (or ``max_batch`` calls) and runs
     each group of compatible calls (equal ``key``) as one batched call on a dispatcher thread."""
 
     def __init__(
@@ -76,7 +85,7 @@ class MicroBatcher:
     def submit(self, key: Hashable, payload: Any) -> Any:
         future: Future[Any] = Future()
         self._queue.put((key, payload, future))
-        return future.result()
+        return green.result(future)
 
     def _dispatch(self) -> None:
         held: list[tuple[Hashable, Any, Future[Any]]] = []
@@ -95,22 +104,29 @@ class MicroBatcher:
             key = held[0][0]
             group = [item for item in held if item[0] == key][: self.max_batch]
             held = [item for item in held if item not in group]
+            group = [item for item in group if item[2].set_running_or_notify_cancel()]  # not cancelled
+            if not group:
+                continue
             try:
                 results = self.run_batch(key, [payload for _, payload, _ in group])
                 for (_, _, future), result in zip(group, results, strict=True):
                     future.set_result(result)
             except BaseException as exc:  # the callers see the backend's own error
                 for _, _, future in group:
-                    future.set_exception(exc)
+                    if not future.done():
+                        future.set_exception(exc)
 
 
 class _Limited:
-    """What both wrappers share: the inner backend, the slots bounding calls in flight, the optional
-    micro-batcher, timing into ``stats``, and ``close``."""
+    """What both wrappers share: the inner backend, the slots bounding calls in flight, the executor
+    for blocking calls, the optional micro-batcher, timing into ``stats``, and ``close``."""
 
     def __init__(self, inner: Any, stats: BackendStats, *, micro_batch: bool, max_wait: float) -> None:
         self.inner, self.stats, self.name = inner, stats, inner.name
-        self._slots = threading.BoundedSemaphore(stats.limit)
+        self._slots = green.Semaphore(stats.limit)
+        self._cooperative = bool(getattr(inner, "cooperative", False))
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
         resize = getattr(inner, "set_concurrency", None)
         if callable(resize):  # a served backend: its transport takes the same limit, one number end to end
             resize(stats.limit)
@@ -119,12 +135,20 @@ class _Limited:
         )
 
     def _call(self, fn: Callable[[], Any]) -> Any:
-        """One call within a slot, timed."""
+        """One call within a slot, timed; a blocking one off the event loop (see the module doc)."""
         with self._slots:
             start = time.perf_counter()
-            result = fn()
+            result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
             self.stats.record(time.perf_counter() - start)
         return result
+
+    def _threads(self) -> Executor:
+        """The executor of blocking calls, made at the first one: ``limit`` threads at most, and only
+        as many as calls overlap (a served backend never makes it)."""
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.stats.limit, thread_name_prefix=self.stats.role)
+            return self._executor
 
     def _timed_batch(self, fn: Callable[[], list[Any]], calls: int) -> list[Any]:
         start = time.perf_counter()
@@ -136,6 +160,8 @@ class _Limited:
         raise NotImplementedError
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()

@@ -94,8 +94,7 @@ class StepLoop:
                     self._fail_step(recorder, index, step_record)
                     return
                 latest = (recorder.images[step_record.accepted_image], step_record.accepted_image)
-        trace.status = "succeeded"
-        recorder.checkpoint()
+        trace.status = "succeeded"  # written by the caller's closing checkpoint (``Pipeline._close_trace``)
 
     def _attempt_limit(self, trace: Trace) -> int:
         """Generator calls the next step may make: ``max_attempts``, or what the request's budget has left."""
@@ -169,7 +168,8 @@ class StepLoop:
             is_last = attempt_index == limit - 1
             attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest, last=is_last)
             record.attempts.append(attempt)
-            recorder.checkpoint()
+            if not (attempt.accepted or attempt_index == limit - 1):
+                recorder.checkpoint()  # else the step's end, right after, writes the trace
             self.observer.on_attempt_end(index, attempt)
             if attempt.accepted:
                 record.accepted_image = attempt.image_file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +58,8 @@ class StepOutput:
 @dataclass
 class Result:
     trace: Trace
-    images: dict[str, Image.Image] = field(default_factory=dict)
+    images: MutableMapping[str, Image.Image] = field(default_factory=dict)
+    """Name -> image; a run with a folder reads each image from the PNG bytes it wrote (``RunRecorder``)."""
     notice: str | None = None
 
     @property
@@ -79,7 +80,7 @@ class Result:
         return out
 
 
-def _step_output(step: StepRecord, images: dict[str, Image.Image]) -> StepOutput:
+def _step_output(step: StepRecord, images: Mapping[str, Image.Image]) -> StepOutput:
     image = images.get(step.accepted_image) if step.accepted_image else None
     return StepOutput(text=step.text, image=image, image_file=step.accepted_image)
 

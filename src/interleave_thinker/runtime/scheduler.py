@@ -1,8 +1,14 @@
 """The batch scheduler: many requests in flight, every backend kept busy up to its own limit.
 
-An asyncio loop admits up to ``concurrency`` requests; each runs the ordinary step loop in a worker
-thread (so steps of one request stay ordered and the loop code is the one `run` uses), and every
-backend call passes a per-backend limiter that may micro-batch it with calls from other requests.
+An asyncio loop admits up to ``concurrency`` requests; each runs the ordinary, synchronous step loop
+(the code `run` uses, so the steps of one request stay ordered) in its own greenlet on that loop, not in
+a thread: where a request waits (a served backend's reply, a retry's backoff, a backend's slot), its
+greenlet suspends and the loop runs the others (:mod:`interleave_thinker.core.green`). A thousand
+requests in flight against served backends cost a thousand small greenlets and one loop thread (plus
+the few writer threads of :mod:`interleave_thinker.runtime.file_writes`). Every backend call passes a
+per-backend limiter (:mod:`interleave_thinker.runtime.limits`) that bounds it, may micro-batch it with
+calls from other requests, and runs a local model's forward pass in a small executor (its limit's
+worth of threads), so the loop never stops for a model.
 
 Each request is one failure boundary: whatever it raises (a reply that cannot be stored, a full disk,
 a bug), that request is recorded as failed with a one-line reason and the batch goes on. A resumed
@@ -13,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.core.errors import PlanningError
+from interleave_thinker.core.green import finish_loop, run_green
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import TRACE_FILE, read_trace, trace_json
 from interleave_thinker.runtime.batch_inputs import BatchItem
@@ -86,6 +93,9 @@ class BatchOutcome:
     skipped: int
     wall_s: float
     stats: dict[str, BackendStats]
+    threads_peak: int = 0
+    """The most threads this process had as a request ended (sampled then): a handful whatever the
+    concurrency, since requests are greenlets, not threads."""
 
 
 class BatchRunner:
@@ -116,29 +126,29 @@ class BatchRunner:
                 self._restore_pages(item)
         slots = asyncio.Semaphore(self.settings.concurrency)
         finished: dict[str, str] = {}
+        threads = [threading.active_count()]
         start = time.perf_counter()
 
-        loop = asyncio.get_running_loop()
-        # One worker thread per request in flight (the default executor has only a few on small machines).
-        with ThreadPoolExecutor(
-            max_workers=self.settings.concurrency, thread_name_prefix="request"
-        ) as workers:
-
-            async def one(item: BatchItem) -> None:
-                async with slots:
-                    try:
-                        status = await loop.run_in_executor(workers, self._run_one, item)
-                    except Exception as exc:  # _run_one's own guard failed: still only this request
-                        logger.error("request %s: %s", one_line(item.id, 80), failure_reason(exc))
-                        status = "failed"
-                finished[item.id] = status
+        async def one(item: BatchItem) -> None:
+            async with slots:
                 try:
-                    self.on_done(item.id, status)
-                except Exception as exc:  # a progress display must not stop the batch
-                    logger.warning("progress: %s", failure_reason(exc))
+                    status = await run_green(self._run_one, item)
+                except Exception as exc:  # _run_one's own guard failed: still only this request
+                    logger.error("request %s: %s", one_line(item.id, 80), failure_reason(exc))
+                    status = "failed"
+            finished[item.id] = status
+            threads.append(threading.active_count())
+            try:
+                self.on_done(item.id, status)
+            except Exception as exc:  # a progress display must not stop the batch
+                logger.warning("progress: %s", failure_reason(exc))
 
+        try:
             await asyncio.gather(*(one(item) for item in todo))
-        return BatchOutcome(finished, len(items) - len(todo), time.perf_counter() - start, self.stats)
+        finally:
+            await finish_loop()  # the served backends' connections opened on this loop
+        wall = time.perf_counter() - start
+        return BatchOutcome(finished, len(items) - len(todo), wall, self.stats, max(threads))
 
     def _run_one(self, item: BatchItem) -> str:
         """Run one request inside its failure boundary; record its status (and why it failed) in the journal."""
@@ -159,7 +169,7 @@ class BatchRunner:
         if item.problem is not None:
             return "failed", item.problem
         out = self.store.request_dir(item.id)
-        reopen_if_journaled_failed(out, self.store.finished().get(item.id))
+        reopen_if_journaled_failed(out, self.store.status(item.id))
         try:
             result = self.pipeline(
                 item.prompt, list(item.images), out_dir=out, request_id=item.id, task=item.task, resume=True

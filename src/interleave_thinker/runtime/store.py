@@ -21,6 +21,7 @@ from interleave_thinker.core.run_folder import JOURNAL, MANIFEST, REQUESTS, TRAC
 from interleave_thinker.core.run_folder import request_dir as batch_request_dir
 from interleave_thinker.core.types import Request, Trace
 from interleave_thinker.runtime.failures import clean_text, one_line
+from interleave_thinker.runtime.file_writes import off_loop
 from interleave_thinker.runtime.resume import merged_manifest
 
 
@@ -28,6 +29,8 @@ class RunStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = threading.Lock()
+        self._append_lock = threading.Lock()
+        self._journal: tuple[tuple[int, int, int] | None, dict[str, dict[str, Any]]] | None = None
 
     def request_dir(self, request_id: str) -> Path:
         return batch_request_dir(self.root, request_id)
@@ -44,33 +47,57 @@ class RunStore:
         return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else {}
 
     def journal(self) -> dict[str, dict[str, Any]]:
-        """Request id -> its last journal entry (a torn or foreign line is ignored)."""
+        """Request id -> its last journal entry (a torn or foreign line is ignored).
+
+        Read once and then kept up to date by :meth:`mark`: the scheduler asks for every request it
+        starts, and parsing a journal of thousands of lines each time made a batch quadratic. The file's
+        size, mtime and inode tell when someone else changed it; it is then read again."""
+        with self._lock:
+            return {i: dict(entry) for i, entry in self._entries().items()}
+
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        """The kept journal, read again when the file changed; to be read under ``_lock`` (``mark``
+        adds to it from a writer thread)."""
         path = self.root / JOURNAL
-        done: dict[str, dict[str, Any]] = {}
-        if not path.is_file():
-            return done
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                done[entry["id"]] = entry
-        return done
+        if self._journal is None or self._journal[0] != _identity(path):
+            self._journal = (_identity(path), _read_journal(path))
+        return self._journal[1]
 
     def finished(self) -> dict[str, str]:
         """Request id -> final status, from the journal (a torn last line from a crash is ignored)."""
-        return {i: str(entry.get("status")) for i, entry in self.journal().items()}
+        with self._lock:
+            return {i: str(entry.get("status")) for i, entry in self._entries().items()}
+
+    def status(self, request_id: str) -> str | None:
+        """The journal's last status of one request (None when not there): ``finished().get(id)``
+        without building the whole mapping."""
+        with self._lock:
+            entry = self._entries().get(request_id)
+            return None if entry is None else str(entry.get("status"))
 
     def mark(self, request_id: str, status: str, error: str | None = None) -> None:
         entry = {"id": request_id, "status": status} | ({"error": one_line(error)} if error else {})
         line = json.dumps(entry) + "\n"
-        with self._lock:
+        off_loop(lambda: self._append(request_id, entry, line))
+
+    def _append(self, request_id: str, entry: dict[str, Any], line: str) -> None:
+        """One fsynced line; the kept journal takes it when it was current (the cache lock is not held
+        while the disk is waited on: the loop thread reads the journal)."""
+        path = self.root / JOURNAL
+        with self._append_lock:
             self.root.mkdir(parents=True, exist_ok=True)
-            with (self.root / JOURNAL).open("a", encoding="utf-8") as handle:
+            before = _identity(path)
+            with path.open("a", encoding="utf-8") as handle:
                 handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())
+            after = _identity(path)
+        with self._lock:
+            if self._journal is not None and self._journal[0] == before:
+                self._journal[1][request_id] = entry
+                self._journal = (after, self._journal[1])
+            else:
+                self._journal = None
 
     def traces(self) -> dict[str, Trace]:
         """Every request's trace; an unreadable one, or a failure with no trace at all (e.g. a full disk or
@@ -82,6 +109,29 @@ class RunStore:
             if request_id not in found and entry.get("status") == "failed":
                 found[request_id] = failed_trace(request_id, "", str(entry.get("error") or "unknown"))
         return found
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells that a file changed: its size, mtime and inode (None when there is no file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _read_journal(path: Path) -> dict[str, dict[str, Any]]:
+    done: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return done
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            done[entry["id"]] = entry
+    return done
 
 
 def _trace_or_reason(path: Path) -> Trace:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interleave_thinker.core.paths import cache_home
+from interleave_thinker.testing.pinned import run_pinned
+from interleave_thinker.testing.shipped import install_shipped, library_versions
 from interleave_thinker.testing.tiny_tokenizer import (
     CHAT_TEMPLATE,
     ENDOFTEXT,
@@ -35,21 +37,6 @@ TINY_DIR_ENV = "INTERLEAVE_THINKER_TINY_DIR"
 COMPLETE_MARKER = ".complete"
 TINY_PRESET_VERSION = "2"
 """Written into the marker; bump it when dimensions change so stale caches get rebuilt."""
-
-PINNED_NUMERICS = {
-    "MKL_CBWR": "AVX2",
-    "ATEN_CPU_CAPABILITY": "avx2",
-    "ONEDNN_MAX_CPU_ISA": "AVX2",
-    "OMP_NUM_THREADS": "2",
-    "MKL_NUM_THREADS": "2",
-    "PYTHONHASHSEED": "0",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-"""The environment every tiny model is built in (see :func:`run_pinned`). Why: torch picks its CPU kernels
-(scalar, AVX2, AVX-512) when it loads, and they differ in the last bits, even for random init (the
-vectorised ``normal_`` draws other numbers); training then amplifies a last-bit difference into other
-weights. MKL's reproducible AVX2 path, kernels capped at AVX2 and fixed thread counts give the same bytes
-on every x86 machine with AVX2."""
 
 PLANNER_SEED = 1
 CRITIC_SEED = 2
@@ -300,26 +287,6 @@ def _is_complete(folder: Path) -> bool:
         return False
 
 
-def run_pinned(args: list[str], what: str) -> None:
-    """Run ``python <args>`` in a child process with :data:`PINNED_NUMERICS`; its output is kept for the error."""
-    import subprocess
-    import sys
-
-    from interleave_thinker.core.errors import InterleaveThinkerError
-
-    done = subprocess.run(
-        [sys.executable, *args],
-        env={**os.environ, **PINNED_NUMERICS},
-        capture_output=True,
-        text=True,
-        errors="replace",
-        check=False,
-    )
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise InterleaveThinkerError(f"Building {what} failed (exit {done.returncode}); last output:\n{tail}")
-
-
 BUILDERS: dict[str, Callable[..., Path]] = {
     "planner": build_tiny_vlm,
     "critic": build_tiny_vlm,
@@ -327,8 +294,23 @@ BUILDERS: dict[str, Callable[..., Path]] = {
 }
 
 
-def _ensure_one(root: Path, name: str, seed: int) -> Path:
-    """Reuse ``root/name`` if complete, else build it in a sibling temp folder and rename it in."""
+SEEDS = {"planner": PLANNER_SEED, "critic": CRITIC_SEED, "generator": GENERATOR_SEED}
+
+
+def tiny_recipe(name: str) -> dict[str, object]:
+    """What a tiny model's bytes depend on: a shipped copy is used only when this matches its manifest."""
+    libraries = library_versions("torch", "transformers", "diffusers", "tokenizers")
+    return {
+        "model": f"tiny/{name}",
+        "version": TINY_PRESET_VERSION,
+        "seed": SEEDS[name],
+        "libraries": libraries,
+    }
+
+
+def _ensure_one(root: Path, name: str) -> Path:
+    """Reuse ``root/name`` if complete, else fill (shipped copy) or build it in a sibling temp folder and
+    rename it in."""
     final = root / name
     if _is_complete(final):
         return final
@@ -339,7 +321,9 @@ def _ensure_one(root: Path, name: str, seed: int) -> Path:
     tmp = root / f".{name}.partial"
     if tmp.exists():
         shutil.rmtree(tmp)
-    run_pinned(["-m", "interleave_thinker.testing.tiny", name, str(tmp), str(seed)], f"the tiny {name}")
+    if not install_shipped(name, tiny_recipe(name), tmp):
+        args = ["-m", "interleave_thinker.testing.tiny", name, str(tmp), str(SEEDS[name])]
+        run_pinned(args, f"the tiny {name}")
     (tmp / COMPLETE_MARKER).write_text(TINY_PRESET_VERSION + "\n", encoding="utf-8")
     tmp.rename(final)
     return final
@@ -355,19 +339,22 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
-    """Return the tiny planner/critic/generator folders, building any that are missing.
-
-    Idempotent and crash-safe: complete folders (marker present, same preset version) are reused
-    as-is; anything else is removed and rebuilt atomically under a file lock.
-    """
+def ensure_tiny_model(name: str, root: Path | None = None) -> Path:
+    """One tiny model folder (``planner``, ``critic`` or ``generator``), filled or built only if missing."""
     root = Path(root) if root is not None else default_tiny_dir()
     root.mkdir(parents=True, exist_ok=True)
-    jobs = [("planner", PLANNER_SEED), ("critic", CRITIC_SEED), ("generator", GENERATOR_SEED)]
-    paths: dict[str, Path] = {}
     with file_lock(root / ".lock"):
-        for name, seed in jobs:
-            paths[name] = _ensure_one(root, name, seed)
+        return _ensure_one(root, name)
+
+
+def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
+    """Return the tiny planner/critic/generator folders, making any that are missing.
+
+    Idempotent and crash-safe: complete folders (marker present, same preset version) are reused
+    as-is; anything else is removed and remade atomically under a file lock, from the shipped copy
+    when one fits (``testing.shipped``), else built.
+    """
+    paths = {name: ensure_tiny_model(name, root) for name in SEEDS}
     return TinyModelPaths(planner=paths["planner"], critic=paths["critic"], generator=paths["generator"])
 
 

@@ -15,16 +15,19 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from interleave_thinker.core.build_progress import current_reporter
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
+from interleave_thinker.testing.pinned import progress_callback, run_pinned
+from interleave_thinker.testing.shipped import install_shipped, library_versions
 from interleave_thinker.testing.tiny import (
     COMPLETE_MARKER,
     CRITIC_SEED,
     PLANNER_SEED,
+    TINY_PRESET_VERSION,
     default_tiny_dir,
     deterministic_torch,
-    ensure_tiny_models,
+    ensure_tiny_model,
     file_lock,
-    run_pinned,
     seeded,
 )
 from interleave_thinker.train.sft.config import (
@@ -50,6 +53,10 @@ JUDGE_SEED = 4
 JUDGE_DATA_VERSION = "1"
 """Bump when the judge's synthetic data or steps change: part of the judge's cache key only."""
 ROLES = ("planner", "critic", "judge")
+SEEDS = {"planner": PLANNER_SEED, "critic": CRITIC_SEED, "judge": JUDGE_SEED}
+STEPS = {"planner": PLANNER_STEPS, "critic": CRITIC_STEPS, "judge": JUDGE_STEPS}
+SHIPPED_ROLES = ("planner", "critic")
+"""Shipped for the built-in templates (``testing.shipped``): what the tiny preset's first run needs."""
 ROLE_TEMPLATES = {
     "planner": ("planner_narrative", "critic"),
     "critic": ("planner_narrative", "critic"),
@@ -115,7 +122,7 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
             use_cpu=True,
         ),
     )
-    run_sft(config)
+    run_sft(config, callbacks=[progress_callback()])
     for checkpoint in dest.glob("checkpoint-*"):
         shutil.rmtree(checkpoint)
 
@@ -125,9 +132,10 @@ def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps
     import json
     import logging
 
-    logging.getLogger(__name__).warning(
-        "Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", role
-    )
+    if current_reporter() is None:  # a display shows the build's own progress instead
+        logging.getLogger(__name__).warning(
+            "Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", role
+        )
     tmp.mkdir(parents=True, exist_ok=True)
     job = tmp / "job.json"
     job.write_text(
@@ -168,9 +176,8 @@ def build_format_trained(
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
-    seed = {"planner": PLANNER_SEED, "critic": CRITIC_SEED, "judge": JUDGE_SEED}[role]
-    default_steps = {"planner": PLANNER_STEPS, "critic": CRITIC_STEPS, "judge": JUDGE_STEPS}[role]
-    steps = steps or default_steps
+    seed = SEEDS[role]
+    steps = steps or STEPS[role]
     work = tmp / "work"
     base = build_base(work / "base", source, seed=seed)
     if role == "planner":
@@ -204,19 +211,39 @@ def ensure_format_trained_tiny(
     )
 
 
+def template_digest(role: str, templates: TemplateSet) -> str:
+    """The cache key of a role's folder: the templates its data is filled with (and the judge's data version)."""
+    from interleave_thinker.core.pinned_texts import sha256_text
+
+    salt = f"judge-v{JUDGE_DATA_VERSION}" if role == "judge" else ""  # planner/critic keys unchanged
+    return sha256_text(salt + "".join(templates.get(n) for n in ROLE_TEMPLATES[role]))[:12]
+
+
+def format_recipe(role: str, digest: str) -> dict[str, object]:
+    """What a format-trained model's bytes depend on: a shipped copy is used only when this matches."""
+    return {
+        "model": f"format/{role}",
+        "version": FORMAT_VERSION,
+        "base_version": TINY_PRESET_VERSION,
+        "templates": digest,
+        "seed": SEEDS[role],
+        "steps": STEPS[role],
+        "shape": [TEXT_HIDDEN, TEXT_LAYERS, TEXT_HEADS, TEXT_KV_HEADS, TEXT_INTERMEDIATE],
+        "training": [BATCH, LEARNING_RATE, TRAIN_THREADS],
+        "libraries": library_versions("torch", "transformers", "trl", "accelerate", "datasets", "tokenizers"),
+    }
+
+
 def ensure_format_trained(
     role: str, root: Path | None = None, *, templates: TemplateSet | None = None
 ) -> Path:
-    """One format-trained tiny model (``planner``, ``critic`` or ``judge``), built alone when only one is needed."""
-    from interleave_thinker.core.pinned_texts import sha256_text
-
+    """One format-trained tiny model (``planner``, ``critic`` or ``judge``), made alone when only one is
+    needed: copied from the shipped artefact when its recipe matches (``testing.shipped``), else trained."""
     if role not in ROLES:
         raise ValueError(f"role must be planner, critic or judge, not {role!r}")
     templates = templates or TemplateStore().load()
-    salt = f"judge-v{JUDGE_DATA_VERSION}" if role == "judge" else ""  # planner/critic keys unchanged
-    digest = sha256_text(salt + "".join(templates.get(n) for n in ROLE_TEMPLATES[role]))[:12]
+    digest = template_digest(role, templates)
     root = Path(root) if root is not None else default_tiny_dir()
-    source = ensure_tiny_models(root).planner
     folder = root / f"format-v{FORMAT_VERSION}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / role
@@ -225,14 +252,51 @@ def ensure_format_trained(
             shutil.rmtree(final, ignore_errors=True)
             tmp = folder / f".{role}.partial"
             shutil.rmtree(tmp, ignore_errors=True)
-            _build_one(tmp, role, templates, source)
+            if not install_shipped(f"{folder.name}/{role}", format_recipe(role, digest), tmp / "model"):
+                _build_one(tmp, role, templates, ensure_tiny_model("planner", root))
             (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
             (tmp / "model").rename(final)
             shutil.rmtree(tmp)
     return final
 
 
+def build_shipped(work: Path) -> dict[str, tuple[dict[str, object], Path]]:
+    """Fresh builds, never copies, of every shipped model (the tiny generator and the format-trained planner
+    and critic for the built-in templates) under ``work``: ``{artefact key: (recipe, folder)}``."""
+    from interleave_thinker.core.prompt_store import builtin_templates
+    from interleave_thinker.testing.shipped import rebuilding
+    from interleave_thinker.testing.tiny import tiny_recipe
+
+    templates = builtin_templates()
+    root = work / "tiny"
+    with rebuilding():
+        built = {"generator": (tiny_recipe("generator"), ensure_tiny_model("generator", root))}
+        for role in SHIPPED_ROLES:
+            path = ensure_format_trained(role, root, templates=templates)
+            recipe = format_recipe(role, template_digest(role, templates))
+            built[f"{path.parent.name}/{role}"] = (recipe, path)
+    return built
+
+
+def write_artefacts(dest: Path | None = None) -> Path:
+    """Rebuild every shipped model in a temp folder and write it with its manifest into ``dest``."""
+    import tempfile
+
+    from interleave_thinker.testing.shipped import ARTEFACTS, write_artefact, write_manifest
+
+    dest = dest or ARTEFACTS
+    with tempfile.TemporaryDirectory(prefix="tiny-artefacts-") as work:
+        built = build_shipped(Path(work))
+        if (dest / "manifest.json").is_file():  # an artefact folder: models no longer shipped go
+            shutil.rmtree(dest)
+        entries = {key: write_artefact(key, recipe, path, dest) for key, (recipe, path) in built.items()}
+    return write_manifest(entries, dest)
+
+
 if __name__ == "__main__":
     import sys
 
-    _build_from_job(Path(sys.argv[1]))
+    if sys.argv[1] == "--write-artefacts":  # [DEST]: rebuild the shipped models (docs/testing.md)
+        print(f"wrote {write_artefacts(Path(sys.argv[2]) if len(sys.argv) > 2 else None)}")
+    else:  # the child process of _build_one: python -m interleave_thinker.testing.tiny_format JOB
+        _build_from_job(Path(sys.argv[1]))

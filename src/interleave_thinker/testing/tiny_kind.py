@@ -40,10 +40,9 @@ def tiny_vlm_folder(target: str) -> Path:
         from interleave_thinker.testing.tiny_format import ensure_format_trained
 
         return ensure_format_trained(target.removesuffix("-sft"))
-    from interleave_thinker.testing.tiny import ensure_tiny_models
+    from interleave_thinker.testing.tiny import ensure_tiny_model
 
-    folder: Path = getattr(ensure_tiny_models(), target)
-    return folder
+    return ensure_tiny_model(target)
 
 
 def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBackend:
@@ -58,9 +57,9 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
 def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
     if spec.target not in ("", "generator"):
         raise ConfigError(f"tiny image spec {spec.raw!r}: target must be 'generator' or empty.")
-    from interleave_thinker.testing.tiny import ensure_tiny_models
+    from interleave_thinker.testing.tiny import ensure_tiny_model
 
-    return load_image_backend(f"diffusers:{ensure_tiny_models().generator}", options)
+    return load_image_backend(f"diffusers:{ensure_tiny_model('generator')}", options)
 
 
 def register_tiny_kind() -> None:

@@ -111,6 +111,7 @@ class GeminiImageBackend(PooledImageBackend):
 
     key_hint = "Check that the API key is valid for {b.model}"
     not_found_hint = "Check the model id '{b.model}'"
+    cooperative = False  # the SDK's own client blocks: a batch runs its calls in an executor
 
     def __init__(
         self,

@@ -29,7 +29,6 @@ local backend makes. Without ``#MODEL`` the served model's name is read once fro
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -43,6 +42,7 @@ from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKey
 from interleave_thinker.backends.model_defaults import model_defaults
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.remote_backend import pool_settings
+from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class OmniImagesBackend(PooledImageBackend):
         self.name = f"{self.kind}:" + ",".join(self.urls) + (f"#{model}" if model else "")
         self.open_pool(DEFAULT_KEY_ENV, transport)
         self._served: str | None = model
-        self._served_lock = threading.Lock()
+        self._served_lock = green.Lock()  # held across the /v1/models call: may suspend in a batch
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> OmniImagesBackend:

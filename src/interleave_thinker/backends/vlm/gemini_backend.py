@@ -42,6 +42,8 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
     """``chat`` = one ``client.models.generate_content`` call, retried on 408/429/5xx (not 501) and
     transport errors."""
 
+    cooperative = False  # the SDK's own client blocks: a batch runs its calls in an executor
+
     def __init__(
         self,
         model: str,

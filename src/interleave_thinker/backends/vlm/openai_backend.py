@@ -10,7 +10,6 @@ replica that restarts, with no extra service to run. Transport, retries and dead
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from interleave_thinker.backends.encoding import png_data_url
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
+from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
         self.name = f"openai:{','.join(urls)}#{self.model or '?'}"
         self.api_key(required=configured, configured=configured)  # optional for local servers
         self.open_caller(urls, retry=retry, concurrency=concurrency, cooldown=cooldown)
-        self._model_lock = threading.Lock()
-        self._usage = threading.local()
+        self._model_lock = green.Lock()  # held across the discovery call: may suspend in a batch
+        self._usage = green.Local()  # per request: the batch runs many on one thread
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> OpenAIVLMBackend:

@@ -17,7 +17,9 @@ class AppServer:
     def __init__(self, app: Any, **config: Any) -> None:
         import uvicorn
 
-        self.sock = socket.socket()
+        # proto=IPPROTO_TCP, or asyncio leaves Nagle on for accepted connections (it checks sock.proto)
+        # and a reply written in two parts waits ~40 ms for the client's delayed ACK.
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.bind(("127.0.0.1", 0))
         self.port = int(self.sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"

@@ -1,0 +1,217 @@
+"""The scale rows of ``bench_scheduler.py``: thousands of requests against served backends.
+
+The backends are ``benchmarks/_served.py`` (its own process: its CPU is not the batch's) over real HTTP
+on 127.0.0.1; the batch runs in a fresh interpreter per row (``python _scale.py child ...``), so its peak
+RSS (``VmHWM``), thread count and CPU time are the batch's alone. Figures per row:
+
+- wall: from the first backend call's start to the last one's end (the server's clock), against the
+  longest request chain (planner + every generator and critic call of the slowest request, at the
+  served latencies): ``chain / wall`` is 1.0 when nothing but the backends' latency holds requests up;
+- peak RSS of the batch process, peak ``threading.active_count()`` (sampled every 20 ms);
+- orchestration CPU per backend call: the batch process's user + system CPU seconds while the batch
+  ran, divided by the backend calls the server answered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+GOALS = {"ratio": 0.9, "rss_mb": 1536.0, "cpu_ms": 2.0}
+
+
+@dataclass(frozen=True)
+class Row:
+    requests: int
+    concurrency: int
+    planner: float
+    critic: float
+    generator: float
+
+    def latency(self, role: str) -> float:
+        return float(getattr(self, role))
+
+
+class Served:
+    """``with Served(row) as url:`` runs ``_served.py`` with the row's latencies in its own process."""
+
+    def __init__(self, row: Row) -> None:
+        args = [str(v) for v in (row.planner, row.critic, row.generator)]
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "_served.py"), *args], stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        port = int(self.process.stdout.readline().split()[1])
+        self.url = f"http://127.0.0.1:{port}"
+
+    def __enter__(self) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.url}/stats", timeout=1).raise_for_status()
+                return self.url
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"{HERE / '_served.py'} did not answer on {self.url}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def pipeline_config(url: str, concurrency: int) -> dict[str, Any]:
+    return {
+        "planner": f"openai:{url}/v1#planner",
+        "critic": f"openai:{url}/v1#critic",
+        "generator": f"vllm-omni:{url}#sim-generator",
+        "generation": {"width": 64, "height": 64, "steps": 2, "guidance": 1.0},
+        "remote": {"concurrency": concurrency, "timeout": 600.0},
+    }
+
+
+def longest_chain(traces: dict[str, Any], row: Row) -> float:
+    """The slowest request's own chain of calls at the served latencies (no waiting for slots)."""
+    longest = 0.0
+    for trace in traces.values():
+        planner_calls = max(1, len(trace.planner.raw_replies))
+        attempts = [a for s in trace.steps for a in s.attempts]
+        critic_calls = sum(len(a.critic_raw) for a in attempts if a.critic_called)
+        chain = planner_calls * row.planner + len(attempts) * row.generator + critic_calls * row.critic
+        longest = max(longest, chain)
+    return longest
+
+
+def peak_threads(stop: threading.Event, seen: list[int]) -> None:
+    while not stop.wait(0.02):
+        seen[0] = max(seen[0], threading.active_count())
+
+
+def run_batch(row: Row, url: str, profile: str | None) -> dict[str, Any]:
+    """One batch in this process; returns its figures (the child's half of a row)."""
+    from interleave_thinker import Pipeline, PipelineConfig
+    from interleave_thinker.runtime.batch_inputs import BatchItem
+    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+    from interleave_thinker.runtime.store import RunStore
+
+    config = PipelineConfig.model_validate(pipeline_config(url, row.concurrency))
+    items = [BatchItem(f"r{i:05d}", f"Show the steps of process {i}") for i in range(row.requests)]
+    limits = dict.fromkeys(("planner", "critic", "generator"), row.concurrency)
+    seen, stop = [threading.active_count()], threading.Event()
+    sampler = threading.Thread(target=peak_threads, args=(stop, seen), daemon=True)
+    sampler.start()
+    with tempfile.TemporaryDirectory() as tmp, Pipeline.from_config(config) as pipe:
+        store = RunStore(Path(tmp))
+        runner = BatchRunner(pipe, store, BatchSettings(concurrency=row.concurrency, limits=limits))
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        outcome = Profiles(runner).run(runner, items, profile) if profile else runner.run(items)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        stop.set()
+        chain = longest_chain(store.traces(), row)
+        statuses = sorted(set(outcome.finished.values()))
+    peak_kb = int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))  # type: ignore[union-attr]
+    cpu_s = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
+    return {
+        "chain": chain,
+        "rss_mb": peak_kb / 1024,
+        "threads": seen[0],
+        "cpu_s": cpu_s,
+        "statuses": statuses,
+    }
+
+
+class Profiles:
+    """cProfile sees one thread: the loop's (where a greenlet scheduler runs every request), plus one
+    profiler per worker thread when the scheduler runs requests in threads; merged at the end."""
+
+    def __init__(self, runner: Any) -> None:
+        import cProfile
+
+        self.main = cProfile.Profile()
+        self.profiles = [self.main]
+        self.lock = threading.Lock()
+        run_one = runner._run_one
+
+        def profiled(item: Any) -> str:
+            if threading.current_thread() is threading.main_thread():
+                return str(run_one(item))
+            profiler = cProfile.Profile()
+            with self.lock:
+                self.profiles.append(profiler)
+            return str(profiler.runcall(run_one, item))
+
+        runner._run_one = profiled
+
+    def run(self, runner: Any, items: list[Any], path: str) -> Any:
+        import pstats
+
+        outcome = self.main.runcall(runner.run, items)
+        stats = pstats.Stats(self.profiles[0])
+        for profile in self.profiles[1:]:
+            stats.add(profile)
+        stats.dump_stats(path)
+        return outcome
+
+
+def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
+    """A row: the server, then the batch in a fresh interpreter; the figures of both halves."""
+    with Served(row) as url:
+        fields = [str(v) for v in (row.requests, row.concurrency, row.planner, row.critic, row.generator)]
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__)), "child", url, *fields, profile or ""],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            sys.exit(done.stderr[-3000:])
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        server = httpx.get(f"{url}/stats", timeout=10).json()
+    calls = sum(server["calls"].values())
+    return figures | {
+        "wall": server["last"] - server["first"],
+        "calls": server["calls"],
+        "in_flight": server["peak"],
+        "cpu_ms": figures["cpu_s"] / max(1, calls) * 1000,
+    }
+
+
+def report(row: Row, f: dict[str, Any]) -> None:
+    """The row's figures, each beside its goal."""
+    title = f"{row.requests} requests at concurrency {row.concurrency}"
+    print(
+        f"    {title}, latencies planner {row.planner} s / critic {row.critic} s / generator {row.generator} s"
+    )
+    print(f"      calls {f['calls']}, at most {f['in_flight']} in flight, statuses {f['statuses']}")
+    ratio = f["chain"] / f["wall"] if f["wall"] else 0.0
+    print(f"      {'':26}{'measured':>12}{'goal':>12}{'met by':>8}")
+    print(f"      {'longest chain / wall':26}{ratio:>12.2f}{'>= 0.9':>12}{ratio / GOALS['ratio']:>8.2f}")
+    spans = f"{f['chain']:.1f} / {f['wall']:.1f}"
+    print(f"      {'  (chain s / wall s)':26}{spans:>12}")
+    rss = f["rss_mb"]
+    print(f"      {'peak RSS MB':26}{rss:>12.0f}{'< 1536':>12}{GOALS['rss_mb'] / rss:>8.2f}")
+    print(f"      {'peak threads':26}{f['threads']:>12d}")
+    cpu = f["cpu_ms"]
+    print(f"      {'CPU ms per backend call':26}{cpu:>12.2f}{'<= 2':>12}{GOALS['cpu_ms'] / cpu:>8.2f}")
+    print(f"      {'  (CPU s of the batch)':26}{f['cpu_s']:>12.1f}")
+
+
+def child(argv: list[str]) -> None:
+    url, requests, concurrency, planner, critic, generator, profile = argv
+    row = Row(int(requests), int(concurrency), float(planner), float(critic), float(generator))
+    print(json.dumps(run_batch(row, url, profile or None)))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "child":
+        child(sys.argv[2:])

@@ -1,0 +1,126 @@
+"""A run's files cost little CPU and memory per request in flight, and are written as before.
+
+Pinned here: an image is PNG-encoded once however often backends send it (``backends/encoding.py``);
+a run with a folder keeps its images as the PNG bytes it wrote, byte-identical to the former writer
+(``runtime/recorder.py``); the batch journal is parsed once, yet sees another writer's lines
+(``runtime/store.py``); and inside a batch request's greenlet a file write runs in a writer thread
+(``runtime/file_writes.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+import json
+import random
+import threading
+from pathlib import Path
+
+from PIL import Image
+
+from interleave_thinker.backends import encoding
+from interleave_thinker.backends.encoding import png_bytes
+from interleave_thinker.core import green
+from interleave_thinker.core.images import png_bytes as plain_png
+from interleave_thinker.core.run_folder import JOURNAL
+from interleave_thinker.core.types import Request, Trace
+from interleave_thinker.runtime.file_writes import off_loop, write_file
+from interleave_thinker.runtime.recorder import ImageShelf, RunRecorder
+from interleave_thinker.runtime.store import RunStore
+
+
+def noise(size: int = 48, seed: int = 3) -> Image.Image:
+    """A seeded RGB picture that compresses poorly, like a real one."""
+    return Image.frombytes("RGB", (size, size), random.Random(seed).randbytes(size * size * 3))
+
+
+def decoded(data: bytes) -> Image.Image:
+    with Image.open(io.BytesIO(data)) as opened:
+        return opened.convert("RGB")
+
+
+def test_an_image_is_encoded_once_per_setting_and_forgotten_with_it() -> None:
+    image = noise()
+    first = png_bytes(image)
+    assert png_bytes(image) is first  # the same bytes object: not encoded again
+    assert png_bytes(image, keep_mode=True) is first  # an RGB image's bytes do not depend on keep_mode
+    fast = png_bytes(image, compress_level=1)
+    assert fast is not first and decoded(fast).tobytes() == decoded(first).tobytes() == image.tobytes()
+    assert first == plain_png(image)  # what the run folder's writer makes
+    ident = id(image)
+    del image
+    gc.collect()
+    assert ident not in encoding._ENCODED._entries
+
+
+def test_equal_images_that_are_different_objects_are_encoded_each() -> None:
+    one, other = noise(seed=1), noise(seed=1)
+    assert png_bytes(one) == png_bytes(other) and png_bytes(one) is not png_bytes(other)
+    assert decoded(png_bytes(Image.new("RGB", (8, 8), (9, 8, 7)))).getpixel((3, 3)) == (9, 8, 7)
+
+
+def test_a_recorder_with_a_folder_keeps_png_bytes_and_writes_what_it_wrote_before(tmp_path: Path) -> None:
+    recorder = RunRecorder(Trace(request=Request(text="x")), tmp_path)
+    first, second = noise(seed=1), noise(seed=2)
+    recorder.add_image("a.png", first)
+    recorder.add_image("b.png", second)
+    assert isinstance(recorder.images, ImageShelf)
+    assert (tmp_path / "images" / "a.png").read_bytes() == plain_png(first)
+    assert recorder.images["b.png"] is second  # the last one added stays as it was
+    again = recorder.images["a.png"]
+    assert again is not first and again.mode == "RGB" and again.tobytes() == first.tobytes()
+    assert sorted(recorder.images) == ["a.png", "b.png"] and len(recorder.images) == 2
+    out = tmp_path / "copy"
+    recorder.save(out)
+    assert (out / "images" / "a.png").read_bytes() == plain_png(first)
+    assert (out / "images" / "b.png").read_bytes() == plain_png(second)
+    assert json.loads((out / "trace.json").read_text())["request"]["text"] == "x"
+
+
+def test_a_recorder_without_a_folder_keeps_the_images_themselves() -> None:
+    recorder = RunRecorder(Trace(request=Request(text="x")))
+    image = noise()
+    recorder.add_image("a.png", image)
+    assert recorder.images == {"a.png": image} and recorder.images["a.png"] is image
+
+
+def test_an_image_set_on_the_shelf_is_kept_as_it_is() -> None:
+    shelf = ImageShelf()
+    kept, added = noise(seed=4), noise(seed=5)
+    shelf.put_png("a.png", added, png_bytes(added))
+    shelf["a.png"] = kept  # a resumed run sets the images it read back
+    assert shelf["a.png"] is kept
+    del shelf["a.png"]
+    assert "a.png" not in shelf
+
+
+def test_the_journal_is_read_once_but_sees_another_writer(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    assert store.finished() == {}
+    store.mark("a", "succeeded")
+    store.mark("b", "failed", "boom")
+    assert store.finished() == {"a": "succeeded", "b": "failed"}
+    with (tmp_path / JOURNAL).open("a", encoding="utf-8") as handle:  # e.g. an earlier run's tool
+        handle.write(json.dumps({"id": "c", "status": "succeeded"}) + "\n" + '{"id": "torn')
+    assert store.finished() == {"a": "succeeded", "b": "failed", "c": "succeeded"}
+    assert (store.status("c"), store.status("b"), store.status("zzz")) == ("succeeded", "failed", None)
+    store.journal()["a"]["status"] = "changed by a caller"
+    assert RunStore(tmp_path).finished() == store.finished()
+
+
+def test_a_write_from_a_greenlet_runs_in_a_writer_thread(tmp_path: Path) -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    def request() -> tuple[str, str]:
+        write_file(tmp_path / "x.json", '{"a": 1}')
+        return off_loop(where), where()
+
+    async def main() -> tuple[str, str]:
+        return await green.run_green(request)
+
+    writer, caller = asyncio.run(main())
+    assert writer.startswith("run-files") and caller == threading.current_thread().name
+    assert off_loop(where) == threading.current_thread().name  # outside a greenlet: right here
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
