@@ -167,7 +167,15 @@ def with_spec(backend: B, spec: str) -> B:
 
 
 def check_specs(config: PipelineConfig) -> None:
-    """Fail fast on an unknown backend kind in any role, before anything is loaded."""
-    parse_spec(config.planner, VLM_BACKENDS)  # type: ignore[arg-type]
-    parse_spec(config.critic, VLM_BACKENDS)  # type: ignore[arg-type]
-    parse_spec(config.generator, IMAGE_BACKENDS)  # type: ignore[arg-type]
+    """Fail fast on an unknown backend kind in any role, or a local checkpoint path that does not exist,
+    before anything is loaded."""
+    from interleave_thinker.backends._loading import resolve_checkpoint
+
+    for spec, registry in (
+        (config.planner, VLM_BACKENDS),
+        (config.critic, VLM_BACKENDS),
+        (config.generator, IMAGE_BACKENDS),
+    ):
+        parsed = parse_spec(spec, registry)  # type: ignore[arg-type]
+        if parsed.kind in ("transformers", "diffusers"):
+            resolve_checkpoint(parsed.target)

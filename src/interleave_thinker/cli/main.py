@@ -104,6 +104,7 @@ def run(
     ] = False,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
+    from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.cli.progress import LoadingDisplay, RichObserver
     from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
@@ -113,6 +114,7 @@ def run(
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = settings.resolve()
+    check_specs(cfg)  # an unknown kind or a missing checkpoint: one error line, before the loading display
     # SIGTERM unwinds like Ctrl-C: the trace is written and no temporary file is left behind.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with folder_lock(out_dir):
