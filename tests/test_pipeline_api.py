@@ -96,6 +96,54 @@ def test_steps_size_and_guidance_reach_the_image_request() -> None:
     assert requests(pipe)[1].settings == (40, 24, 2, None)
 
 
+def test_diffusers_names_reach_the_image_request(tmp_path: Path) -> None:
+    pipe = pipeline()
+    result = pipe("Draw a cat", num_inference_steps=9, guidance_scale=3.5, out_dir=tmp_path / "named")
+    (request,) = requests(pipe)
+    assert (request.steps, request.guidance) == (9, 3.5)
+    assert result.trace.settings["generation"] == {"width": 40, "height": 24, "steps": 9, "guidance": 3.5}
+    settings = json.loads((tmp_path / "named" / "trace.json").read_text())["settings"]
+    assert settings["call_overrides"] == {"num_inference_steps": 9, "guidance_scale": 3.5}
+
+
+def test_the_short_names_are_aliases_recorded_under_the_diffusers_names() -> None:
+    pipe = pipeline()
+    result = pipe("Draw a cat", steps=5, guidance=2.0)
+    (request,) = requests(pipe)
+    assert (request.steps, request.guidance) == (5, 2.0)
+    assert result.trace.settings["call_overrides"] == {"num_inference_steps": 5, "guidance_scale": 2.0}
+
+
+def test_image_takes_one_image_or_a_list(tmp_path: Path) -> None:
+    pipe = pipeline(plan=CONTINUE)
+    frame = Image.new("RGB", (32, 32), (20, 120, 30))
+    one = pipe("<image> What happens next?", image=frame)
+    frame.save(tmp_path / "second.png")
+    two = pipe("<image> then <image>: next?", image=[frame.copy(), tmp_path / "second.png"])
+    assert one.trace.request.images[0].startswith("<PIL.Image 1: 32x32, sha256 ")
+    assert two.trace.request.images == [one.trace.request.images[0], str(tmp_path / "second.png")]
+    assert all(r.image is not None and r.image.tobytes() == frame.tobytes() for r in requests(pipe))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "documented", "alias"),
+    [
+        ({"num_inference_steps": 4, "steps": 4}, "num_inference_steps=", "steps="),
+        ({"guidance_scale": 1.0, "guidance": 2.0}, "guidance_scale=", "guidance="),
+        ({"image": Image.new("RGB", (8, 8)), "images": Image.new("RGB", (8, 8))}, "image=", "images="),
+    ],
+)
+def test_both_forms_of_one_setting_is_an_error_naming_both(
+    tmp_path: Path, arguments: dict[str, Any], documented: str, alias: str
+) -> None:
+    pipe = pipeline()
+    with pytest.raises(ConfigError) as caught:
+        pipe("<image> Draw a cat", out_dir=tmp_path / "never", **arguments)
+    message = str(caught.value)
+    assert f"both {documented} and {alias}" in message and f"give only {documented}" in message
+    assert not (tmp_path / "never").exists() and requests(pipe) == []
+
+
 def test_max_attempts_is_honoured_for_the_call() -> None:
     pipe = pipeline(critic=verdict(False, "a cat, again"))
     result = pipe("Draw a cat", max_attempts=5)
@@ -110,6 +158,8 @@ def test_max_attempts_is_honoured_for_the_call() -> None:
     ("arguments", "needles"),
     [
         ({"steps": 0}, ["steps=0", "generation.steps", "greater than or equal to 1"]),
+        ({"num_inference_steps": 0}, ["num_inference_steps=0", "generation.steps", "greater than or equal"]),
+        ({"guidance_scale": "high"}, ["guidance_scale='high'", "generation.guidance"]),
         ({"width": 8}, ["width=8", "generation.width"]),
         ({"max_attempts": "many"}, ["max_attempts='many'", "loop.max_attempts", "valid integer"]),
         ({"guidance": "high"}, ["guidance='high'", "generation.guidance"]),

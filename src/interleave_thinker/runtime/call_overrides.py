@@ -1,10 +1,14 @@
-"""Settings given in Python calls: ``pipe(..., seed=7, steps=4)`` and ``Pipeline.from_preset(..., device=)``.
+"""Settings given in Python calls: ``pipe(..., seed=7, num_inference_steps=4)`` and
+``Pipeline.from_preset(..., device=)``.
 
-Why here and not in the pipeline: a per-call value is a config field under its flag's name (``seed`` is
-``loop.seed_base`` as ``--seed`` is, ``steps`` is ``generation.steps``), validated by the same pydantic
-section models as a YAML file, so a bad one is the same :class:`ConfigError`, naming the argument. The
-call runs on a copy of the pipeline holding the merged config, so concurrent calls (the batch scheduler
-runs many from threads) never see each other's values.
+Why here and not in the pipeline: a per-call value is a config field (``seed`` is ``loop.seed_base`` as
+``--seed`` is, ``num_inference_steps`` is ``generation.steps`` as ``--steps`` is), validated by the same
+pydantic section models as a YAML file, so a bad one is the same :class:`ConfigError`, naming the
+argument as the caller wrote it. The arguments carry diffusers' names (``image``, ``num_inference_steps``,
+``guidance_scale``); the config's short names (``images``, ``steps``, ``guidance``) are accepted aliases,
+and giving both forms of one setting is an error naming both. The call runs on a copy of the pipeline
+holding the merged config, so concurrent calls (the batch scheduler runs many from threads) never see
+each other's values.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ CALL_KEYS: dict[str, tuple[str, str]] = {
     "max_attempts": ("loop", "max_attempts"),
     "width": ("generation", "width"),
     "height": ("generation", "height"),
-    "steps": ("generation", "steps"),
-    "guidance": ("generation", "guidance"),
+    "num_inference_steps": ("generation", "steps"),
+    "guidance_scale": ("generation", "guidance"),
 }
-"""Argument of ``Pipeline.__call__`` -> (config section, key); the names of the flags and of ``ImageRequest``."""
+"""Argument of ``Pipeline.__call__`` (diffusers' names) -> (config section, key)."""
+ALIASES: dict[str, str] = {"images": "image", "steps": "num_inference_steps", "guidance": "guidance_scale"}
+"""Accepted alias -> documented argument: the config's, the flags' and ``ImageRequest``'s short names."""
 SECTIONS: dict[str, type[BaseModel]] = {"loop": LoopOptions, "generation": GenerationOptions}
 
 
@@ -39,16 +45,43 @@ class Configured(Protocol):
 P = TypeVar("P", bound=Configured)
 
 
+def one_form(**values: Any) -> Any:
+    """The value of the one form given of an argument and its alias (``image=``/``images=``), or None.
+
+    >>> one_form(image=None, images="cat.png")
+    'cat.png'
+    """
+    given = [name for name, value in values.items() if value is not None]
+    if len(given) > 1:
+        documented = next(name for name in given if name not in ALIASES)
+        alias = next(name for name in given if name in ALIASES)
+        raise ConfigError(
+            f"The pipeline call got both {documented}= and {alias}=, two names of one setting "
+            f"({alias}= is an alias of {documented}=); give only {documented}=."
+        )
+    return values[given[0]] if given else None
+
+
 def given_overrides(**values: Any) -> dict[str, Any]:
-    """The per-call arguments that were given (None = use the config's value)."""
-    return {name: value for name, value in values.items() if value is not None}
+    """The per-call settings that were given (None = use the config's value), keyed by the name the
+    caller wrote (an alias included, so an error names it); both forms of one setting raise ConfigError."""
+    given = {name: value for name, value in values.items() if value is not None}
+    for alias, name in ALIASES.items():
+        if alias in given:
+            one_form(**{name: given.get(name), alias: given[alias]})
+    return given
+
+
+def _key(name: str) -> tuple[str, str]:
+    """(config section, key) of a per-call argument or of its alias."""
+    return CALL_KEYS[ALIASES.get(name, name)]
 
 
 def merged_config(config: PipelineConfig, overrides: dict[str, Any]) -> PipelineConfig:
     """``config`` with the per-call values, each section validated whole (cross-field checks included)."""
     sections: dict[str, dict[str, Any]] = {}
     for name, value in overrides.items():
-        section, key = CALL_KEYS[name]
+        section, key = _key(name)
         sections.setdefault(section, getattr(config, section).model_dump())[key] = value
     updated: dict[str, BaseModel] = {}
     for section, data in sections.items():
@@ -63,12 +96,13 @@ def for_call(pipe: P, overrides: dict[str, Any]) -> P:
     """A shallow copy of ``pipe`` (same backends and agents) that runs with the per-call values."""
     call = copy.copy(pipe)
     call.config = merged_config(pipe.config, overrides)
-    call.call_overrides = dict(overrides)
+    call.call_overrides = {ALIASES.get(name, name): value for name, value in overrides.items()}
     return call
 
 
 def call_settings(overrides: dict[str, Any]) -> dict[str, Any]:
-    """What the trace's ``settings`` adds for a call with per-call values (nothing without them)."""
+    """What the trace's ``settings`` adds for a call with per-call values (nothing without them); the
+    names are the documented ones (:func:`for_call` renames an alias) whichever form the caller wrote."""
     return {"call_overrides": dict(overrides)} if overrides else {}
 
 
@@ -85,8 +119,8 @@ def preset_config(
 
 
 def _call_error(section: str, exc: ValidationError, overrides: dict[str, Any]) -> str:
-    """The problem named by the argument the caller wrote (``steps=0``) and its config key."""
-    names = {key: arg for arg, (sec, key) in CALL_KEYS.items() if sec == section}
+    """The problem named by the argument the caller wrote (``num_inference_steps=0``) and its config key."""
+    names = {_key(arg)[1]: arg for arg in overrides if _key(arg)[0] == section}
     problems = []
     for error in exc.errors():
         key = str(error["loc"][0]) if error["loc"] else ""
@@ -95,6 +129,6 @@ def _call_error(section: str, exc: ValidationError, overrides: dict[str, Any]) -
             arg = names[key]
             problems.append(f"{arg}={overrides.get(arg)!r} ({section}.{key}): {message}")
         else:  # a cross-field check of the section: name every argument given in it
-            given = ", ".join(f"{a}={v!r}" for a, v in overrides.items() if CALL_KEYS[a][0] == section)
+            given = ", ".join(f"{a}={v!r}" for a, v in overrides.items() if _key(a)[0] == section)
             problems.append(f"{given}: {message}")
     return f"Invalid argument of the pipeline call: {'; '.join(problems)}."

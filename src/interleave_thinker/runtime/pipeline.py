@@ -32,6 +32,7 @@ from interleave_thinker.runtime.call_overrides import (
     call_settings,
     for_call,
     given_overrides,
+    one_form,
     preset_config,
 )
 from interleave_thinker.runtime.documents import write_documents
@@ -157,7 +158,7 @@ class Pipeline:
     def __call__(
         self,
         prompt: str,
-        images: InputImages | None = None,
+        image: InputImages | None = None,
         *,
         out_dir: str | Path | None = None,
         observer: Observer | None = None,
@@ -165,37 +166,53 @@ class Pipeline:
         task: str | None = None,
         resume: bool = False,
         seed: int | None = None,
-        steps: int | None = None,
+        num_inference_steps: int | None = None,
         width: int | None = None,
         height: int | None = None,
-        guidance: float | None = None,
+        guidance_scale: float | None = None,
         max_attempts: int | None = None,
+        images: InputImages | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
     ) -> Result:
         """Run one request; with ``out_dir`` every image and the trace are written as they are made.
 
-        ``images`` are file paths or PIL images (one, or a list in ``<image>`` order). ``seed``
-        (``loop.seed_base``), ``steps``, ``width``, ``height``, ``guidance`` (``generation.*``) and
-        ``max_attempts`` (``loop.max_attempts``) override the config for this call only, checked as
-        the config is (a bad value raises ConfigError naming the argument) and recorded in the trace.
+        ``image`` is file paths or PIL images (one, or a list in ``<image>`` order). ``seed``
+        (``loop.seed_base``), ``num_inference_steps``, ``width``, ``height``, ``guidance_scale``
+        (``generation.steps/width/height/guidance``) and ``max_attempts`` (``loop.max_attempts``)
+        override the config for this call only, checked as the config is (a bad value raises
+        ConfigError naming the argument) and recorded in the trace. The config's short names are
+        accepted aliases: ``images=``, ``steps=``, ``guidance=``; both forms of one raise ConfigError.
         With ``resume=True`` and a trace of the same request in ``out_dir``, a finished request is
         returned as it is and an unfinished one continues after its last complete step.
         """
+        image = one_form(image=image, images=images)
         overrides = given_overrides(
-            seed=seed, steps=steps, width=width, height=height, guidance=guidance, max_attempts=max_attempts
+            seed=seed,
+            num_inference_steps=num_inference_steps,
+            steps=steps,
+            width=width,
+            height=height,
+            guidance_scale=guidance_scale,
+            guidance=guidance,
+            max_attempts=max_attempts,
         )
-        if overrides:  # this call only: a copy of the pipeline with the merged config runs it
-            call = for_call(self, overrides)
-            return call(
-                prompt,
-                images,
-                out_dir=out_dir,
-                observer=observer,
-                request_id=request_id,
-                task=task,
-                resume=resume,
-            )
+        pipe = for_call(self, overrides) if overrides else self  # this call only: a copy, merged config
+        return pipe._run(prompt, image, out_dir, observer, request_id, task, resume)
+
+    def _run(
+        self,
+        prompt: str,
+        image: InputImages | None,
+        out_dir: str | Path | None,
+        observer: Observer | None,
+        request_id: str | None,
+        task: str | None,
+        resume: bool,
+    ) -> Result:
+        """The run of one request with this pipeline's config (per-call values already merged in)."""
         # 1. Check inputs before anything is generated or written.
-        request, input_images, warnings = self._check_inputs(prompt, images, request_id, task)
+        request, input_images, warnings = self._check_inputs(prompt, image, request_id, task)
         # 2. Open the trace and its recorder, or pick up the run already in ``out_dir``.
         recorder = self._open(request, input_images, warnings, out_dir, resume=resume)
         if is_finished(recorder.trace):  # a resumed run that had finished is returned as it is
