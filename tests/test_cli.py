@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,15 @@ def test_demo_shows_a_real_plan_and_verdicts(tmp_path: Path) -> None:
     verdicts = [a["verdict"] for s in trace["steps"] for a in s["attempts"] if a["verdict"] is not None]
     assert len(verdicts) >= 1
     assert (tmp_path / "demo" / "index.html").read_text().count('class="step"') == len(plan["steps"])
+    # A line per phase with its time, in order (off a terminal no bar is drawn: these lines are the progress).
+    lines = result.stderr.splitlines()
+    total = len(plan["steps"])
+    phases = [r"loading models \(tiny preset\): done in", "planned in"]
+    phases += [rf"  step {n}/{total} done in" for n in range(1, total + 1)]
+    found = [
+        next((i for i, ln in enumerate(lines) if re.fullmatch(rf"{p} \d+\.\d s", ln)), -1) for p in phases
+    ]
+    assert -1 not in found and found == sorted(found), (phases, found, result.stderr)
 
 
 @pytest.mark.parametrize(
