@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from interleave_thinker.agents.critic import parse_verdict
 from interleave_thinker.cli.main import app
+from interleave_thinker.datagen.usage_ledger import recorded_usage
 from interleave_thinker.testing.doubles.gemini_sdk import install_genai_client
 from interleave_thinker.train.data.loaders import load_sft
 
@@ -71,9 +72,10 @@ class Engine(Teachers):
             text = "".join(p.get("text", "") for c in contents for p in c["parts"])
             reply = teacher_reply(text)
             assert reply is not None, text[:200]
-            with self.lock:
-                self.log.append({"role": "prompter"})
             meta = SimpleNamespace(prompt_token_count=len(text) // 4, candidates_token_count=len(reply) // 4)
+            with self.lock:
+                tokens = {"prompt_tokens": len(text) // 4, "completion_tokens": len(reply) // 4}
+                self.log.append({"role": "prompter", "usage": tokens, "answered": True})
             return SimpleNamespace(text=reply, usage_metadata=meta)
 
         return SimpleNamespace(models=SimpleNamespace(generate_content=generate_content))
@@ -90,15 +92,48 @@ def generate(config: Path, prompts: Path, out: Path, *extra: str) -> list[str]:
     return [*command, "--input", str(prompts), "--out", str(out), "--concurrency", "2", "--quiet", *extra]
 
 
-def kill_midway(command: list[str], teachers: Engine, env: dict[str, str]) -> int:
-    """Start the run, SIGKILL it once it has made some chat calls; the calls made before the kill."""
+def kill_midway(command: list[str], teachers: Engine, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Start the run; once it has made some chat calls, hold the replies and SIGKILL it when both requests
+    in flight wait on a held call (so no call is between its sending and its count); the calls the
+    server saw from it, the held ones included."""
     mark = len(teachers.log)
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while len(teachers.log) - mark < 60 and proc.poll() is None:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    return len(teachers.log) - mark
+    try:
+        while len(teachers.log) - mark < 60 and proc.poll() is None:
+            time.sleep(0.005)
+        teachers.hold()
+        deadline = time.monotonic() + 60
+        while teachers.held(mark) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        teachers.release()
+    assert teachers.held(mark) == 2  # killed while each of its two requests waited on a call
+    return teachers.log[mark:]
+
+
+def server_counts(log: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per chat role, what the server saw: calls and images sent, tokens of the replies it gave."""
+    answered = [e for e in log if e["answered"]]
+    return {
+        role: {
+            "calls": sum(e["role"] == role for e in log),
+            "images_in": sum(e["images"] for e in log if e["role"] == role),
+            "input_tokens": sum(e["usage"]["prompt_tokens"] for e in answered if e["role"] == role),
+            "output_tokens": sum(e["usage"]["completion_tokens"] for e in answered if e["role"] == role),
+        }
+        for role in ("planner", "critic", "judge")
+    }
+
+
+def chat_usage(usage: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    names = ("calls", "images_in", "input_tokens", "output_tokens")
+    return {role: {n: usage[role][n] for n in names} for role in ("planner", "critic", "judge")}
+
+
+def minus(total: dict[str, dict[str, int]], part: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {role: {n: v - part[role][n] for n, v in counts.items()} for role, counts in total.items()}
 
 
 def roles(log: list[dict[str, Any]]) -> Counter[str]:
@@ -128,6 +163,9 @@ def write_prompts(teachers: Engine, tmp_path: Path) -> Path:
     assert roles(teachers.log) == {"prompter": 12 * 2}  # per sub-category: one lexicon, one batch
     summary = json.loads((tmp_path / "prompts.jsonl.teacher" / "summary.json").read_text())
     assert (summary["teacher_calls"], summary["written"]) == (24, 48)
+    # The tokens the Gemini replies carried, as the double reported them, reach the summary.
+    tokens = [sum(e["usage"][k] for e in teachers.log) for k in ("prompt_tokens", "completion_tokens")]
+    assert [summary["teacher_input_tokens"], summary["teacher_output_tokens"]] == tokens and min(tokens) > 0
     return prompts
 
 
@@ -140,8 +178,11 @@ def generate_killed_and_resumed(teachers: Engine, prompts: Path, tmp_path: Path)
     config.write_text(json.dumps(settings), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     runs, reference = tmp_path / "runs", tmp_path / "reference"
-    killed_after = kill_midway(generate(config, prompts, runs), teachers, env)
-    assert 0 < killed_after < 48 * 4  # killed mid-run
+    killed_log = kill_midway(generate(config, prompts, runs), teachers, env)
+    assert 0 < len(killed_log) < 48 * 4  # killed mid-run
+    killed = recorded_usage(runs)  # the killed run's counts, on disk as its calls were made
+    assert chat_usage(killed) == server_counts(killed_log)
+    assert killed["generator"]["calls"] == killed["generator"]["images_out"] > 0  # no image call cut short
     mark = len(teachers.log)
     resumed = subprocess.run(generate(config, prompts, runs), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
@@ -153,20 +194,39 @@ def generate_killed_and_resumed(teachers: Engine, prompts: Path, tmp_path: Path)
     final, expected = records(runs), records(reference)
     assert len(final) == 48 and len(expected) == SUBSET
     assert {k: final[k] for k in expected} == expected  # traces without times, and execution records
-    # Counts in the summaries equal the calls the server saw in that run (a killed run counts nothing).
-    for out, log in ((runs, resumed_log), (reference, reference_log)):
-        usage = json.loads((out / "summary.json").read_text())["usage"]
-        seen = roles(log)
-        assert {r: usage[r]["calls"] for r in ("planner", "critic", "judge")} == {
-            r: seen[r] for r in ("planner", "critic", "judge")
-        }
-        assert usage["judge"]["calls"] == 2 * usage["generator"]["calls"] == 2 * usage["critic"]["calls"]
-        tokens = sum(e["usage"]["prompt_tokens"] for e in log if e["role"] == "critic")
-        assert usage["critic"]["input_tokens"] == tokens
+    check_counts(runs, killed, killed_log, resumed_log)
+    reference_usage = json.loads((reference / "summary.json").read_text())["usage"]
+    check_run_counts(reference_usage, reference_log)
     assert 0 < roles(resumed_log)["planner"] < 48  # the resumed run did not plan the finished requests again
     attempts = sum(len(s["attempts"]) for trace, _ in expected.values() for s in trace["steps"])
-    assert json.loads((reference / "summary.json").read_text())["usage"]["generator"]["calls"] == attempts
+    assert reference_usage["generator"]["calls"] == attempts
     return runs
+
+
+def check_counts(
+    runs: Path,
+    killed: dict[str, dict[str, int]],
+    killed_log: list[dict[str, Any]],
+    resumed_log: list[dict[str, Any]],
+) -> None:
+    """The resumed run's summary counts every call the server saw from both runs (the killed one's too)."""
+    total = json.loads((runs / "summary.json").read_text())["usage"]
+    assert total == recorded_usage(runs)
+    assert chat_usage(total) == server_counts(killed_log + resumed_log)
+    # ... and, without the killed run's counts, the calls the server saw in the resumed run.
+    check_run_counts(minus(total, killed), resumed_log)
+
+
+def check_run_counts(usage: dict[str, dict[str, int]], log: list[dict[str, Any]]) -> None:
+    """One uninterrupted run's counts: the calls the server saw, and one critic and two judge calls per image."""
+    seen = roles(log)
+    assert {r: usage[r]["calls"] for r in ("planner", "critic", "judge")} == {
+        r: seen[r] for r in ("planner", "critic", "judge")
+    }
+    assert chat_usage(usage) == server_counts(log)
+    assert usage["judge"]["calls"] == 2 * usage["generator"]["calls"] == 2 * usage["critic"]["calls"]
+    tokens = sum(e["usage"]["prompt_tokens"] for e in log if e["role"] == "critic")
+    assert usage["critic"]["input_tokens"] == tokens
 
 
 def check_built_trained_and_exported(runs: Path, tmp_path: Path) -> None:

@@ -36,6 +36,10 @@ PLAN = (
     "'instruction': 'add a sphere', 'prompt': 'sphere', 'auxiliary_text': 'A sphere joins the cube.'}]}"
     "</answer>"
 )
+ONE_STEP_PLAN = (
+    "<think>One step: a cube.</think><answer>{'execution_plan': [{'step_number': 1, 'step_name': 'Cube', "
+    "'instruction': 'draw a cube', 'prompt': 'cube plain', 'auxiliary_text': None}]}</answer>"
+)
 REFINEMENTS = {"cube plain": "cube refined once", "cube refined once": "cube refined twice"}
 """The critic rejects these prompts with this refinement; any other prompt is approved."""
 
@@ -50,7 +54,9 @@ def critic(messages: list[Message]) -> str:
     return f"<think>{HOSTILE} ({prompt})</think><answer>{{'previous_step_success': {success}, 'refine_prompt': '{refine}'}}</answer>"
 
 
-def pipeline(critic_reply: Callable[[list[Message]], str] = critic, **loop: Any) -> Pipeline:
+def pipeline(
+    critic_reply: Callable[[list[Message]], str] = critic, plan: str = PLAN, **loop: Any
+) -> Pipeline:
     config = PipelineConfig.model_validate(
         {
             "planner": "scripted:planner",
@@ -61,7 +67,7 @@ def pipeline(critic_reply: Callable[[list[Message]], str] = critic, **loop: Any)
         }
     )
     return Pipeline(
-        planner=ScriptedVLMBackend([PLAN], repeat_last=True),
+        planner=ScriptedVLMBackend([plan], repeat_last=True),
         critic=ScriptedVLMBackend([critic_reply], repeat_last=True),
         generator=ScriptedImageBackend(),
         config=config,
@@ -74,6 +80,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``runs/retried``: step 1 fails twice and succeeds on its third attempt; step 2 succeeds at once."""
     root = tmp_path_factory.mktemp("runs")
     assert pipeline()("Draw a cube and then a sphere", out_dir=root / "retried").ok
+    return root
+
+
+@pytest.fixture(scope="module")
+def one_step(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``runs/once``: the plan's one step fails twice and succeeds on its third attempt."""
+    root = tmp_path_factory.mktemp("one-step")
+    assert pipeline(plan=ONE_STEP_PLAN)("Draw a cube", out_dir=root / "once").ok
     return root
 
 
@@ -227,3 +241,51 @@ def test_input_images_lead_the_record_and_the_user_turn_marks_them(tmp_path: Pat
     assert record["messages"][0]["content"] == "Start from <image> and draw a cube, then a sphere"
     assert len(record["images"]) == 3 and sha(tmp_path / "out" / record["images"][0]) == sha(photo)
     assert [len(e.images) for e in load_sft(tmp_path / "out" / "interleaved_easy.json")] == [3]
+
+
+IMAGE_THEN_CRITIC = re.compile(r"<image>\n<critic>\n<think>\n.*?\n</think>\n(\{.*?\})\n</critic>", re.S)
+
+
+def test_one_step_two_failures_one_success_hard_has_three_images_each_with_its_critic(
+    one_step: Path, tmp_path: Path
+) -> None:
+    trace = load_trace(one_step / "once" / TRACE_FILE)
+    assert [len(s.attempts) for s in trace.steps] == [3]
+    assert [a.prompt for a in trace.steps[0].attempts] == [
+        "cube plain",
+        "cube refined once",
+        "cube refined twice",
+    ]
+    export_corpus(one_step, tmp_path, "interleaved-hard")
+    record = only_record(tmp_path, "interleaved_hard")
+    text = assistant(record)
+    # Exactly three <image> entries, each followed at once by its own critic block: two failures, one success.
+    assert text.count("<image>") == 3 and text.count("<critic>") == 3
+    verdicts = [json.loads(m.group(1)) for m in IMAGE_THEN_CRITIC.finditer(text)]
+    assert verdicts == [
+        {"success": False, "refine_prompt": "cube refined once"},
+        {"success": False, "refine_prompt": "cube refined twice"},
+        {"success": True, "refine_prompt": "cube refined twice"},
+    ]
+    assert events(text) == [e for v in verdicts for e in (("image", None), ("critic", v))]
+    # ... with the attempts' images, in order, and the critic's reasoning on the prompt each one was made from.
+    assert [sha(tmp_path / p) for p in record["images"]] == attempt_images(one_step / "once")[0]
+    used = re.findall(r"<critic>\n<think>\n.*? \((.*?)\)\n</think>", text, re.S)
+    assert used == ["cube plain", "cube refined once", "cube refined twice"]
+    assert re.findall(r"<plan>\n(.*?)\n</plan>", text) == ["cube plain"]
+    assert_balanced(text)
+
+
+def test_one_step_two_failures_one_success_easy_has_the_kept_image_under_its_refined_prompt(
+    one_step: Path, tmp_path: Path
+) -> None:
+    export_corpus(one_step, tmp_path, "interleaved-easy")
+    record = only_record(tmp_path, "interleaved_easy")
+    text = assistant(record)
+    assert text.count("<image>") == 1 and "<critic>" not in text
+    # The one <image> sits under the <plan> of the refined prompt that made it (the third attempt's).
+    assert re.findall(r"<plan>\n(.*?)\n</plan>\n<image>", text) == ["cube refined twice"]
+    assert re.findall(r"<plan>\n(.*?)\n</plan>", text) == ["cube refined twice"]
+    assert [sha(tmp_path / p) for p in record["images"]] == [attempt_images(one_step / "once")[0][2]]
+    assert record["messages"][0] == {"role": "user", "content": "Draw a cube"}
+    assert_balanced(text)

@@ -46,7 +46,8 @@ def parts(body: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def plan_reply(text: str) -> str:
-    """Steps from the request's ``[[a; b]]``: each part one step, its prompt the part itself."""
+    """Steps from the request's ``[[a; b]]``: each part one step, its prompt the part itself; a request
+    saying ``no-think`` gets the plan without a ``<think>`` block."""
     found = re.search(r"\[\[(.*?)\]\]", text)
     assert found, text[:200]
     parts = [p.strip() for p in found.group(1).split(";")]
@@ -54,7 +55,8 @@ def plan_reply(text: str) -> str:
         f"{{'step_number': {i}, 'step_name': 'S{i}', 'instruction': {p!r}, 'prompt': {p!r}, 'auxiliary_text': None}}"
         for i, p in enumerate(parts, start=1)
     )
-    return f"<think>plan for {len(parts)}</think><answer>{{'execution_plan': [{items}]}}</answer>"
+    answer = f"<answer>{{'execution_plan': [{items}]}}</answer>"
+    return answer if "no-think" in text else f"<think>plan for {len(parts)}</think>{answer}"
 
 
 def critic_reply(original: str, rewritten: str) -> str:
@@ -71,15 +73,34 @@ def judge_scores(urls: list[str]) -> tuple[int, int]:
 
 
 class Teachers:
-    """The chat server; every call logged as (role, details, usage) for the tests to count."""
+    """The chat server; every call logged as (role, details, usage, answered) for the tests to count.
+
+    :meth:`hold` keeps the replies of the calls that arrive from then on (logged with ``answered``
+    False) until :meth:`release`: a test kills its client while every request waits on a held call."""
 
     def __init__(self) -> None:
         self.log: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self._held: threading.Event | None = None
         self.server = LocalServer(self.handle).start()
         self.url = f"{self.server.url}/v1"
 
-    def handle(self, request: Request) -> Reply:
+    def hold(self) -> None:
+        with self.lock:
+            self._held = threading.Event()
+
+    def release(self) -> None:
+        """Answer no held call (its client is gone): end their handlers; the next calls are answered."""
+        with self.lock:
+            held, self._held = self._held, None
+        if held is not None:
+            held.set()
+
+    def held(self, start: int = 0) -> int:
+        with self.lock:
+            return sum(not entry["answered"] for entry in self.log[start:])
+
+    def handle(self, request: Request) -> Reply | None:
         if request.method == "GET":
             return Reply(body={"object": "list", "data": [{"id": "teacher", "object": "model"}]})
         body = request.json()
@@ -103,7 +124,12 @@ class Teachers:
         usage = {"prompt_tokens": 50 + 10 * len(urls), "completion_tokens": len(reply) // 4}
         entry["usage"] = usage
         with self.lock:
+            held = self._held
+            entry["answered"] = held is None
             self.log.append(entry)
+        if held is not None:
+            held.wait(60)
+            return None
         message = {"role": "assistant", "content": reply}
         return Reply(
             body={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
@@ -382,3 +408,64 @@ def test_gemini_token_counts_reach_the_meter() -> None:
     message = {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "hi"}]}
     assert backend.chat([message]) == "ok" and backend.chat([message]) == "ok"
     assert usage.as_dict() == dict(calls=2, input_tokens=240, output_tokens=14, images_in=2, images_out=0)
+
+
+def test_a_plan_without_a_think_block_has_empty_reasoning_and_does_not_fail(
+    servers: tuple[Teachers, LocalServer, scripted_models.State], tmp_path: Path
+) -> None:
+    teachers, edit, _ = servers
+    config = write_config(tmp_path / "teacher.json", teachers, edit)
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"id": "bare", "prompt": "Plan no-think [[a plain cube]]"}) + "\n")
+    start = len(teachers.log)
+    out = tmp_path / "out"
+    args = ["data", "generate", "--config", str(config), "--input", str(inputs), "--out", str(out), "--quiet"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    planned = [c for c in teachers.log[start:] if c["role"] == "planner"]
+    assert len(planned) == 1 and "no-think" in planned[0]["text"]  # one reply, no parse retry
+    bare = trace(out, "bare")
+    assert (bare["status"], bare["error"]) == ("succeeded", None)
+    assert bare["planner"]["plan"]["reasoning"] is None  # no <think> text
+    assert bare["planner"]["plan"]["steps"][0]["prompt"] == "a plain cube"
+    record = json.loads((out / "requests" / "bare" / "execution_record.json").read_text())
+    assert record["global_context"]["reasoning"] == ""
+    assert [s["prompt"] for s in record["global_context"]["execution_plan"]] == ["a plain cube"]
+    assert load_record(out / "requests" / "bare" / "execution_record.json").reasoning == ""
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["failed"] == 0 and summary["requests"]["succeeded"] == 1
+
+
+@pytest.mark.parametrize(
+    ("preset", "generator", "steps", "guidance"),
+    [
+        ("teacher-nano", "gemini-image:nano-banana-pro", None, None),
+        ("teacher-klein", "diffusers:black-forest-labs/FLUX.2-klein-9B", 4, 1.0),
+        ("teacher-qwen", "diffusers:Qwen/Qwen-Image-Edit", 50, 5.0),
+    ],
+)
+def test_teacher_presets_are_the_papers_set_ups(
+    preset: str, generator: str, steps: int | None, guidance: float | None
+) -> None:
+    from interleave_thinker.backends.specs import IMAGE_BACKENDS, VLM_BACKENDS, parse_spec
+    from interleave_thinker.core.config import PipelineConfig
+
+    cfg = PipelineConfig.resolve(preset=preset, environ={})
+    # Gemini 2.5 Pro plans, criticises and judges; the generator is the preset's own.
+    assert (cfg.planner, cfg.critic, cfg.judge) == ("gemini:gemini-2.5-pro",) * 3
+    assert cfg.generator == generator
+    assert parse_spec(cfg.generator, IMAGE_BACKENDS).kind == generator.split(":")[0]  # type: ignore[arg-type]
+    assert parse_spec(cfg.judge, VLM_BACKENDS).kind == "gemini"  # type: ignore[arg-type]
+    # The release's data-generation loop: the critic on every attempt (the last too), a budget of 15
+    # generator calls per request instead of a limit per step, rewritten_prompt empty on a first attempt,
+    # and seeds that stay distinct within the budget (seed_base + step * stride + attempt).
+    loop = cfg.loop
+    assert (loop.critic_on_last_attempt, loop.generator_budget, loop.first_rewritten_prompt) == (
+        True,
+        15,
+        "empty",
+    )
+    assert loop.seed_stride > loop.generator_budget
+    assert (cfg.generation.width, cfg.generation.height) == (1024, 1024)
+    # Steps and guidance as the authors run each generator; Nano Banana takes neither (none = the model's own).
+    assert (cfg.generation.steps, cfg.generation.guidance) == (steps, guidance)

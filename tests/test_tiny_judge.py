@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,18 @@ def test_judge_command_on_the_tiny_preset_gives_parsed_scores(tmp_path: Path) ->
     assert 0 <= report["sc"] <= 10 and 0 <= report["pq"] <= 10 and len(report["sc_scores"]) == 2
     assert report["overall"] == pytest.approx((report["sc"] * report["pq"]) ** 0.5)
     assert '"score"' not in result.stderr  # replies go to the JSON, not the terminal's log lines
+    # The phases as lines (no terminal here, so no bar): loading the judge, then judging, each timed.
+    lines = result.stderr.splitlines()
+    seconds = r"\d+\.\d s"
+    assert "loading the judge tiny:judge…" in lines, result.stderr
+    assert any(re.fullmatch(rf"loading the judge tiny:judge: done in {seconds}", ln) for ln in lines)
+    judging = "judging: semantic consistency, then perceptual quality"
+    assert f"{judging}…" in lines and any(re.fullmatch(rf"{judging}: done in {seconds}", ln) for ln in lines)
+    # No model reply reaches the terminal: each one is in the JSON on stdout, none on stderr.
+    replies = [reply for kind in ("sc", "pq") for reply in report["raw_replies"][kind]]
+    assert len(replies) >= 2 and all(reply.strip() for reply in replies)
+    assert not [reply for reply in replies if reply.strip() in result.stderr]
+    assert result.stdout.strip() == json.dumps(report, indent=2)  # stdout holds the JSON and nothing else
 
 
 def rollouts(tmp_path: Path) -> Path:

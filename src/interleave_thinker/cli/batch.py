@@ -22,7 +22,7 @@ from interleave_thinker.cli.options import (
     quiet_diffusers,
     with_settings,
 )
-from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
 
@@ -149,8 +149,8 @@ def _run_batch(
     store.open({"input": input, "ids": [i.id for i in items], "settings": settings_record}, resume=resume)
 
     # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
-    quiet_diffusers(cfg.generator)
-    with console.status("loading models"):
+    with LoadingDisplay(console, f"loading models ({cfg.preset or 'custom'} preset)", quiet=quiet):
+        quiet_diffusers(cfg.generator)  # imports torch and diffusers: part of the time shown
         pipe = Pipeline.from_config(cfg)
     settings = BatchSettings(
         concurrency=concurrency, limits=limits, micro_batch=set(micro_batch), retry_failed=retry_failed

@@ -101,16 +101,15 @@ def _score(
 ) -> tuple[dict[str, tuple[float, float]], JudgePass]:
     """Score the unscored attempts with a progress bar on stderr; replies stay off the terminal."""
     from rich.console import Console
-    from rich.markup import escape
 
-    from interleave_thinker.cli.progress import counter_bar
+    from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
     from interleave_thinker.train.data.scoring import score_missing, unscored
 
     pending = len(unscored(trajectories))
     if not pending:
         return {}, JudgePass()
     console = Console(stderr=True)
-    with console.status(escape(f"loading the judge {judge} (a tiny one is built once, about 2 minutes)")):
+    with LoadingDisplay(console, f"loading the judge {judge}", quiet=quiet):  # a tiny build shows its bar
         scorer = load_judge(judge, cfg, max_new_tokens)
     progress = counter_bar(console, "judging attempts", quiet=quiet)
     with progress:

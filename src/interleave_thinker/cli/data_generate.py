@@ -20,7 +20,7 @@ from interleave_thinker.cli.options import (
     ShardOption,
     with_settings,
 )
-from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
@@ -114,7 +114,7 @@ def _run(
     """2. Load the teachers and the judge, run with a progress bar; the summary and the requests skipped."""
     from interleave_thinker.datagen.generate import TeacherRun
 
-    with console.status("loading models"):
+    with LoadingDisplay(console, "loading the teachers and the judge", quiet=quiet):
         run = TeacherRun(cfg, items, out, source, options)
     progress = counter_bar(console, quiet=quiet)
     task = progress.add_task("requests", total=len(items), completed=len(items) - run.pending())

@@ -84,14 +84,14 @@ def attempt_line(step_index: int, attempt: Attempt) -> Text:
     return Text.assemble(head, state, detail)
 
 
-def phase_bar(console: Console, *extra: ProgressColumn) -> Progress:
-    """A live bar for one phase, drawn on a terminal only (off one, the phase lines say it all)."""
+def phase_bar(console: Console, *extra: ProgressColumn, quiet: bool = False) -> Progress:
+    """A live bar for one phase, drawn on a terminal only and not when ``quiet`` (the phase lines say it all)."""
     return Progress(
         *(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), StepsColumn()),
         *(TimeElapsedColumn(), *extra),
         console=console,
         transient=True,
-        disable=not console.is_terminal,
+        disable=quiet or not console.is_terminal,
     )
 
 
@@ -100,22 +100,26 @@ def elapsed_since(start: float) -> str:
 
 
 class LoadingDisplay(BuildReporter):
-    """The loading phase: a spinner with the elapsed time, a bar with steps and time left for each tiny
-    model built on the way (format training takes minutes), and a line with the time each part took.
+    """A one-off phase (loading models, one judgement): a spinner with the elapsed time, a bar with steps
+    and time left for each tiny model built on the way (format training takes minutes), and a line with
+    the time each part took. Every command that loads models shows its loading through this.
 
     Why lines as well as bars: a bar is drawn only on a terminal, and a log or CI output should still say
-    what took the time. Off a terminal, a build also prints its steps every tenth of the way.
+    what took the time. Off a terminal (or ``quiet``: no bars), a build prints its steps every tenth of
+    the way instead.
     """
 
-    def __init__(self, console: Console, label: str) -> None:
+    def __init__(self, console: Console, label: str, *, quiet: bool = False) -> None:
         self.console, self.label = console, label
-        self.progress = phase_bar(console, TimeRemainingColumn())
+        self.lines = quiet or not console.is_terminal
+        """Print the progress as lines: no bar is drawn."""
+        self.progress = phase_bar(console, TimeRemainingColumn(), quiet=quiet)
         self.started: dict[str, tuple[float, TaskID, int]] = {}
         self.reporting = reporting_builds(self)
 
     def __enter__(self) -> LoadingDisplay:
         self.start_time = time.monotonic()
-        if not self.console.is_terminal:
+        if self.lines:
             self.console.print(Text(f"{self.label}…"))
         self.progress.add_task(self.label, total=None)
         self.progress.start()
@@ -131,14 +135,14 @@ class LoadingDisplay(BuildReporter):
     def start(self, what: str) -> None:
         task = self.progress.add_task(f"building {what} (once; cached after)", total=None)
         self.started[what] = (time.monotonic(), task, 0)
-        if not self.console.is_terminal:
+        if self.lines:
             self.console.print(Text(f"building {what} (once; cached after)…"))
 
     def step(self, what: str, done: int, total: int) -> None:
         start, task, shown_tenth = self.started[what]
         self.progress.update(task, total=total, completed=done)
         tenth = done * 10 // max(total, 1)
-        if not self.console.is_terminal and tenth > shown_tenth:
+        if self.lines and tenth > shown_tenth:
             self.console.print(Text(f"building {what}: {done}/{total} steps, {elapsed_since(start)}"))
             self.started[what] = (start, task, tenth)
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.options import SettingsFlags, with_settings
-from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
@@ -48,9 +48,9 @@ def judge(
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
     before_image, after_image = load_input_images([before, after])
-    with console.status(escape(f"loading the judge {judge}")):
+    with LoadingDisplay(console, f"loading the judge {judge}"):  # a tiny one is built once, with its bar
         scorer = load_judge(judge, cfg, max_new_tokens)
-    with console.status("judging: semantic consistency, then perceptual quality"):
+    with LoadingDisplay(console, "judging: semantic consistency, then perceptual quality"):
         result = scorer.judge(before_image, after_image, instruction)
     typer.echo(json.dumps(result.as_dict(), indent=2))
     if not result.ok:
@@ -111,7 +111,7 @@ def reward(
     if not rows:
         console.print(escape(f"error: {input} holds no rollouts; nothing to score."))
         raise typer.Exit(1)
-    with console.status(escape(f"loading the generator {generator} and the judge {judge}")):
+    with LoadingDisplay(console, f"loading the generator {generator} and the judge {judge}"):
         scorer = StepwiseScorer(
             load_image_backend(generator, BackendOptions.from_config(cfg)),
             load_judge(judge, cfg, max_new_tokens),

@@ -5,7 +5,9 @@ per-backend limits and the failure boundary per request are the batch command's;
 batch whose pipeline has a judge and metered backends. What it adds: ``execution_record.json``
 beside each trace (written when the request finishes, and again for every finished request at the
 end, from the trace alone, so a resumed run writes the same records), and the per-role call, token
-and image counts (and, with prices in the config, the estimated cost) in ``summary.json``.
+and image counts (and, with prices in the config, the estimated cost) in ``summary.json``: the sum of
+the ledgers every run of the folder wrote as its calls were made (``datagen/usage_ledger.py``), so the
+calls of a killed run are counted too.
 """
 
 from __future__ import annotations
@@ -31,14 +33,8 @@ from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.run_folder import SUMMARY, TRACE_FILE, read_trace
 from interleave_thinker.datagen.execution_record import write_execution_record
-from interleave_thinker.datagen.generate_usage import (
-    ROLES,
-    MeteredImage,
-    MeteredVLM,
-    Usage,
-    add_usage,
-    estimate_cost,
-)
+from interleave_thinker.datagen.generate_usage import MeteredImage, MeteredVLM, Usage, estimate_cost
+from interleave_thinker.datagen.usage_ledger import UsageLedger, recorded_usage
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.failures import failure_reason, one_line
 from interleave_thinker.runtime.pipeline import Pipeline
@@ -74,8 +70,11 @@ def check_judge(cfg: PipelineConfig) -> str:
     return cfg.judge
 
 
-def load_teachers(cfg: PipelineConfig, judge_tokens: int) -> tuple[Pipeline, dict[str, Usage], VLMBackend]:
-    """The pipeline with metered backends and a judge; equal specs share one loaded model."""
+def load_teachers(
+    cfg: PipelineConfig, judge_tokens: int, usage: dict[str, Usage]
+) -> tuple[Pipeline, VLMBackend]:
+    """The pipeline with backends metered into ``usage`` (per role) and a judge; equal specs share one
+    loaded model."""
     judge_spec = check_judge(cfg)
     check_specs(cfg)
     templates = cfg.prompts.store().load()
@@ -84,7 +83,6 @@ def load_teachers(cfg: PipelineConfig, judge_tokens: int) -> tuple[Pipeline, dic
     for role, spec in (("planner", cfg.planner), ("critic", cfg.critic), ("judge", judge_spec)):
         if spec not in loaded:
             loaded[spec] = load_vlm_backend(spec, options, role=role)
-    usage = {role: Usage() for role in ROLES}
     pipe = Pipeline(
         planner=MeteredVLM(loaded[cfg.planner], usage["planner"]),
         critic=MeteredVLM(loaded[cfg.critic], usage["critic"]),
@@ -94,7 +92,7 @@ def load_teachers(cfg: PipelineConfig, judge_tokens: int) -> tuple[Pipeline, dic
     )
     judge_backend = MeteredVLM(loaded[judge_spec], usage["judge"])
     pipe.judge = Judge(judge_backend, templates, max_new_tokens=judge_tokens)
-    return pipe, usage, judge_backend
+    return pipe, judge_backend
 
 
 def write_record(store: RunStore, request_id: str) -> None:
@@ -122,7 +120,9 @@ class TeacherRun:
         self.store.open(
             {"input": source, "ids": [i.id for i in items], "settings": record}, resume=settings.resume
         )
-        pipe, self.usage, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens)
+        self.ledger = UsageLedger.open(self.store.root)
+        self.usage = self.ledger.roles
+        pipe, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.usage)
         batch = BatchSettings(
             concurrency=settings.concurrency,
             limits=settings.limits,
@@ -154,7 +154,7 @@ class TeacherRun:
         return self._summary(outcome)
 
     def _summary(self, outcome: BatchOutcome) -> dict[str, Any]:
-        """The batch summary, with this run's figures and counts added to the earlier runs'."""
+        """The batch summary: this run's figures added to the earlier runs', the counts of every run's ledger."""
         root = self.store.root
         previous = _previous_summary(root / SUMMARY)
         traces = self.store.traces()
@@ -162,7 +162,7 @@ class TeacherRun:
         ordered = {i: traces[i] for i in [*order, *sorted(set(traces) - set(order))]}
         backends = {role: s.summary(outcome.wall_s) for role, s in outcome.stats.items()}
         totals = accumulate(previous, backends, outcome.wall_s)
-        usage = add_usage(previous.get("usage"), {role: u.as_dict() for role, u in self.usage.items()})
+        usage = recorded_usage(root)
         extra = {"usage": usage, "estimated_cost": estimate_cost(usage, self.cfg.prices)}
         return write_reports(root, ordered, totals["backends"], totals["wall_s"], totals["runs"], extra=extra)
 

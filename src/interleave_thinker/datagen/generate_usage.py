@@ -4,11 +4,14 @@ Why wrappers of our own and not the scheduler's limiter statistics: the judge ru
 beside the planner, critic and generator but is no role of the scheduler, and tokens are known only
 to the backend that read the server's reply (``last_usage`` of the OpenAI-compatible backend). Every
 call the loop makes passes one meter; a retry the transport makes inside one call is not counted again.
+A call is counted before it is sent (its server sees it even when a kill stops the run before the reply)
+and its tokens and image after; ``datagen/usage_ledger.py`` puts each change on disk.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +40,16 @@ class Usage:
     output_tokens: int = 0
     images_in: int = 0
     images_out: int = 0
+    on_change: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    """Called after every change, outside the lock (the ledger writes the counts to disk there)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
         with self._lock:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
+        if self.on_change is not None:
+            self.on_change()
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
@@ -59,6 +66,21 @@ def _images_in(messages: list[Message]) -> int:
     )
 
 
+def reply_tokens(backend: object) -> dict[str, int]:
+    """The input and output tokens of ``backend``'s last reply in this thread, as its server reported them
+    (``last_usage()`` of the OpenAI-compatible and Gemini backends); zeros when it reports none. A wrapper
+    without ``last_usage`` (the scheduler's limiter) is looked through to the backend it wraps."""
+    last_usage = getattr(backend, "last_usage", None)
+    while not callable(last_usage) and getattr(backend, "inner", None) is not None:
+        backend = backend.inner  # type: ignore[attr-defined]
+        last_usage = getattr(backend, "last_usage", None)
+    tokens = last_usage() if callable(last_usage) else {}
+    return {
+        "input_tokens": int(tokens.get("prompt_tokens", 0)),
+        "output_tokens": int(tokens.get("completion_tokens", 0)),
+    }
+
+
 class MeteredVLM(VLMBatchMixin):
     """A chat backend whose every call is counted into ``usage`` (failed calls too: the server saw them)."""
 
@@ -66,17 +88,13 @@ class MeteredVLM(VLMBatchMixin):
         self.inner, self.usage, self.name = inner, usage, inner.name
 
     def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        self.usage.add(calls=1, images_in=_images_in(messages))
         try:
             return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
         finally:
-            last_usage = getattr(self.inner, "last_usage", None)
-            tokens = last_usage() if callable(last_usage) else {}
-            self.usage.add(
-                calls=1,
-                images_in=_images_in(messages),
-                input_tokens=int(tokens.get("prompt_tokens", 0)),
-                output_tokens=int(tokens.get("completion_tokens", 0)),
-            )
+            tokens = reply_tokens(self.inner)
+            if any(tokens.values()):
+                self.usage.add(**tokens)
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
@@ -91,13 +109,10 @@ class MeteredImage(ImageBatchMixin):
         self.inner, self.usage, self.name = inner, usage, inner.name
 
     def generate(self, request: ImageRequest) -> Image.Image:
-        made = 0
-        try:
-            image = self.inner.generate(request)
-            made = 1
-            return image
-        finally:
-            self.usage.add(calls=1, images_in=int(request.image is not None), images_out=made)
+        self.usage.add(calls=1, images_in=int(request.image is not None))
+        image = self.inner.generate(request)
+        self.usage.add(images_out=1)
+        return image
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)

@@ -3,7 +3,9 @@
 1. Each sub-category is one job (``concurrency`` jobs at once): a lexicon call, then prompt batches
    until ``per_subcategory`` distinct prompts are in hand or :data:`EXTRA_BATCHES` spare batches are
    spent. Every call is kept on disk (:mod:`~interleave_thinker.datagen.prompts_store`) and reused on
-   a rerun, so a killed run continues without asking again for work already done.
+   a rerun, so a killed run continues without asking again for work already done. The tokens a reply
+   carries (an OpenAI-compatible ``usage``, Gemini's ``usage_metadata``) are kept with the call and
+   added up in the summary.
 2. A job is a failure boundary: a call that gives no usable reply after its retries is recorded as
    failed with a one-line reason; an unexpected error fails that sub-category only.
 3. Near-duplicates (:mod:`~interleave_thinker.datagen.dedupe`: word 3-shingle Jaccard >= 0.8) are
@@ -29,6 +31,7 @@ from interleave_thinker.backends.protocols import VLMBackend
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.datagen.dedupe import THRESHOLD, NearDuplicateIndex
+from interleave_thinker.datagen.generate_usage import MeteredVLM, Usage
 from interleave_thinker.datagen.prompts_store import (
     CallRecord,
     call_path,
@@ -79,6 +82,8 @@ class SubResult:
     failures: list[str] = field(default_factory=list)
     calls: int = 0
     reused: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 @dataclass
@@ -91,6 +96,9 @@ class PromptsSummary:
     teacher_calls: int
     replies_reused: int
     info: dict[str, Any]
+    teacher_input_tokens: int = 0
+    """Input tokens of this run's teacher calls, as the server reported them (0 when it reports none)."""
+    teacher_output_tokens: int = 0
 
 
 class TeacherJob:
@@ -110,13 +118,17 @@ class TeacherJob:
             except (ParseError, ValueError, TypeError, RecursionError):  # edited by hand: ask again
                 pass
         messages = user_turn(text_part(request))
+        usage = Usage()
+        teacher = MeteredVLM(self.teacher, usage)
         outcome = self.settings.retry.run(
-            lambda t: self.teacher.chat(messages, max_new_tokens=self.settings.max_new_tokens, temperature=t),
+            lambda t: teacher.chat(messages, max_new_tokens=self.settings.max_new_tokens, temperature=t),
             parse,
         )
         result.calls += len(outcome.raw_replies) + sum(
             e.startswith(BACKEND_ERROR_PREFIX) for e in outcome.errors
         )
+        result.input_tokens += usage.input_tokens
+        result.output_tokens += usage.output_tokens
         failed = None
         if outcome.value is None:
             last = outcome.errors[-1] if outcome.errors else "no reply"
@@ -125,6 +137,7 @@ class TeacherJob:
         record = CallRecord(
             name.split("-")[0], request_digest(request), request, outcome.raw_replies, outcome.errors, failed
         )
+        record.input_tokens, record.output_tokens = usage.input_tokens, usage.output_tokens
         save_call(path, record)
         return outcome.value
 
@@ -245,6 +258,8 @@ def _summary(
         dropped_near_duplicates=len(dropped),
         teacher_calls=sum(r.calls for r in results),
         replies_reused=sum(r.reused for r in results),
+        teacher_input_tokens=sum(r.input_tokens for r in results),
+        teacher_output_tokens=sum(r.output_tokens for r in results),
         info={
             **info,
             "near_duplicates": f"word 3-shingle Jaccard >= {THRESHOLD}",

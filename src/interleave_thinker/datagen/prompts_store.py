@@ -2,7 +2,8 @@
 
 One JSON file per call, ``WORK/<domain id>/<sub-category id>/lexicon.json`` and ``prompts-NNN.json``,
 written atomically as soon as the call ends: the request, its SHA-256, every raw reply (all
-attempts), the parse errors and, for a call that gave nothing usable, a one-line failure reason.
+attempts), the parse errors, the tokens the replies carried and, for a call that gave nothing usable, a
+one-line failure reason.
 A rerun reuses a stored call whose request is byte-identical and that did not fail, and reads its
 last reply again (so a file edited by hand is checked like a fresh reply); anything else (missing,
 unreadable, failed, a request that changed with the seed or the taxonomy) is asked again.
@@ -31,6 +32,9 @@ class CallRecord:
     replies: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     failed: str | None = None
+    input_tokens: int = 0
+    """Tokens of every attempt of the call, as the teacher's server reported them (0 when it reports none)."""
+    output_tokens: int = 0
 
 
 def request_digest(request: str) -> str:
