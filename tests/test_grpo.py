@@ -188,85 +188,52 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         GRPORunConfig.load(path)
 
 
-def warm_start(critic: Path, out: Path, images: Path) -> Path:
-    """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows)."""
-    from interleave_thinker.train.data.trl_format import sft_dataset
-    from interleave_thinker.train.grpo.data import synthetic_critic_examples, warm_start_examples
-    from interleave_thinker.train.sft.config import DataSection, ModelSection, SFTRunConfig, TrainingSection
-    from interleave_thinker.train.sft.trainer import run_sft
+LEARNING_RUNS = ((0, 42),)
+"""(warm start seed, GRPO seed) of each learning run; every run must clear both margins."""
 
-    examples = synthetic_critic_examples(builtin_templates(), 64, images, seed=7, restate=True)
-    sft_dataset(warm_start_examples(examples)).save_to_disk(str(out / "data"))
-    config = SFTRunConfig(
-        role="critic",
-        output_dir=out / "model",
-        model=ModelSection(name_or_path=str(critic), dtype="float32", image_max_pixels=16384),
-        data=DataSection(train=[out / "data"]),
-        training=TrainingSection(
-            learning_rate=1e-2,
-            lr_scheduler_type="constant",
-            warmup_ratio=0.0,
-            max_steps=40,
-            per_device_train_batch_size=4,
-            max_length=None,
-            bf16=False,
-            gradient_checkpointing=False,
-            save_steps=1000,
-            logging_steps=10,
-            seed=0,
-            report_to="none",
-            use_cpu=True,
-        ),
+
+def learning_run(critic: Path, work: Path, warm_seed: int, grpo_seed: int) -> dict[str, float]:
+    """``tests/grpo_learning.py`` in a child with the tiny builds' pinned numerics: its held-out scores."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from interleave_thinker.testing.pinned import PINNED_BUILD_ENV, PINNED_NUMERICS
+
+    from .grpo_learning import RESULT_PREFIX
+
+    args = {"critic": str(critic), "work": str(work), "warm_seed": warm_seed, "grpo_seed": grpo_seed}
+    child = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("grpo_learning.py")), json.dumps(args)],
+        env={**os.environ, **PINNED_NUMERICS, **PINNED_BUILD_ENV},
+        capture_output=True,
+        text=True,
+        errors="replace",
+        check=False,
     )
-    return run_sft(config).output_dir
+    lines = [ln for ln in child.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    assert child.returncode == 0 and lines, (child.returncode, child.stdout[-3000:], child.stderr[-3000:])
+    return {k: float(v) for k, v in json.loads(lines[-1][len(RESULT_PREFIX) :]).items()}
 
 
 def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, tmp_path: Path) -> None:
-    """The verdict is written in each prompt ([ok]/[bad], restated as its last line); GRPO with format + accuracy rewards must learn to
-    read it: the mean accuracy reward on 16 held-out prompts (subjects no train row has, 4 samples each)
-    must rise by at least 0.3 over the starting checkpoint, and so must the accuracy of the well-formed
-    answers (so the gain is not only repaired formatting)."""
-    start = warm_start(format_trained.critic, tmp_path / "warm", tmp_path / "warm_images")
-    config = GRPORunConfig.model_validate(
-        {
-            "role": "critic",
-            "output_dir": str(tmp_path / "grpo"),
-            "model": {"name_or_path": str(start), "image_max_pixels": 16384},
-            "data": {"synthetic": 32, "eval_synthetic": 16, "synthetic_restate": True},
-            "reward": {"stepwise": False},
-            "training": {
-                "learning_rate": 3e-3,
-                "beta": 0.0,
-                "num_generations": 4,
-                "per_device_train_batch_size": 16,
-                "num_generations_eval": 4,
-                "per_device_eval_batch_size": 16,
-                "max_steps": 80,
-                "max_completion_length": 64,
-                "bf16": False,
-                "use_cpu": True,
-                "report_to": "none",
-                "save_steps": 1000,
-            },
-        }
-    )
-    trainer, _ = build_grpo_trainer(config)
-
-    def scores() -> tuple[float, float]:
-        metrics = trainer.evaluate()
-        accuracy = metrics["eval_rewards/critic_accuracy/mean"]
-        well_formed = metrics["eval_rewards/critic_format/mean"]
-        return accuracy, accuracy / max(well_formed, 1e-9)
-
-    before, before_formed = scores()
-    trainer.train()
-    after, after_formed = scores()
-    print(
-        f"held-out mean accuracy reward: start {before:.3f} -> after GRPO {after:.3f}; "
-        f"accuracy of well-formed answers {before_formed:.3f} -> {after_formed:.3f}"
-    )
-    assert after >= before + 0.3, (before, after)
-    assert after_formed >= before_formed + 0.2, (before_formed, after_formed)
+    """The verdict is written in each prompt ([ok]/[bad], restated as its last line); GRPO with format +
+    accuracy rewards must learn to read it: the mean accuracy reward on 16 held-out prompts (subjects no
+    train row has, 4 samples each) must rise by at least 0.3 over the starting checkpoint, and so must the
+    accuracy of the well-formed answers by 0.2 (so the gain is not only repaired formatting). The run is
+    a child process with pinned numerics (``tests/grpo_learning.py``), so it computes the same bits on
+    every x86 machine with AVX2."""
+    for warm_seed, grpo_seed in LEARNING_RUNS:
+        r = learning_run(
+            format_trained.critic, tmp_path / f"run-{warm_seed}-{grpo_seed}", warm_seed, grpo_seed
+        )
+        print(
+            f"seeds ({warm_seed}, {grpo_seed}): held-out mean accuracy reward {r['before']:.3f} -> "
+            f"{r['after']:.3f}; accuracy of well-formed answers {r['before_formed']:.3f} -> {r['after_formed']:.3f}"
+        )
+        assert r["after"] >= r["before"] + 0.3, (warm_seed, grpo_seed, r)
+        assert r["after_formed"] >= r["before_formed"] + 0.2, (warm_seed, grpo_seed, r)
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -127,6 +127,19 @@ def test_a_changed_recipe_a_tampered_file_or_the_rebuild_switch_builds(
     assert not shipped.install_shipped("generator", recipe, tmp_path / "into")
 
 
+def this_cpu() -> str:
+    """The processor's model name and the vector extensions the pinned numerics care about, so a failure on
+    another machine says which machine it was."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return "unknown CPU"
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((set(ln.split(":", 1)[1].split()) for ln in info.splitlines() if ln.startswith("flags")), set())
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
+    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no AVX2'})"
+
+
 @pytest.mark.slow
 def test_the_shipped_models_are_what_a_fresh_build_makes(tmp_path: Path) -> None:
     """The full recipe (minutes of format training), built from scratch with the pinned numerics."""
@@ -136,4 +149,4 @@ def test_the_shipped_models_are_what_a_fresh_build_makes(tmp_path: Path) -> None
     for key, (recipe, folder) in built.items():
         assert recipe_digest(recipe) == models[key]["recipe_digest"], key
         made = {str(name): file_digest(folder / name) for name in shipped.model_files(folder)}
-        assert made == models[key]["files"], key
+        assert made == models[key]["files"], f"{key}, built on {this_cpu()}"

@@ -14,7 +14,7 @@ from typing import Any
 from interleave_thinker.core.build_progress import BuildReporter, current_reporter
 
 PINNED_NUMERICS = {
-    "MKL_CBWR": "AVX2",
+    "MKL_CBWR": "COMPATIBLE",
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "OMP_NUM_THREADS": "2",
@@ -25,8 +25,12 @@ PINNED_NUMERICS = {
 """The environment every tiny model is built in (see :func:`run_pinned`). Why: torch picks its CPU kernels
 (scalar, AVX2, AVX-512) when it loads, and they differ in the last bits, even for random init (the
 vectorised ``normal_`` draws other numbers); training then amplifies a last-bit difference into other
-weights. MKL's reproducible AVX2 path, kernels capped at AVX2 and fixed thread counts give the same bytes
-on every x86 machine with AVX2."""
+weights. ATen's kernels capped at AVX2, MKL's ``COMPATIBLE`` branch and fixed thread counts give the same
+bytes on every x86 machine with AVX2, Intel or AMD. Why ``COMPATIBLE`` and not MKL's faster ``AVX2``
+branch: MKL honours an ISA branch on Intel processors only and silently falls back to its ``AUTO``
+dispatch elsewhere, so an AMD machine built other weights (seen: the shipped planner, built on an AMD
+EPYC, differed from a CI machine's build). oneDNN and NNPACK, which pick their blocking from the cache
+sizes, are switched off while training (:func:`interleave_thinker.testing.tiny.deterministic_torch`)."""
 
 PINNED_BUILD_ENV = {"HF_HUB_OFFLINE": "1"}
 """Also set for every build, beside the numerics: a saved tokenizer config records whether the hub was

@@ -95,8 +95,10 @@ def deterministic_torch(threads: int) -> Iterator[None]:
     """Fixed intra-op thread count and torch's deterministic algorithms for a block (restored after).
 
     Why: training the tiny models must give the same weights on every machine, and a machine with
-    more cores otherwise splits reductions differently. CPU kernel choice (AVX2 vs AVX-512) cannot be
-    changed once torch is loaded; the Makefile and the test suite pin it through the environment.
+    more cores otherwise splits reductions differently. oneDNN and NNPACK are off for the block: they
+    choose their blocking (so the order of a convolution's sums) from the machine's cache sizes, where
+    ATen's own kernels and MKL's reproducible branch do not. CPU kernel choice (AVX2 vs AVX-512) cannot be
+    changed once torch is loaded; it is pinned through the environment (``testing.pinned``).
     """
     import torch
 
@@ -104,7 +106,8 @@ def deterministic_torch(threads: int) -> Iterator[None]:
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     try:
-        yield
+        with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
+            yield
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_mode)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from interleave_thinker.core.build_progress import current_reporter
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
-from interleave_thinker.testing.pinned import progress_callback, run_pinned
+from interleave_thinker.testing.pinned import PINNED_NUMERICS, progress_callback, run_pinned
 from interleave_thinker.testing.shipped import install_shipped, library_versions
 from interleave_thinker.testing.tiny import (
     COMPLETE_MARKER,
@@ -37,7 +37,7 @@ from interleave_thinker.train.sft.config import (
     TrainingSection,
 )
 
-FORMAT_VERSION = "3"
+FORMAT_VERSION = "4"
 """Bump when data, dimensions, training or the base tiny models (``testing.tiny.TINY_PRESET_VERSION``) change,
 so stale caches are rebuilt."""
 TEXT_HIDDEN = 64
@@ -230,6 +230,9 @@ def format_recipe(role: str, digest: str) -> dict[str, object]:
         "steps": STEPS[role],
         "shape": [TEXT_HIDDEN, TEXT_LAYERS, TEXT_HEADS, TEXT_KV_HEADS, TEXT_INTERMEDIATE],
         "training": [BATCH, LEARNING_RATE, TRAIN_THREADS],
+        "numerics": {
+            key: PINNED_NUMERICS[key] for key in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+        },
         "libraries": library_versions("torch", "transformers", "trl", "accelerate", "datasets", "tokenizers"),
     }
 

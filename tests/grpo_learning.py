@@ -1,0 +1,119 @@
+"""The GRPO learning run of ``test_grpo.py``, as a script run in a child process with pinned numerics.
+
+Why a child: training amplifies a last-bit difference into other weights, and which bits a machine
+computes depends on the CPU kernels and BLAS branch torch picks when it loads. The test process cannot
+pin MKL's reproducible branch (tests compare served and local generators across thread counts, see
+docs/testing.md), so the learning run gets a fresh process with every setting of
+``testing.pinned.PINNED_NUMERICS`` and the training block of the tiny builds (fixed threads,
+deterministic algorithms, no oneDNN): the same figures on every x86 machine with AVX2, so a pass here
+is a pass in CI.
+
+Usage: ``python tests/grpo_learning.py JSON`` where JSON holds ``critic``, ``work``, ``warm_seed`` and
+``grpo_seed``; prints one line ``@learning {...}`` with the held-out scores before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULT_PREFIX = "@learning "
+
+
+def warm_start(critic: Path, out: Path, images: Path, seed: int, steps: int = 40) -> Path:
+    """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows)."""
+    from interleave_thinker.core.prompt_store import builtin_templates
+    from interleave_thinker.train.data.trl_format import sft_dataset
+    from interleave_thinker.train.grpo.data import synthetic_critic_examples, warm_start_examples
+    from interleave_thinker.train.sft.config import DataSection, ModelSection, SFTRunConfig, TrainingSection
+    from interleave_thinker.train.sft.trainer import run_sft
+
+    examples = synthetic_critic_examples(builtin_templates(), 64, images, seed=7, restate=True)
+    sft_dataset(warm_start_examples(examples)).save_to_disk(str(out / "data"))
+    config = SFTRunConfig(
+        role="critic",
+        output_dir=out / "model",
+        model=ModelSection(name_or_path=str(critic), dtype="float32", image_max_pixels=16384),
+        data=DataSection(train=[out / "data"]),
+        training=TrainingSection(
+            learning_rate=1e-2,
+            lr_scheduler_type="constant",
+            warmup_ratio=0.0,
+            max_steps=steps,
+            per_device_train_batch_size=4,
+            max_length=None,
+            bf16=False,
+            gradient_checkpointing=False,
+            save_steps=1000,
+            logging_steps=10,
+            seed=seed,
+            report_to="none",
+            use_cpu=True,
+        ),
+    )
+    return run_sft(config).output_dir
+
+
+def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: Any) -> dict[str, float]:
+    """Warm start, then 80 GRPO steps (format + accuracy rewards): held-out scores before and after."""
+    from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
+
+    start = warm_start(critic, work / "warm", work / "warm_images", warm_seed, variant.get("warm_steps", 40))
+    config = GRPORunConfig.model_validate(
+        {
+            "role": "critic",
+            "output_dir": str(work / "grpo"),
+            "model": {"name_or_path": str(start), "image_max_pixels": 16384},
+            "data": {"synthetic": 32, "eval_synthetic": 16, "synthetic_restate": True},
+            "reward": {"stepwise": False},
+            "training": {
+                "learning_rate": variant.get("lr", 3e-3),
+                "beta": variant.get("beta", 0.0),
+                "num_generations": variant.get("num_generations", 4),
+                "temperature": variant.get("temperature", 1.0),
+                "per_device_train_batch_size": variant.get("batch", 16),
+                "num_generations_eval": 4,
+                "per_device_eval_batch_size": 16,
+                "max_steps": variant.get("steps", 80),
+                "max_completion_length": 64,
+                "bf16": False,
+                "use_cpu": True,
+                "report_to": "none",
+                "save_steps": 1000,
+                "seed": grpo_seed,
+            },
+            "trl": variant.get("trl", {}),
+        }
+    )
+    trainer, _ = build_grpo_trainer(config)
+
+    def scores() -> tuple[float, float]:
+        metrics = trainer.evaluate()
+        accuracy = metrics["eval_rewards/critic_accuracy/mean"]
+        well_formed = metrics["eval_rewards/critic_format/mean"]
+        return accuracy, accuracy / max(well_formed, 1e-9)
+
+    before, before_formed = scores()
+    trainer.train()
+    after, after_formed = scores()
+    return {"before": before, "after": after, "before_formed": before_formed, "after_formed": after_formed}
+
+
+def main(argv: list[str]) -> None:
+    import warnings
+
+    from interleave_thinker.testing.tiny import deterministic_torch
+    from interleave_thinker.testing.tiny_format import TRAIN_THREADS
+
+    args: dict[str, Any] = json.loads(argv[0])
+    warnings.simplefilter("ignore")
+    with deterministic_torch(TRAIN_THREADS):
+        variant = {k: v for k, v in args.items() if k not in ("critic", "work", "warm_seed", "grpo_seed")}
+        result = learn(Path(args["critic"]), Path(args["work"]), args["warm_seed"], args["grpo_seed"], **variant)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
