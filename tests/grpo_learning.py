@@ -111,7 +111,9 @@ def main(argv: list[str]) -> None:
     warnings.simplefilter("ignore")
     with deterministic_torch(TRAIN_THREADS):
         variant = {k: v for k, v in args.items() if k not in ("critic", "work", "warm_seed", "grpo_seed")}
-        result = learn(Path(args["critic"]), Path(args["work"]), args["warm_seed"], args["grpo_seed"], **variant)
+        result = learn(
+            Path(args["critic"]), Path(args["work"]), args["warm_seed"], args["grpo_seed"], **variant
+        )
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 

@@ -134,8 +134,12 @@ def this_cpu() -> str:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return "unknown CPU"
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((set(ln.split(":", 1)[1].split()) for ln in info.splitlines() if ln.startswith("flags")), set())
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?"
+    )
+    flags = next(
+        (set(ln.split(":", 1)[1].split()) for ln in info.splitlines() if ln.startswith("flags")), set()
+    )
     wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
     return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no AVX2'})"
 
