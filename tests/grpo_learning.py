@@ -22,8 +22,15 @@ from typing import Any
 RESULT_PREFIX = "@learning "
 
 
-def warm_start(critic: Path, out: Path, images: Path, seed: int, steps: int = 40) -> Path:
-    """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows)."""
+def warm_start(
+    critic: Path, out: Path, images: Path, seed: int, steps: int = 40, inverted: bool = True
+) -> Path:
+    """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows).
+
+    ``inverted`` (the test's design): every row is answered with the WRONG verdict ([ok] -> False, [bad]
+    -> True). Why: the warm start then builds what GRPO cannot build in 80 steps from a start that ignores
+    the cue (a verdict that depends on the cue, docs/testing.md), and any rise in accuracy afterwards can
+    only come from the reward, since the warm start taught the opposite."""
     from interleave_thinker.core.prompt_store import builtin_templates
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.grpo.data import synthetic_critic_examples, warm_start_examples
@@ -31,6 +38,15 @@ def warm_start(critic: Path, out: Path, images: Path, seed: int, steps: int = 40
     from interleave_thinker.train.sft.trainer import run_sft
 
     examples = synthetic_critic_examples(builtin_templates(), 64, images, seed=7, restate=True)
+    if inverted:
+        import dataclasses
+
+        examples = [
+            dataclasses.replace(
+                e, ground_truth=dataclasses.replace(e.ground_truth, success=not e.ground_truth.success)
+            )
+            for e in examples
+        ]
     sft_dataset(warm_start_examples(examples)).save_to_disk(str(out / "data"))
     config = SFTRunConfig(
         role="critic",
@@ -57,10 +73,20 @@ def warm_start(critic: Path, out: Path, images: Path, seed: int, steps: int = 40
 
 
 def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: Any) -> dict[str, float]:
-    """Warm start, then 80 GRPO steps (format + accuracy rewards): held-out scores before and after."""
+    """Warm start, then 80 GRPO steps (format + accuracy rewards, Adam 1e-3: from 3e-3 the first steps broke
+    the reply's format on weak-format starts): held-out scores before and after. ``variant`` overrides a
+    setting (``warm_steps``, ``inverted``, ``lr``, ``beta``, ``temperature``, ``num_generations``,
+    ``batch``, ``steps``, ``trl``, ``only_start``) for the experiments docs/testing.md reports."""
     from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
-    start = warm_start(critic, work / "warm", work / "warm_images", warm_seed, variant.get("warm_steps", 40))
+    start = warm_start(
+        critic,
+        work / "warm",
+        work / "warm_images",
+        warm_seed,
+        variant.get("warm_steps", 40),
+        variant.get("inverted", True),
+    )
     config = GRPORunConfig.model_validate(
         {
             "role": "critic",
@@ -69,7 +95,7 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
             "data": {"synthetic": 32, "eval_synthetic": 16, "synthetic_restate": True},
             "reward": {"stepwise": False},
             "training": {
-                "learning_rate": variant.get("lr", 3e-3),
+                "learning_rate": variant.get("lr", 1e-3),
                 "beta": variant.get("beta", 0.0),
                 "num_generations": variant.get("num_generations", 4),
                 "temperature": variant.get("temperature", 1.0),
@@ -96,6 +122,9 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
         return accuracy, accuracy / max(well_formed, 1e-9)
 
     before, before_formed = scores()
+    print(f"@start held-out mean accuracy {before:.3f}, well-formed {before_formed:.3f}", flush=True)
+    if variant.get("only_start"):
+        return {"before": before, "before_formed": before_formed}
     trainer.train()
     after, after_formed = scores()
     return {"before": before, "after": after, "before_formed": before_formed, "after_formed": after_formed}

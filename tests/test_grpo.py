@@ -218,12 +218,12 @@ def learning_run(critic: Path, work: Path, warm_seed: int, grpo_seed: int) -> di
 
 
 def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, tmp_path: Path) -> None:
-    """The verdict is written in each prompt ([ok]/[bad], restated as its last line); GRPO with format +
-    accuracy rewards must learn to read it: the mean accuracy reward on 16 held-out prompts (subjects no
-    train row has, 4 samples each) must rise by at least 0.3 over the starting checkpoint, and so must the
-    accuracy of the well-formed answers by 0.2 (so the gain is not only repaired formatting). The run is
-    a child process with pinned numerics (``tests/grpo_learning.py``), so it computes the same bits on
-    every x86 machine with AVX2."""
+    """The verdict is written in each prompt ([ok]/[bad], restated as its last line) and the warm start
+    taught the opposite verdict; GRPO with format + accuracy rewards must move the critic towards the
+    cue: the mean accuracy reward on 16 held-out prompts (subjects no train row has, 4 samples each) must
+    rise by at least 0.3 over the starting checkpoint, and the accuracy of the well-formed answers by 0.2
+    (so the gain is not only repaired formatting). The run is a child process with pinned numerics
+    (``tests/grpo_learning.py``), so it computes the same bits on every x86 machine with AVX2."""
     for warm_seed, grpo_seed in LEARNING_RUNS:
         r = learning_run(
             format_trained.critic, tmp_path / f"run-{warm_seed}-{grpo_seed}", warm_seed, grpo_seed

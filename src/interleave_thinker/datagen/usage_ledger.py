@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.paths import write_atomic
-from interleave_thinker.core.run_folder import SUMMARY
+from interleave_thinker.core.run_folder import SUMMARY, remove_partial_writes
 from interleave_thinker.datagen.generate_usage import ROLES, Usage, add_usage
 from interleave_thinker.runtime.failures import failure_reason
 from interleave_thinker.runtime.file_writes import off_loop
@@ -50,6 +50,7 @@ class UsageLedger:
     def open(cls, root: Path) -> UsageLedger:
         """A new ledger for a run in the batch folder ``root`` (the earlier runs' ledgers stay)."""
         folder = root / USAGE_DIR
+        remove_partial_writes(folder)  # a ledger write a kill interrupted; the ledger it replaced is whole
         runs = list(folder.glob("run-*.json")) if folder.is_dir() else []
         if not runs:
             _adopt_summary(root)

@@ -184,7 +184,7 @@ def find_runs(source: Path) -> list[Path]:
 def discover(source: Path, *, image_dir: Path | None = None) -> list[Trajectory]:
     """Run folders (``trace.json``: a run, a folder of runs, a batch) or trajectory records below ``source``."""
     if not source.exists():
-        raise InputError(f"--from {source}: no such file or folder.")
+        raise InputError(f"--input {source}: no such file or folder.")
     if source.is_file():
         return [from_record(load_record(source, image_dir=image_dir), str(source))]
     traces = find_runs(source)
@@ -192,7 +192,7 @@ def discover(source: Path, *, image_dir: Path | None = None) -> list[Trajectory]
     records = sorted(p for p in source.rglob(RECORD_FILE) if not (p.parent / TRACE_FILE).is_file())
     if not traces and not records:
         raise InputError(
-            f"--from {source}: found no {TRACE_FILE} (a run folder, a folder of runs or a batch folder) "
+            f"--input {source}: found no {TRACE_FILE} (a run folder, a folder of runs or a batch folder) "
             f"and no {RECORD_FILE}."
         )
     found: list[Trajectory] = []
