@@ -200,6 +200,10 @@ def test_eval_score_judge_uses_the_transport_of_the_config(recorder: Recorder, t
             "--judge-attempts", "1", "--config", str(config), env=monkey_env,
         )  # fmt: skip
         assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+        # Every judgement failed (the server answers 500): nothing was scored, which is an error.
+        assert result.exit_code == 1, result.output
+        said = " ".join(result.output.split())  # the console wraps long lines
+        assert "error: no output was scored (1 judgements failed, 999 outputs missing)" in said
         counts.append(len(recorder.posts) - start)
     assert counts == [1, 3]
     assert {post["auth"] for post in recorder.posts} == {"Bearer k-123"}

@@ -80,6 +80,14 @@ def score(
         f"{summary['judge_calls']['this_run']} judge calls, {summary['judge_calls']['cache_hits']} cache hits"
     )
     typer.echo(json.dumps(_headline(summary), indent=2))
+    if not counts["scored"]:  # a summary of nothing is not a result: say so, exit non-zero
+        console.print(
+            escape(
+                f"error: no output was scored ({counts['failed']} judgements failed, "
+                f"{counts['missing_outputs']} outputs missing); see {out / 'summary.json'} and the replies there."
+            )
+        )
+        raise typer.Exit(1)
 
 
 def _headline(summary: dict[str, Any]) -> dict[str, Any]:
