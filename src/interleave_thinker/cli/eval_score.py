@@ -71,6 +71,11 @@ def score(
     )
     with console.status(escape(f"scoring {protocol} with {judge}")):
         summary = run_score(options)
+    _report(summary, out)
+
+
+def _report(summary: dict[str, Any], out: Path) -> None:
+    """The counts and the headline; exit 1 when nothing was scored (a summary of nothing is no result)."""
     note = summary["judge"].get("note")
     if note:
         console.print(f"[yellow]{escape(note)}[/yellow]")
