@@ -197,18 +197,17 @@ regression check of two runs, not yet a proof of robustness across seeds."""
 def learning_run(critic: Path, work: Path, warm_seed: int, grpo_seed: int) -> dict[str, float]:
     """``tests/grpo_learning.py`` in a child with the tiny builds' pinned numerics: its held-out scores."""
     import json
-    import os
     import subprocess
     import sys
 
-    from interleave_thinker.testing.pinned import PINNED_BUILD_ENV, PINNED_NUMERICS
+    from interleave_thinker.testing.pinned import pinned_env
 
     from .grpo_learning import RESULT_PREFIX
 
     args = {"critic": str(critic), "work": str(work), "warm_seed": warm_seed, "grpo_seed": grpo_seed}
     child = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("grpo_learning.py")), json.dumps(args)],
-        env={**os.environ, **PINNED_NUMERICS, **PINNED_BUILD_ENV},
+        env=pinned_env(),
         capture_output=True,
         text=True,
         errors="replace",

@@ -52,6 +52,12 @@ def parse_progress(line: str) -> tuple[int, int] | None:
     return done, total
 
 
+def pinned_env() -> dict[str, str]:
+    """The environment of a child with pinned numerics: the caller's, with :data:`PINNED_NUMERICS` and
+    :data:`PINNED_BUILD_ENV` on top (the tiny builds, and the learning test's training run)."""
+    return {**os.environ, **PINNED_NUMERICS, **PINNED_BUILD_ENV}
+
+
 def run_pinned(args: list[str], what: str) -> None:
     """Run ``python <args>`` in a child with :data:`PINNED_NUMERICS` and :data:`PINNED_BUILD_ENV`; its last
     output lines go into the error."""
@@ -66,7 +72,7 @@ def run_pinned(args: list[str], what: str) -> None:
     try:
         with subprocess.Popen(
             [sys.executable, *args],
-            env={**os.environ, **PINNED_NUMERICS, **PINNED_BUILD_ENV},
+            env=pinned_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
