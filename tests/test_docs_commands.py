@@ -1,7 +1,8 @@
 """Every fenced command block in README.md and docs/*.md marked runnable on CPU runs as written.
 
 A block is marked by the HTML comment ``<!-- runnable: cpu -->`` on the line right before its fence
-(invisible on GitHub). Each marked block runs through bash (``set -euo pipefail``) in a fresh scratch
+(invisible on GitHub). Each marked block runs through bash (``set -euo pipefail``), or this venv's Python
+for a ``python`` fence (the README's library example), in a fresh scratch
 folder holding a copy of ``configs/``, with the isolated home of tests/conftest.py, the shared tiny model
 cache and this venv's ``interleave-thinker`` first on PATH. See docs/testing.md.
 """
@@ -33,6 +34,7 @@ class DocBlock:
     path: Path
     line: int  # 1-based line of the opening fence
     text: str
+    language: str = "bash"  # the fence's info string; "python" runs with this venv's Python
 
     @property
     def id(self) -> str:
@@ -71,7 +73,8 @@ def marked_blocks(text: str, path: Path) -> list[DocBlock]:
         while end < len(lines) and lines[end].strip() != opening.group(1):
             end += 1
         if index > 0 and lines[index - 1].strip() == MARKER:
-            blocks.append(DocBlock(path, index + 1, "\n".join(lines[index + 1 : end])))
+            language = opening.group(2).strip() or "bash"
+            blocks.append(DocBlock(path, index + 1, "\n".join(lines[index + 1 : end]), language))
         index = end + 1
     return blocks
 
@@ -132,6 +135,15 @@ def test_collector_skips_unmarked_blocks_and_joins_continuations(tmp_path: Path)
     ]
 
 
+def test_collector_keeps_the_fence_language(tmp_path: Path) -> None:
+    text = "\n".join([MARKER, "```python", "print('hi')", "```", MARKER, "```", "echo hi", "```"])
+    blocks = marked_blocks(text, tmp_path / "doc.md")
+    assert [(block.language, block.text) for block in blocks] == [
+        ("python", "print('hi')"),
+        ("bash", "echo hi"),
+    ]
+
+
 def scratch_env() -> dict[str, str]:
     """The test process's environment (the isolated home is already in it) with this venv's tools first."""
     env = dict(os.environ)
@@ -144,10 +156,13 @@ def scratch_env() -> dict[str, str]:
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
 def test_marked_block_runs_as_written(block: DocBlock, tmp_path: Path) -> None:
     shutil.copytree(REPO / "configs", tmp_path / "configs")
-    script = "set -euo pipefail\n" + block.text + "\n"
+    if block.language == "python":
+        argv = [sys.executable, "-c", block.text + "\n"]
+    else:
+        argv = ["bash", "-c", "set -euo pipefail\n" + block.text + "\n"]
     try:
         done = subprocess.run(
-            ["bash", "-c", script],
+            argv,
             cwd=tmp_path,
             env=scratch_env(),
             stdin=subprocess.DEVNULL,

@@ -203,8 +203,12 @@ def test_wise_verified_scores_exactly_and_resumes(tmp_path: Path, eval_prompts: 
         lines = (out / "scores.jsonl").read_text().splitlines(keepends=True)
         (out / "scores.jsonl").write_text("".join(lines[:4]) + lines[4][:10])
         calls = server.calls
-        again = run_score(_options("wise", outputs, out, judge))
+        reported: list[tuple[int, int]] = []
+        again = run_score(_options("wise", outputs, out, judge), on_scored=lambda *n: reported.append(n))
         assert server.calls == calls
+        # the counted bar's hook: starts at the kept rows, then one call per item written, up to all
+        kept = len(lines[:4])
+        assert reported == [(n, 1000) for n in range(kept, 1001)]
         assert again["judge_calls"] == {"this_run": 0, "cache_hits": 15}  # kept: ids 1, 2, 3 (5 calls)
         assert again["overall"] == summary["overall"] and again["counts"] == summary["counts"]
         assert (out / "scores.jsonl").read_text().count("\n") == 1000

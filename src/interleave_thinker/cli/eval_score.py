@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.specs import check_spec
 
 console = Console(stderr=True)
@@ -51,6 +52,9 @@ def score(
         Path | None,
         typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),
     ] = None,
+    quiet: Annotated[
+        bool, typer.Option(help="No progress bar (the summary is printed all the same).")
+    ] = False,
 ) -> None:
     """Score with the official protocol; prints the summary, writes scores.jsonl and summary.json.
 
@@ -69,8 +73,14 @@ def score(
         judge_cache=judge_cache,
         backend_options=BackendOptions.from_config(cfg),
     )
-    with console.status(escape(f"scoring {protocol} with {judge}")):
-        summary = run_score(options)
+    progress = counter_bar(console, quiet=quiet)
+    task = progress.add_task(escape(f"scoring {protocol} with {judge}"), total=None)
+
+    def on_scored(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    with progress:
+        summary = run_score(options, on_scored=on_scored)
     _report(summary, out)
 
 

@@ -16,7 +16,14 @@ from interleave_thinker.eval import score_rise, score_ueval, score_wise
 from interleave_thinker.eval.datasets import EvalItem, load_items
 from interleave_thinker.eval.judging import JudgeClient, JudgeTransport, load_transport
 from interleave_thinker.eval.prompts import RISE_REPO, UEVAL_REPO, WISE_REPO, EvalPromptStore
-from interleave_thinker.eval.scoring import ItemResult, RunFolder, judge_metadata, run_metadata, score_items
+from interleave_thinker.eval.scoring import (
+    ItemResult,
+    RunFolder,
+    ScoredHook,
+    judge_metadata,
+    run_metadata,
+    score_items,
+)
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
@@ -85,8 +92,11 @@ def _scorer(
     return scorer, score_ueval.summarize, {"ueval_mode": options.ueval_mode}
 
 
-def run_score(options: ScoreOptions, transport: JudgeTransport | None = None) -> dict[str, Any]:
-    """Score ``options.outputs``; returns the summary written to ``summary.json``."""
+def run_score(
+    options: ScoreOptions, transport: JudgeTransport | None = None, on_scored: ScoredHook | None = None
+) -> dict[str, Any]:
+    """Score ``options.outputs``; returns the summary written to ``summary.json``. ``on_scored(done, total)``
+    follows the items (see :func:`score_items`)."""
     _check(options)
     items = load_items(BENCHMARK_OF[options.protocol], options.data)
     prompts = EvalPromptStore().load(options.protocol)
@@ -111,7 +121,7 @@ def run_score(options: ScoreOptions, transport: JudgeTransport | None = None) ->
             **extra,
         )
         folder = RunFolder(options.out, meta)
-        score_items(items, lambda item: item.id, score_one, folder, options.judge_concurrency)
+        score_items(items, lambda item: item.id, score_one, folder, options.judge_concurrency, on_scored)
         order = [item.id for item in items]
         wanted = set(order)
         rows = [row for key, row in folder.done().items() if key in wanted]

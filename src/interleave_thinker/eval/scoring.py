@@ -164,20 +164,47 @@ class RunFolder:
         return full
 
 
+ScoredHook = Callable[[int, int], None]
+"""``(items scored so far, items in all)``."""
+
+
+class _Counter:
+    """Items scored so far, reported through the hook under a lock (items finish on many threads)."""
+
+    def __init__(self, done: int, total: int, hook: ScoredHook | None) -> None:
+        self._done, self._total, self._hook = done, total, hook
+        self._lock = threading.Lock()
+        if hook is not None:
+            hook(done, total)
+
+    def advance(self) -> None:
+        with self._lock:
+            self._done += 1
+            if self._hook is not None:
+                self._hook(self._done, self._total)
+
+
 def score_items(
     items: Iterable[Any],
     item_id: Callable[[Any], str],
     score_one: Callable[[Any], ItemResult],
     folder: RunFolder,
     capacity: int,
+    on_scored: ScoredHook | None = None,
 ) -> None:
     """Score every item not yet in ``scores.jsonl``; items run concurrently (twice ``capacity`` of them, so
-    requests are ready when a slot frees), the client bounds the judge to ``capacity`` calls in flight."""
+    requests are ready when a slot frees), the client bounds the judge to ``capacity`` calls in flight.
+
+    ``on_scored(done, total)`` is called once before the first judge call (``done`` = items already in
+    ``scores.jsonl``) and after each item is written: the CLI's counted bar, without rich in this layer."""
+    items = list(items)
     done = folder.done()
     todo = [item for item in items if item_id(item) not in done]
+    counter = _Counter(len(items) - len(todo), len(items), on_scored)
 
     def work(item: Any) -> None:
         folder.append(score_one(item))
+        counter.advance()
 
     with ThreadPoolExecutor(max_workers=2 * max(1, capacity), thread_name_prefix="score-item") as pool:
         for future in [pool.submit(work, item) for item in todo]:
