@@ -1,5 +1,6 @@
 """The pipeline through served backends only (`serve vlm` for planner and critic, `serve generator` for
-images, all real subprocesses on 127.0.0.1) writes the same trace as the local tiny models."""
+images through its `/edit` and through its OpenAI images routes with the `vllm-omni:` backend, all real
+subprocesses on 127.0.0.1) writes the same trace as the local tiny models."""
 
 from __future__ import annotations
 
@@ -108,20 +109,28 @@ def run(overrides: dict[str, Any], out: Path, image: Path) -> dict[str, Any]:
     return dict(json.loads((out / "trace.json").read_text()))
 
 
-def test_served_backends_reproduce_the_local_run(servers: dict[str, str], tmp_path: Path) -> None:
+GENERATOR_ROUTES = {
+    "http": "http:{url}",  # the service's own /edit
+    "vllm-omni": "vllm-omni:{url}/v1",  # the same service through its OpenAI images routes (issue 12)
+}
+
+
+@pytest.mark.parametrize("route", sorted(GENERATOR_ROUTES))
+def test_served_backends_reproduce_the_local_run(servers: dict[str, str], route: str, tmp_path: Path) -> None:
     image = tmp_path / "in.png"
     Image.new("RGB", (64, 64), (20, 160, 90)).save(image)
     local = run({"planner": "tiny:planner", "critic": "tiny:critic"}, tmp_path / "local", image)
+    generator = GENERATOR_ROUTES[route].format(url=servers["generator"])
     served = run(
         {
             "planner": f"openai:{servers['planner']}/v1",  # model name discovered from /v1/models
             "critic": f"openai:{servers['critic']}/v1#tiny:critic",
-            "generator": f"http:{servers['generator']}",
+            "generator": generator,
         },
         tmp_path / "served",
         image,
     )
-    assert served["backends"]["generator"].startswith("http:")
+    assert served["backends"]["generator"] == generator
     assert stable(served) == stable(local)  # same plan, replies, verdicts, prompts, seeds, attempts
     assert len(local["steps"][0]["attempts"]) == 3 and len(local["planner"]["raw_replies"]) == 3
     for name in sorted(p.name for p in (tmp_path / "local" / "images").iterdir()):
