@@ -219,20 +219,24 @@ def test_the_transport_behaves_alike_in_a_greenlet_and_in_a_thread(models: tuple
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens there
-    cases = [(url, 5.0), (closed, 5.0), (url, 0.01)]  # the server holds each reply 0.05 s
-    in_thread = [one_call(*case) for case in cases]
+    # The read timeout: a server that holds its reply 2 s, asked with 0.5 s, so connecting (well under
+    # 0.5 s on loopback, even on a loaded machine) never eats the budget: a 0.01 s timeout against the
+    # 0.05 s server was sometimes a ConnectTimeout here, a test that passed only on a quiet machine.
+    with AppServer(AsyncModels(delay=2.0)) as slow:
+        cases = [(url, 5.0), (closed, 5.0), (slow.url, 0.5)]
+        in_thread = [one_call(*case) for case in cases]
 
-    async def main() -> list[str]:
-        try:
-            return [await green.run_green(one_call, *case) for case in cases]
-        finally:
-            await green.finish_loop()
+        async def main() -> list[str]:
+            try:
+                return [await green.run_green(one_call, *case) for case in cases]
+            finally:
+                await green.finish_loop()
 
-    in_green = asyncio.run(main())
+        in_green = asyncio.run(main())
     assert in_thread[0] == in_green[0] and in_thread[0].startswith("ok <think>plan</think>")
     refused = f"ConnectError: chat: 2 tries failed; last error: {closed}: ConnectError: "
     assert in_thread[1].startswith(refused) and in_green[1].startswith(refused)  # the OS's words differ
-    timed_out = f"ReadTimeout: chat: 2 tries failed; last error: {url}: timed out after 0.01s"
+    timed_out = f"ReadTimeout: chat: 2 tries failed; last error: {slow.url}: timed out after 0.5s"
     assert in_thread[2] == in_green[2] == timed_out
 
 

@@ -53,8 +53,7 @@ class GreenTransport(httpx.BaseTransport):
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """The reply with its raw (still encoded) body read, as the sync client expects to decode it."""
-        if not isinstance(request.stream, httpx.AsyncByteStream):
-            request.read()  # a body only iterable synchronously: held in memory, then sent alike
+        request.read()  # one buffer: a multipart body streamed part by part cost a socket write per part
         response = await self._for_running_loop().handle_async_request(request)
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
