@@ -76,7 +76,7 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
     """Warm start, then 80 GRPO steps (format + accuracy rewards, Adam 1e-3: from 3e-3 the first steps broke
     the reply's format on weak-format starts): held-out scores before and after. ``variant`` overrides a
     setting (``warm_steps``, ``inverted``, ``lr``, ``beta``, ``temperature``, ``num_generations``,
-    ``batch``, ``steps``, ``trl``, ``only_start``) for the experiments docs/testing.md reports."""
+    ``batch``, ``steps``, ``synthetic``, ``trl``, ``only_start``) for the experiments docs/testing.md reports."""
     from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
     start = warm_start(
@@ -92,7 +92,11 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
             "role": "critic",
             "output_dir": str(work / "grpo"),
             "model": {"name_or_path": str(start), "image_max_pixels": 16384},
-            "data": {"synthetic": 32, "eval_synthetic": 16, "synthetic_restate": True},
+            "data": {
+                "synthetic": variant.get("synthetic", 32),
+                "eval_synthetic": 16,
+                "synthetic_restate": True,
+            },
             "reward": {"stepwise": False},
             "training": {
                 "learning_rate": variant.get("lr", 1e-3),

@@ -129,3 +129,36 @@ def test_a_transport_refuses_a_limit_below_one() -> None:
         caller.resize(0)
     assert caller.concurrency == 3
     caller.close()
+
+
+@pytest.mark.parametrize("asked", [None, "generator=16"])
+def test_per_endpoint_slots_of_a_pool_file_hold_on_each_server(
+    servers: dict[str, tuple[str, Counting | None]], tmp_path: Path, asked: str | None
+) -> None:
+    """``host:port slots=N`` in a pool file: each server sees at most its N, the pool's capacity (their
+    sum) is the generator's limit, and a larger ``--per-backend-limit`` is lowered to it."""
+    big, small = Counting(handler("edit", State())), Counting(handler("edit", State()))
+    started = [LocalServer(big).start(), LocalServer(small).start()]
+    try:
+        pool = tmp_path / "pool.txt"
+        pool.write_text(f"{started[0].url} slots=3\n{started[1].url} slots=1  # the small GPU\n")
+        summary = run_batch(tmp_path, servers["chat"][0], f"@{pool}", [asked] if asked else [])
+    finally:
+        for server in started:
+            server.close()
+    assert (big.peak, small.peak) == (3, 1)
+    assert big.calls + small.calls >= 48 and big.calls > small.calls
+    assert summary["backends"]["generator"]["limit"] == 4  # type: ignore[index]
+
+
+def test_a_pool_never_puts_more_than_its_slots_on_an_endpoint() -> None:
+    pool = EndpointPool(["http://a", "http://b"], slots={"http://a": 2, "http://b": 1})
+    assert pool.capacity == 3
+    taken = [pool.pick() for _ in range(3)]
+    assert sorted(taken) == ["http://a", "http://a", "http://b"]
+    pool.release("http://a")
+    pool.mark_failed("http://b")
+    assert pool.pick() == "http://a"  # the only endpoint with a free slot
+    assert EndpointPool(["http://a", "http://b"], slots={"http://a": 2}).capacity is None
+    with pytest.raises(ConfigError, match="must be >= 1 and name endpoints of the pool"):
+        EndpointPool(["http://a"], slots={"http://c": 2})

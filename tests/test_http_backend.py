@@ -118,16 +118,27 @@ def test_endpoints_file_and_spec_parsing(tmp_path: Path, monkeypatch: pytest.Mon
         "http://10.0.0.3:9000",
         "http://localhost",
     ]
-    assert parse_target("@hosts.txt") == (urls, "klein")
-    assert parse_target("@hosts.txt,127.0.0.1:1#knobs=longcat") == ([*urls, "http://127.0.0.1:1"], "longcat")
+    assert parse_target("@hosts.txt") == (urls, "klein", {})
+    assert parse_target("@hosts.txt,127.0.0.1:1#knobs=longcat") == (
+        [*urls, "http://127.0.0.1:1"],
+        "longcat",
+        {},
+    )
     assert parse_target("http://a:1, http://b:2#qwen-image-edit") == (
         ["http://a:1", "http://b:2"],
         "qwen-image-edit",
+        {},
     )
     backend = HTTPImageBackend.from_spec("@hosts.txt", BackendOptions())
     with backend:
         assert backend.pool.urls == urls
+    Path("slots.txt").write_text("a:1 slots=2  # the big one\nb:2\n", encoding="utf-8")
+    assert parse_target("@slots.txt") == (["http://a:1", "http://b:2"], "klein", {"http://a:1": 2})
     Path("empty.txt").write_text("# nothing yet\n\n", encoding="utf-8")
+    for bad in ("a:1 slots=0", "a:1 slots=two", "a:1 weight=3"):
+        Path("bad.txt").write_text(f"b:2\n{bad}\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match=r"bad\.txt, line 2: .*write 'host:port' or 'host:port slots=N'"):
+            parse_target("@bad.txt")
     for target, message in [
         ("@empty.txt", "lists no endpoint"),
         ("@missing.txt", "Cannot read the generator endpoints file missing.txt"),

@@ -56,11 +56,11 @@ def posts(state: OmniState) -> list[dict[str, Any]]:
 
 def test_spec_takes_a_pool_a_v1_suffix_a_file_and_an_optional_model(tmp_path: Path) -> None:
     hosts = tmp_path / "omni.txt"
-    hosts.write_text("# generators\nhttp://c:8000/v1\n\nd:8000\n")
-    urls, model = parse_target("vllm-omni", f"http://a:8000/v1/,b:8001,@{hosts}#{QWEN}")
+    hosts.write_text("# generators\nhttp://c:8000/v1 slots=4\n\nd:8000\n")
+    urls, model, slots = parse_target("vllm-omni", f"http://a:8000/v1/,b:8001,@{hosts}#{QWEN}")
     assert urls == ["http://a:8000", "http://b:8001", "http://c:8000", "http://d:8000"]
-    assert model == QWEN
-    assert parse_target("vllm-omni", "a:1") == (["http://a:1"], None)
+    assert model == QWEN and slots == {"http://c:8000": 4}  # keyed by the normalised root
+    assert parse_target("vllm-omni", "a:1") == (["http://a:1"], None, {})
     with pytest.raises(ConfigError, match=r"names no server; write vllm-omni:http://host:8000\[#MODEL\]"):
         parse_target("vllm-omni", "#model")
     with pytest.raises(ConfigError, match="is not an address"):

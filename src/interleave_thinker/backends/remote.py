@@ -17,7 +17,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -150,31 +150,54 @@ def check_status(response: httpx.Response, *, name: str, detail: str, hint: str 
 
 
 class EndpointPool:
-    """Round-robin over base URLs, skipping one that failed recently until its cooldown has passed."""
+    """Round-robin over base URLs, skipping one that failed recently until its cooldown has passed, and
+    one that has all its ``slots`` (calls in flight at most, per endpoint, from a pool file's
+    ``slots=N``) taken. :meth:`pick` counts the call in flight there; :meth:`release` ends it."""
 
     def __init__(
-        self, urls: list[str], *, cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic
+        self,
+        urls: list[str],
+        *,
+        cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        slots: Mapping[str, int] | None = None,
     ) -> None:
         if not urls:
             raise ConfigError("An endpoint pool needs at least one URL.")
         self.urls = [u.rstrip("/") for u in urls]
+        self.slots = {u.rstrip("/"): n for u, n in (slots or {}).items()}
+        unknown = sorted(set(self.slots) - set(self.urls))
+        if unknown or any(n < 1 for n in self.slots.values()):
+            raise ConfigError(f"Endpoint slots {self.slots} must be >= 1 and name endpoints of the pool.")
+        self.in_flight = dict.fromkeys(self.urls, 0)
         self.cooldown = cooldown
         self._clock = clock
         self._failed_at: dict[str, float] = {}
         self._next = 0
         self._lock = threading.Lock()
 
+    @property
+    def capacity(self) -> int | None:
+        """Calls the pool takes at once when every endpoint has its slots: their sum; else None."""
+        return sum(self.slots.values()) if len(self.slots) == len(self.urls) else None
+
     def pick(self) -> str:
         with self._lock:
             now = self._clock()
-            for offset in range(len(self.urls)):
-                url = self.urls[(self._next + offset) % len(self.urls)]
-                failed = self._failed_at.get(url)
-                if failed is None or now - failed >= self.cooldown:
-                    self._next = (self._next + offset + 1) % len(self.urls)
-                    return url
-            # Everything failed recently: try the one that failed longest ago.
-            return min(self.urls, key=lambda u: self._failed_at[u])
+            order = [self.urls[(self._next + i) % len(self.urls)] for i in range(len(self.urls))]
+            free = [u for u in order if u not in self.slots or self.in_flight[u] < self.slots[u]]
+            healthy = [u for u in free if now - self._failed_at.get(u, -math.inf) >= self.cooldown]
+            if healthy:
+                url = healthy[0]
+                self._next = (self.urls.index(url) + 1) % len(self.urls)
+            else:  # every endpoint with a free slot failed recently: the one that failed longest ago
+                url = min(free or self.urls, key=lambda u: self._failed_at.get(u, -math.inf))
+            self.in_flight[url] += 1
+            return url
+
+    def release(self, url: str) -> None:
+        with self._lock:
+            self.in_flight[url] -= 1
 
     def mark_failed(self, url: str) -> None:
         with self._lock:
@@ -239,8 +262,8 @@ class RemoteCaller:
         self.client = httpx.Client(
             timeout=self.retry.timeout, headers=headers or {}, transport=GreenTransport(limits)
         )
-        self.concurrency = concurrency
-        self._slots = green.Semaphore(concurrency)
+        self.concurrency = min(concurrency, pool.capacity or concurrency)
+        self._slots = green.Semaphore(self.concurrency)
         self._sleep = sleep
         self._header_secrets = header_secrets(headers)
         self._secrets = secrets
@@ -248,11 +271,11 @@ class RemoteCaller:
     def resize(self, concurrency: int) -> None:
         """Allow ``concurrency`` calls in flight from now on (the batch scheduler sets its per-backend
         limit here, so one number bounds a backend end to end); calls already in flight finish in the
-        slots they took."""
+        slots they took. A pool whose endpoints all declare slots takes at most their sum."""
         if concurrency < 1:
             raise ConfigError(f"{self.name}: concurrency {concurrency} must be >= 1.")
-        self.concurrency = concurrency
-        self._slots = green.Semaphore(concurrency)
+        self.concurrency = min(concurrency, self.pool.capacity or concurrency)
+        self._slots = green.Semaphore(self.concurrency)
 
     def secrets(self) -> list[str]:
         extra = [s for s in (self._secrets() if self._secrets else ()) if s]
@@ -289,11 +312,15 @@ class RemoteCaller:
             if left <= 0:
                 break
             timeout = min(self.retry.timeout, left)
-            url = self.pool.pick()
+            url = ""
             retry_after: float | None = None
             try:
-                with self._slots:
-                    value = request(self.client, url, timeout)
+                with self._slots:  # a slot first, then the endpoint: chosen when the call can start
+                    url = self.pool.pick()
+                    try:
+                        value = request(self.client, url, timeout)
+                    finally:
+                        self.pool.release(url)
                 self.pool.mark_ok(url)
                 return value
             except RetryableError as exc:

@@ -10,7 +10,7 @@ what a missing key means, and what an error says about secrets lives here and in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -108,9 +108,11 @@ class RemoteBackend(Closeable):
         cooldown: float = 30.0,
         headers: dict[str, str] | None = None,
         sleep: Callable[[float], None] = green.sleep,
+        slots: Mapping[str, int] | None = None,
     ) -> RemoteCaller:
-        """The pool and the caller; every error it raises is scrubbed of the values of ``key_envs``."""
-        self.pool = EndpointPool(list(urls), cooldown=cooldown)
+        """The pool and the caller; every error it raises is scrubbed of the values of ``key_envs``.
+        ``slots`` (per endpoint) cap each endpoint, and their sum the whole pool."""
+        self.pool = EndpointPool(list(urls), cooldown=cooldown, slots=slots)
         self.caller = RemoteCaller(
             self.name,
             self.pool,
@@ -126,7 +128,12 @@ class RemoteBackend(Closeable):
         """Allow ``concurrency`` calls in flight, in the transport and in batched calls alike: the
         batch scheduler passes its per-backend limit here, so one number holds end to end."""
         self.caller.resize(concurrency)
-        self.concurrency = concurrency
+        self.concurrency = self.caller.concurrency  # at most the pool's declared slots
+
+    @property
+    def capacity(self) -> int | None:
+        """The calls the pool's declared ``slots=`` allow at once (None: no per-endpoint slots)."""
+        return self.pool.capacity
 
     def api_key(self, *, required: bool, configured: bool = False) -> str | None:
         """The key from ``key_envs`` (see :func:`read_api_key`)."""

@@ -73,9 +73,18 @@ def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline,
     else:
         critic = vlm("critic", pipe.critic_backend, config.critic)
     batch = "generator" in settings.micro_batch
+    capacity = getattr(pipe.generator, "capacity", None)  # a pool file's slots=N, summed
     limit = settings.limits.get(
-        "generator", default_limit(config.generator, config.remote.concurrency, batch)
+        "generator", capacity or default_limit(config.generator, config.remote.concurrency, batch)
     )
+    if capacity and limit > capacity:
+        logger.warning(
+            "--per-backend-limit generator=%d is above the %d slots its pool file declares; using %d.",
+            limit,
+            capacity,
+            capacity,
+        )
+        limit = capacity
     stats["generator"] = BackendStats("generator", limit)
     generator: ImageBackend = LimitedImage(
         pipe.generator, stats["generator"], micro_batch=batch, max_wait=settings.max_wait

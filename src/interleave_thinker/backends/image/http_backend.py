@@ -10,7 +10,7 @@ answered by ``{"success": true, "edited_image": base64 PNG}`` or ``{"success": f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 from urllib.parse import urlsplit
@@ -53,8 +53,10 @@ def normalize_endpoint(entry: str) -> str:
     return url
 
 
-def read_endpoints_file(path: str | Path) -> list[str]:
-    """One endpoint per line; blank lines and ``#`` comments are skipped; relative to the cwd."""
+def read_pool_file(path: str | Path) -> list[tuple[str, int | None]]:
+    """One endpoint per line, optionally followed by ``slots=N`` (calls in flight at most on that
+    endpoint); blank lines and ``#`` comments are skipped; relative to the cwd. Entries come back as
+    written: each backend normalises its own URLs."""
     file = Path(path).expanduser()
     try:
         text = file.read_text(encoding="utf-8")
@@ -63,29 +65,57 @@ def read_endpoints_file(path: str | Path) -> list[str]:
             f"Cannot read the generator endpoints file {file}: {exc.strerror or exc}. "
             "Give a file with one host:port or URL per line (http:@FILE)."
         ) from exc
-    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-    endpoints = [normalize_endpoint(line) for line in lines if line]
-    if not endpoints:
+    entries: list[tuple[str, int | None]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        options = dict(w.partition("=")[::2] for w in words[1:])
+        value = options.pop("slots", None)
+        if options or (value is not None and not (value.isdigit() and int(value) >= 1)):
+            raise ConfigError(
+                f"{file}, line {number}: {raw.strip()!r}: write 'host:port' or 'host:port slots=N' "
+                "(N >= 1, the calls in flight at most on that endpoint)."
+            )
+        entries.append((words[0], int(value) if value is not None else None))
+    if not entries:
         raise ConfigError(f"The generator endpoints file {file} lists no endpoint.")
-    return endpoints
+    return entries
 
 
-def parse_target(target: str) -> tuple[list[str], str]:
-    """``URL[,URL...][#KNOBS]`` or ``@FILE[#KNOBS]`` (items may mix) -> (base URLs, knob preset)."""
-    endpoints_part, _, knobs = target.partition("#")
-    knobs = knobs.strip().removeprefix("knobs=") or "klein"
+def read_endpoints_file(path: str | Path) -> list[str]:
+    """The endpoints of a pool file (see :func:`read_pool_file`), normalised."""
+    return [normalize_endpoint(entry) for entry, _ in read_pool_file(path)]
+
+
+def pool_items(endpoints_part: str, normalize: Callable[[str], str]) -> tuple[list[str], dict[str, int]]:
+    """A spec's comma-separated endpoints (items may be ``@FILE``) -> (normalised URLs, slots per URL
+    from the files' ``slots=N``)."""
     urls: list[str] = []
+    slots: dict[str, int] = {}
     for item in (i.strip() for i in endpoints_part.split(",")):
         if item.startswith("@"):
-            urls.extend(read_endpoints_file(item[1:]))
+            for entry, n in read_pool_file(item[1:]):
+                urls.append(normalize(entry))
+                if n is not None:
+                    slots[urls[-1]] = n
         elif item:
-            urls.append(normalize_endpoint(item))
+            urls.append(normalize(item))
+    return urls, slots
+
+
+def parse_target(target: str) -> tuple[list[str], str, dict[str, int]]:
+    """``URL[,URL...][#KNOBS]`` or ``@FILE[#KNOBS]`` (items may mix) -> (base URLs, knob preset, slots
+    per URL)."""
+    endpoints_part, _, knobs = target.partition("#")
+    knobs = knobs.strip().removeprefix("knobs=") or "klein"
+    urls, slots = pool_items(endpoints_part, normalize_endpoint)
     if not urls:
         raise ConfigError(
             f"http backend spec 'http:{target}' names no endpoint; write http:http://host:8011, "
             "http:host1:8011,host2:8011 or http:@endpoints.txt (optionally #klein, #omnigen2, ...)."
         )
-    return urls, knobs
+    return urls, knobs, slots
 
 
 def resolve_knobs(knobs: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -113,8 +143,9 @@ class HTTPImageBackend(PooledImageBackend):
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> HTTPImageBackend:
         """``http:URL[,URL...][#KNOBS]`` or ``http:@FILE[#KNOBS]``; transport from ``options.remote``."""
-        urls, knobs = parse_target(target)
-        return cls(urls, knobs=knobs, **pool_settings(options.remote, f"http:{target}", DEFAULT_KEY_ENV))
+        urls, knobs, slots = parse_target(target)
+        settings = pool_settings(options.remote, f"http:{target}", DEFAULT_KEY_ENV)
+        return cls(urls, knobs=knobs, slots=slots, **settings)
 
     def payload(self, request: ImageRequest) -> dict[str, Any]:
         """The JSON body: the preset's knobs, with the call's size, steps and guidance on top."""

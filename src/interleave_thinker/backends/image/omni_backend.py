@@ -36,7 +36,7 @@ import httpx
 from PIL import Image
 
 from interleave_thinker.backends.encoding import decode_base64_image, png_bytes
-from interleave_thinker.backends.image.http_backend import normalize_endpoint, read_endpoints_file
+from interleave_thinker.backends.image.http_backend import normalize_endpoint, pool_items
 from interleave_thinker.backends.image.omni_errors import advice
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import model_defaults
@@ -66,21 +66,17 @@ def normalize_base(entry: str) -> str:
     return normalize_endpoint(entry).rstrip("/").removesuffix("/v1")
 
 
-def parse_target(kind: str, target: str) -> tuple[list[str], str | None]:
-    """``URL[,URL...][#MODEL]`` (items may be ``@FILE``) -> (server roots, model or None)."""
+def parse_target(kind: str, target: str) -> tuple[list[str], str | None, dict[str, int]]:
+    """``URL[,URL...][#MODEL]`` (items may be ``@FILE``) -> (server roots, model or None, slots per root
+    from the files' ``slots=N``)."""
     endpoints_part, _, model = target.partition("#")
-    urls: list[str] = []
-    for item in (i.strip() for i in endpoints_part.split(",")):
-        if item.startswith("@"):
-            urls.extend(normalize_base(u) for u in read_endpoints_file(item[1:]))
-        elif item:
-            urls.append(normalize_base(item))
+    urls, slots = pool_items(endpoints_part, normalize_base)
     if not urls:
         raise ConfigError(
             f"{kind} spec '{kind}:{target}' names no server; write {kind}:http://host:8000[#MODEL], "
             f"{kind}:host1:8000,host2:8000 or {kind}:@endpoints.txt."
         )
-    return urls, model.strip() or None
+    return urls, model.strip() or None, slots
 
 
 class OmniImagesBackend(PooledImageBackend):
@@ -107,10 +103,9 @@ class OmniImagesBackend(PooledImageBackend):
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> OmniImagesBackend:
         """``KIND:URL[,URL...][#MODEL]``; transport settings and the key variable from ``options.remote``."""
-        urls, model = parse_target(cls.kind, target)
-        return cls(
-            urls, model=model, **pool_settings(options.remote, f"{cls.kind}:{target}", DEFAULT_KEY_ENV)
-        )
+        urls, model, slots = parse_target(cls.kind, target)
+        settings = pool_settings(options.remote, f"{cls.kind}:{target}", DEFAULT_KEY_ENV)
+        return cls(urls, model=model, slots=slots, **settings)
 
     # -- the request ---------------------------------------------------------------------------
 

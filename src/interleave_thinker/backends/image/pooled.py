@@ -26,6 +26,9 @@ class PoolKeywords(TypedDict, total=False):
     """The bearer token sent to every endpoint (none: no Authorization header)."""
     key_env: str
     """The variable the key came from: its value is scrubbed from every error."""
+    slots: dict[str, int]
+    """Calls in flight at most per endpoint (a pool file's ``slots=N``); when every endpoint has them,
+    their sum is the backend's capacity."""
 
 
 def endpoint_list(urls: str | Sequence[str], normalize: Callable[[str], str]) -> list[str]:
@@ -50,7 +53,9 @@ class PooledImageBackend(RemoteBackend, ImageBatchMixin):
             concurrency=self.concurrency,
             cooldown=transport.get("cooldown", 30.0),
             headers=headers,
+            slots=transport.get("slots"),
         )
+        self.concurrency = self.caller.concurrency  # at most the pool's declared slots
 
     def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
         """Requests run in parallel up to ``concurrency``, spread over the pool; results keep their order."""
