@@ -137,7 +137,9 @@ def test_endpoints_file_and_spec_parsing(tmp_path: Path, monkeypatch: pytest.Mon
     Path("empty.txt").write_text("# nothing yet\n\n", encoding="utf-8")
     for bad in ("a:1 slots=0", "a:1 slots=two", "a:1 weight=3"):
         Path("bad.txt").write_text(f"b:2\n{bad}\n", encoding="utf-8")
-        with pytest.raises(ConfigError, match=r"bad\.txt, line 2: .*write 'host:port' or 'host:port slots=N'"):
+        with pytest.raises(
+            ConfigError, match=r"bad\.txt, line 2: .*write 'host:port' or 'host:port slots=N'"
+        ):
             parse_target("@bad.txt")
     for target, message in [
         ("@empty.txt", "lists no endpoint"),
