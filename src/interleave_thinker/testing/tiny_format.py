@@ -55,7 +55,7 @@ JUDGE_DATA_VERSION = "1"
 ROLES = ("planner", "critic", "judge")
 SEEDS = {"planner": PLANNER_SEED, "critic": CRITIC_SEED, "judge": JUDGE_SEED}
 STEPS = {"planner": PLANNER_STEPS, "critic": CRITIC_STEPS, "judge": JUDGE_STEPS}
-SHIPPED_ROLES = ("planner", "critic")
+SHIPPED_ROLES = ("planner", "critic", "judge")
 """Shipped for the built-in templates (``testing.shipped``): what the tiny preset's first run needs."""
 ROLE_TEMPLATES = {
     "planner": ("planner_narrative", "critic"),
@@ -264,8 +264,8 @@ def ensure_format_trained(
 
 
 def build_shipped(work: Path) -> dict[str, tuple[dict[str, object], Path]]:
-    """Fresh builds, never copies, of every shipped model (the tiny generator and the format-trained planner
-    and critic for the built-in templates) under ``work``: ``{artefact key: (recipe, folder)}``."""
+    """Fresh builds, never copies, of every shipped model (the tiny generator and the format-trained planner,
+    critic and judge for the built-in templates) under ``work``: ``{artefact key: (recipe, folder)}``."""
     from interleave_thinker.core.prompt_store import builtin_templates
     from interleave_thinker.testing.shipped import rebuilding
     from interleave_thinker.testing.tiny import tiny_recipe
