@@ -100,7 +100,12 @@ def test_first_use_copies_the_shipped_models_instead_of_building(
     monkeypatch.setattr(tiny_format, "_build_one", refuse)
     generator = ensure_tiny_model("generator", tmp_path)
     critic = ensure_format_trained("critic", tmp_path, templates=builtin_templates())
-    for key, folder in (("generator", generator), (f"{critic.parent.name}/critic", critic)):
+    judge = ensure_format_trained("judge", tmp_path, templates=builtin_templates())
+    for key, folder in (
+        ("generator", generator),
+        (f"{critic.parent.name}/critic", critic),
+        (f"{judge.parent.name}/judge", judge),
+    ):
         entry = load_manifest()["models"][key]
         assert {name: file_digest(folder / name) for name in entry["files"]} == entry["files"]
         assert (folder / COMPLETE_MARKER).is_file()
