@@ -15,6 +15,7 @@ RSS (``VmHWM``), thread count and CPU time are the batch's alone. Figures per ro
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 import subprocess
@@ -93,9 +94,22 @@ def longest_chain(traces: dict[str, Any], row: Row) -> float:
     return longest
 
 
-def peak_threads(stop: threading.Event, seen: list[int]) -> None:
+def peak_threads(stop: threading.Event, seen: list[int], cpu: dict[int, tuple[str, float]]) -> None:
+    """The most threads alive at once, and each thread's last CPU reading (threads may end before us)."""
+    tick, rounds = os.sysconf("SC_CLK_TCK"), 0
     while not stop.wait(0.02):
         seen[0] = max(seen[0], threading.active_count())
+        rounds += 1
+        if rounds % 25:  # CPU per thread twice a second: reading /proc for every thread costs CPU too
+            continue
+        for thread in threading.enumerate():
+            try:
+                stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            name = re.sub(r"[_-]?\d+(_\d+)?$", "", thread.name)
+            cpu[thread.native_id or 0] = (name, (int(fields[11]) + int(fields[12])) / tick)
 
 
 def run_batch(row: Row, url: str, profile: str | None) -> dict[str, Any]:
@@ -109,7 +123,8 @@ def run_batch(row: Row, url: str, profile: str | None) -> dict[str, Any]:
     items = [BatchItem(f"r{i:05d}", f"Show the steps of process {i}") for i in range(row.requests)]
     limits = dict.fromkeys(("planner", "critic", "generator"), row.concurrency)
     seen, stop = [threading.active_count()], threading.Event()
-    sampler = threading.Thread(target=peak_threads, args=(stop, seen), daemon=True)
+    per_thread: dict[int, tuple[str, float]] = {}
+    sampler = threading.Thread(target=peak_threads, args=(stop, seen, per_thread), daemon=True)
     sampler.start()
     with tempfile.TemporaryDirectory() as tmp, Pipeline.from_config(config) as pipe:
         store = RunStore(Path(tmp))
@@ -122,7 +137,11 @@ def run_batch(row: Row, url: str, profile: str | None) -> dict[str, Any]:
         statuses = sorted(set(outcome.finished.values()))
     peak_kb = int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))  # type: ignore[union-attr]
     cpu_s = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
+    by_name: dict[str, float] = {}
+    for name, seconds in per_thread.values():
+        by_name[name] = by_name.get(name, 0.0) + seconds
     return {
+        "thread_cpu_s": by_name,
         "chain": chain,
         "rss_mb": peak_kb / 1024,
         "threads": seen[0],
@@ -204,6 +223,8 @@ def report(row: Row, f: dict[str, Any]) -> None:
     cpu = f["cpu_ms"]
     print(f"      {'CPU ms per backend call':26}{cpu:>12.2f}{'<= 2':>12}{GOALS['cpu_ms'] / cpu:>8.2f}")
     print(f"      {'  (CPU s of the batch)':26}{f['cpu_s']:>12.1f}")
+    threads = sorted(f.get("thread_cpu_s", {}).items(), key=lambda kv: -kv[1])
+    print("        by thread (CPU s since start): " + ", ".join(f"{n} {s:.1f}" for n, s in threads if s >= 0.05))
 
 
 def child(argv: list[str]) -> None:

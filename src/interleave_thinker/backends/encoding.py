@@ -93,7 +93,8 @@ def decode_image(raw: bytes) -> Image.Image:
     try:
         with Image.open(io.BytesIO(raw)) as opened:
             opened.load()
-            return opened.convert("RGB")
+            # convert() copies even an RGB image (a copy per generator reply, for nothing)
+            return opened if opened.mode == "RGB" else opened.convert("RGB")
     except _DECODE_ERRORS as exc:
         raise ValueError(f"{type(exc).__name__}: {exc}") from exc
 

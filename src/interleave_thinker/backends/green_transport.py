@@ -2,31 +2,38 @@
 
 Why a transport: every backend sends through the caller's ``httpx.Client`` (``client.post``,
 ``client.send``), so swapping what sits under that client changes the blocking point for all of them at
-once, and the client keeps doing what it does (headers, timeouts, building multipart bodies). Outside a
-greenlet this is httpx's own ``HTTPTransport``. Inside one (a batch request, see
-:mod:`interleave_thinker.core.green`) the request is awaited on an ``AsyncHTTPTransport`` (the
-connection pool of an ``httpx.AsyncClient``) made lazily for the running loop and closed when that loop's
-owner finishes it, or at :meth:`close`. Both raise httpx's exceptions, so the caller translates errors in
-the one place it always has.
+once, and the client keeps doing what it does (headers, timeouts, building multipart bodies, decoding
+replies). Outside a greenlet this is httpx's own ``HTTPTransport``. Inside one (a batch request, see
+:mod:`interleave_thinker.core.green`) the request is awaited on an ``aiohttp`` connection pool made lazily
+for the running loop and closed when that loop's owner finishes it, or at :meth:`close`. Its failures are
+raised as httpx's exceptions (:func:`_translated`), so the caller translates errors in the one place it
+always has.
 
-Each loop gets several pools (shards), used in turn: httpcore checks every connection of a pool for
-each request it assigns, so one pool of 1,024 connections cost 24 ms of CPU per call, 32 pools 2.4 ms.
+Why aiohttp under the batch: with hundreds of calls in flight, httpx's async pool (httpcore over anyio)
+cost about 3 ms of CPU per request on this machine, mostly in scanning its pool and anyio's cancel
+scopes; aiohttp, whose HTTP parser is compiled, 0.24 ms for the same requests (4,096 POSTs at 512 in
+flight; ``benchmarks/bench_scheduler.py`` shows the batch-level figures, docs/serving.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
-import math
 import ssl
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import httpx
 
 from interleave_thinker.core.green import at_loop_end, await_only, in_green
 
-SHARDS = 32
+if TYPE_CHECKING:
+    import aiohttp
+
+DROPPED_HEADERS = frozenset({"transfer-encoding"})
+"""Headers the buffered body makes wrong (aiohttp frames the body itself, with a Content-Length)."""
 
 
 @functools.cache
@@ -35,15 +42,49 @@ def _tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _timeouts(request: httpx.Request) -> aiohttp.ClientTimeout:
+    """httpx's per-request timeouts (``connect``, ``read``, ``pool``) as aiohttp's: no total, so a slow
+    but steady reply is bounded per read as it is with httpx."""
+    import aiohttp
+
+    given: dict[str, float | None] = request.extensions.get("timeout", {})
+    connect = given.get("connect")
+    pool = given.get("pool")
+    return aiohttp.ClientTimeout(
+        total=None,
+        connect=None if connect is None or pool is None else connect + pool,
+        sock_connect=connect,
+        sock_read=given.get("read"),
+    )
+
+
+@contextmanager
+def _translated(request: httpx.Request) -> Iterator[None]:
+    """aiohttp's and asyncio's failures as the httpx exceptions the caller already classifies."""
+    import aiohttp
+
+    try:
+        yield
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise httpx.ConnectTimeout(str(exc) or "connect timed out", request=request) from exc
+    except (aiohttp.SocketTimeoutError, aiohttp.ServerTimeoutError, TimeoutError) as exc:
+        raise httpx.ReadTimeout(str(exc) or "read timed out", request=request) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise httpx.ConnectError(str(exc), request=request) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
+        raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise httpx.ReadError(f"{type(exc).__name__}: {exc}", request=request) from exc
+
+
 class GreenTransport(httpx.BaseTransport):
-    """``httpx.HTTPTransport`` for threads; an awaited ``httpx.AsyncHTTPTransport`` per event loop
-    inside greenlets. ``limits`` apply to the sync pool and, split across the shards, to each loop's."""
+    """``httpx.HTTPTransport`` for threads; an awaited ``aiohttp`` pool per event loop inside greenlets.
+    ``limits.max_connections`` bounds both (None: unbounded, the caller's slots are the bound)."""
 
     def __init__(self, limits: httpx.Limits) -> None:
         self._limits = limits
         self._sync = httpx.HTTPTransport(limits=limits, verify=_tls())
-        self._by_loop: dict[asyncio.AbstractEventLoop, list[httpx.AsyncHTTPTransport]] = {}
-        self._turn = itertools.count()
+        self._by_loop: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._lock = threading.Lock()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -53,46 +94,67 @@ class GreenTransport(httpx.BaseTransport):
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """The reply with its raw (still encoded) body read, as the sync client expects to decode it."""
-        request.read()  # one buffer: a multipart body streamed part by part cost a socket write per part
-        response = await self._for_running_loop().handle_async_request(request)
-        try:
-            body = b"".join([chunk async for chunk in response.aiter_raw()])
-        finally:
-            await response.aclose()
+        import yarl
+
+        body = request.read()  # one buffer: a multipart body streamed part by part cost a write per part
+        headers = [  # as written (``raw``: the original case), as httpx's own transports send them
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.raw
+            if k.lower().decode("latin-1") not in DROPPED_HEADERS
+        ]
+        session = self._for_running_loop()
+        with _translated(request):
+            async with session.request(
+                request.method,
+                yarl.URL(str(request.url), encoded=True),
+                data=body or None,
+                headers=headers,
+                timeout=_timeouts(request),
+                allow_redirects=False,
+            ) as reply:
+                raw = await reply.read()
+                status, reason, reply_headers = reply.status, reply.reason or "", reply.raw_headers
         return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=httpx.ByteStream(body),
-            extensions=response.extensions,
+            status,
+            headers=list(reply_headers),
+            stream=httpx.ByteStream(raw),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode("ascii", "replace")},
         )
 
-    def _for_running_loop(self) -> httpx.AsyncHTTPTransport:
+    def _for_running_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         with self._lock:
-            shards = self._by_loop.get(loop)
-            if shards is None:
-                shards = self._by_loop[loop] = self._new_shards()
+            session = self._by_loop.get(loop)
+            if session is None:
+                session = self._by_loop[loop] = self._new_session()
                 at_loop_end(lambda: self._close_loop(loop))
-        return shards[next(self._turn) % len(shards)]
+        return session
 
-    def _new_shards(self) -> list[httpx.AsyncHTTPTransport]:
-        """Up to :data:`SHARDS` pools sharing the connection limits (a small limit keeps one pool)."""
-        total = self._limits.max_connections
-        count = SHARDS if total is None else max(1, min(SHARDS, total // 8))
-        per = httpx.Limits(
-            max_connections=None if total is None else math.ceil(total / count),
-            max_keepalive_connections=None
-            if self._limits.max_keepalive_connections is None
-            else math.ceil(self._limits.max_keepalive_connections / count),
-            keepalive_expiry=self._limits.keepalive_expiry,
+    def _new_session(self) -> aiohttp.ClientSession:
+        """A session that sends what httpx built and nothing else: no added headers, no cookies, no
+        decompression (httpx decodes the body, as it does for its own transports)."""
+        import aiohttp
+
+        limit = self._limits.max_connections or 0  # aiohttp: 0 = unbounded
+        connector = aiohttp.TCPConnector(
+            limit=limit,
+            limit_per_host=0,
+            ssl=_tls(),
+            keepalive_timeout=self._limits.keepalive_expiry or 5.0,
         )
-        return [httpx.AsyncHTTPTransport(limits=per, verify=_tls()) for _ in range(count)]
+        return aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            raise_for_status=False,
+        )
 
     async def _close_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
-            shards = self._by_loop.pop(loop, [])
-        for transport in shards:
-            await transport.aclose()
+            session = self._by_loop.pop(loop, None)
+        if session is not None:
+            await session.close()
 
     def close(self) -> None:
         """Close the sync pool and every async one that can be closed from here: this greenlet's loop
@@ -102,13 +164,12 @@ class GreenTransport(httpx.BaseTransport):
         self._sync.close()
         here = asyncio.get_running_loop() if in_green() else None
         with self._lock:
-            mine = {loop: t for loop, t in self._by_loop.items() if loop is here or not loop.is_running()}
-            self._by_loop = {loop: t for loop, t in self._by_loop.items() if loop not in mine}
-        for loop, shards in mine.items():
+            mine = {loop: s for loop, s in self._by_loop.items() if loop is here or not loop.is_running()}
+            self._by_loop = {loop: s for loop, s in self._by_loop.items() if loop not in mine}
+        for loop, session in mine.items():
             if loop.is_closed():
                 continue
-            for transport in shards:
-                if loop is here:
-                    await_only(transport.aclose())
-                else:
-                    loop.run_until_complete(transport.aclose())
+            if loop is here:
+                await_only(session.close())
+            else:
+                loop.run_until_complete(session.close())
