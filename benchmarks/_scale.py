@@ -224,7 +224,9 @@ def report(row: Row, f: dict[str, Any]) -> None:
     print(f"      {'CPU ms per backend call':26}{cpu:>12.2f}{'<= 2':>12}{GOALS['cpu_ms'] / cpu:>8.2f}")
     print(f"      {'  (CPU s of the batch)':26}{f['cpu_s']:>12.1f}")
     threads = sorted(f.get("thread_cpu_s", {}).items(), key=lambda kv: -kv[1])
-    print("        by thread (CPU s since start): " + ", ".join(f"{n} {s:.1f}" for n, s in threads if s >= 0.05))
+    print(
+        "        by thread (CPU s since start): " + ", ".join(f"{n} {s:.1f}" for n, s in threads if s >= 0.05)
+    )
 
 
 def child(argv: list[str]) -> None:
