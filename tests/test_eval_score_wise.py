@@ -373,6 +373,15 @@ def test_sigkilled_run_resumes_without_asking_again(tmp_path: Path, eval_prompts
             time.sleep(0.02)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        # A request the killed process had already written reaches the server after the kill: wait until
+        # the count is still for 0.5 s (10 replies' latency), or it is counted as the resume's (seen once
+        # on a fresh clone: 38 calls asked for 37).
+        settled = server.calls
+        while True:
+            time.sleep(0.5)
+            if server.calls == settled:
+                break
+            settled = server.calls
         assert 25 <= server.calls < len(ids)
         lines = (out / "judge_cache" / "replies-cache.jsonl").read_text().splitlines()
         answered = sum(1 for line in lines if line.endswith("}"))  # a line torn by the kill is not an answer
