@@ -29,7 +29,14 @@ from interleave_thinker.core.errors import ConfigError
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
-__all__ = ["KNOB_PRESETS", "HTTPImageBackend", "normalize_endpoint", "parse_target", "read_endpoints_file"]
+__all__ = [
+    "KNOB_PRESETS",
+    "HTTPImageBackend",
+    "normalize_endpoint",
+    "parse_target",
+    "pool_items",
+    "read_pool_file",
+]
 
 DEFAULT_KEY_ENV = "INTERLEAVE_THINKER_GENERATOR_API_KEY"
 """Read when ``remote.api_key_env`` is not set; the token is optional (servers on a private network)."""
@@ -81,11 +88,6 @@ def read_pool_file(path: str | Path) -> list[tuple[str, int | None]]:
     if not entries:
         raise ConfigError(f"The generator endpoints file {file} lists no endpoint.")
     return entries
-
-
-def read_endpoints_file(path: str | Path) -> list[str]:
-    """The endpoints of a pool file (see :func:`read_pool_file`), normalised."""
-    return [normalize_endpoint(entry) for entry, _ in read_pool_file(path)]
 
 
 def pool_items(endpoints_part: str, normalize: Callable[[str], str]) -> tuple[list[str], dict[str, int]]:
