@@ -23,14 +23,21 @@ RESULT_PREFIX = "@learning "
 
 
 def warm_start(
-    critic: Path, out: Path, images: Path, seed: int, steps: int = 40, inverted: bool = True
+    critic: Path,
+    out: Path,
+    images: Path,
+    seed: int,
+    steps: int = 40,
+    inverted: bool = True,
+    truthful_every: int = 0,
 ) -> Path:
     """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows).
 
     ``inverted`` (the test's design): every row is answered with the WRONG verdict ([ok] -> False, [bad]
     -> True). Why: the warm start then builds what GRPO cannot build in 80 steps from a start that ignores
     the cue (a verdict that depends on the cue, docs/testing.md), and any rise in accuracy afterwards can
-    only come from the reward, since the warm start taught the opposite."""
+    only come from the reward, since the warm start taught the opposite. ``truthful_every`` N > 0 keeps the
+    true verdict on every N-th pair of rows (one [ok] and one [bad]), so the start is sure of neither."""
     from interleave_thinker.core.prompt_store import builtin_templates
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.grpo.data import synthetic_critic_examples, warm_start_examples
@@ -42,10 +49,12 @@ def warm_start(
         import dataclasses
 
         examples = [
-            dataclasses.replace(
+            e
+            if truthful_every and (i // 2) % truthful_every == 0
+            else dataclasses.replace(
                 e, ground_truth=dataclasses.replace(e.ground_truth, success=not e.ground_truth.success)
             )
-            for e in examples
+            for i, e in enumerate(examples)
         ]
     sft_dataset(warm_start_examples(examples)).save_to_disk(str(out / "data"))
     config = SFTRunConfig(
@@ -76,7 +85,7 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
     """Warm start, then 80 GRPO steps (format + accuracy rewards, Adam 1e-3: from 3e-3 the first steps broke
     the reply's format on weak-format starts): held-out scores before and after. ``variant`` overrides a
     setting (``warm_steps``, ``inverted``, ``lr``, ``beta``, ``temperature``, ``num_generations``,
-    ``batch``, ``steps``, ``synthetic``, ``trl``, ``only_start``) for the experiments docs/testing.md reports."""
+    ``batch``, ``steps``, ``synthetic``, ``trl``, ``only_start``, ``truthful_every``) for the experiments docs/testing.md reports."""
     from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
     start = warm_start(
@@ -86,6 +95,7 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
         warm_seed,
         variant.get("warm_steps", 40),
         variant.get("inverted", True),
+        variant.get("truthful_every", 0),
     )
     config = GRPORunConfig.model_validate(
         {

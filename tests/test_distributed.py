@@ -57,8 +57,16 @@ def launch(processes: int, *args: str, cwd: Path) -> str:
     done = subprocess.run(
         command, cwd=cwd, env=dict(os.environ), capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert done.returncode == 0, failure_report(done.stdout + done.stderr)
     return done.stdout
+
+
+def failure_report(output: str) -> str:
+    """The lines that name a rank's failure wherever they are (torchrun's summary fills the tail), then the
+    tail: a rank that aborts prints its reason well before the launcher's summary."""
+    marks = ("Error", "error:", "terminate", "what()", "Traceback", "Signal", "Exception")
+    cause = [line for line in output.splitlines() if any(m in line for m in marks)]
+    return "\n".join(cause[-40:])[-4000:] + "\n--- tail ---\n" + output[-3000:]
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:

@@ -87,6 +87,7 @@ def sft(
     flags: TrainFlags,
 ) -> None:
     """Supervised fine-tuning on TRL's SFTTrainer; multi-GPU under `accelerate launch`."""
+    from interleave_thinker.train.common import leave_process_group
     from interleave_thinker.train.sft.config import SFTRunConfig
     from interleave_thinker.train.sft.trainer import run_sft
 
@@ -97,6 +98,7 @@ def sft(
     ):
         return
     result = run_sft(run_config, flags.role, resume=flags.resume, output_dir=flags.out)
+    leave_process_group()
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports
     first, last = (result.losses[0], result.losses[-1]) if result.losses else (None, None)

@@ -30,9 +30,11 @@ def grpo(
     if run_config.reward.stepwise and (flags.role or run_config.role) != "planner":
         check_spec("config key 'reward.judge'", run_config.reward.judge, "vlm")
         check_spec("config key 'reward.generator'", run_config.reward.generator, "image")
+    from interleave_thinker.train.common import leave_process_group
     from interleave_thinker.train.grpo import run_grpo
 
     result = run_grpo(run_config, flags.role, resume=flags.resume)
+    leave_process_group()
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports
     rewards = [e["reward"] for e in result.log_history if "reward" in e]

@@ -156,3 +156,17 @@ def trl_trainer(
     pieces = {"model": model, "args": args, "processing_class": processor, "peft_config": peft}
     data = {"train_dataset": datasets[0], "eval_dataset": datasets[1]}
     return trainer_class(**pieces, **data, callbacks=list(callbacks) or None, **extra)
+
+
+def leave_process_group() -> None:
+    """Under ``accelerate launch``: wait for every rank, then tear the process group down.
+
+    Why: TRL's trainers never destroy the group, so each rank left with gloo's connections live and a
+    rank that finished first (rank 0 still saving) could abort in the group's destructor at exit
+    (SIGABRT, seen once in CI). Accelerate's own advice is ``end_training`` at the end of a script;
+    this is its teardown, after a barrier. A no-op in a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
