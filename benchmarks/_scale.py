@@ -40,6 +40,8 @@ class Row:
     planner: float
     critic: float
     generator: float
+    shards: int = 1
+    """Batch processes sharing the row, as ``batch --shard I/N`` would split it (each its own loop)."""
 
     def latency(self, role: str) -> float:
         return float(getattr(self, role))
@@ -112,15 +114,18 @@ def peak_threads(stop: threading.Event, seen: list[int], cpu: dict[int, tuple[st
             cpu[thread.native_id or 0] = (name, (int(fields[11]) + int(fields[12])) / tick)
 
 
-def run_batch(row: Row, url: str, profile: str | None) -> dict[str, Any]:
-    """One batch in this process; returns its figures (the child's half of a row)."""
+def run_batch(row: Row, url: str, profile: str | None, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+    """One batch in this process (every ``count``-th request from ``index``); returns its figures (the
+    child's half of a row; ``row.concurrency`` is this process's share)."""
     from interleave_thinker import Pipeline, PipelineConfig
     from interleave_thinker.runtime.batch_inputs import BatchItem
     from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
     from interleave_thinker.runtime.store import RunStore
 
     config = PipelineConfig.model_validate(pipeline_config(url, row.concurrency))
+    index, count = shard
     items = [BatchItem(f"r{i:05d}", f"Show the steps of process {i}") for i in range(row.requests)]
+    items = items[index::count]
     limits = dict.fromkeys(("planner", "critic", "generator"), row.concurrency)
     seen, stop = [threading.active_count()], threading.Event()
     per_thread: dict[int, tuple[str, float]] = {}
@@ -184,30 +189,60 @@ class Profiles:
 
 
 def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
-    """A row: the server, then the batch in a fresh interpreter; the figures of both halves."""
+    """A row: the server, then the batch in fresh interpreters (one per shard, all at once); the figures
+    of both halves, summed over the shards (CPU) or their most (chain, RSS, threads)."""
     with Served(row) as url:
-        fields = [str(v) for v in (row.requests, row.concurrency, row.planner, row.critic, row.generator)]
-        done = subprocess.run(
-            [sys.executable, str(Path(__file__)), "child", url, *fields, profile or ""],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            sys.exit(done.stderr[-3000:])
-        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        share = max(1, row.concurrency // row.shards)
+        fields = [str(v) for v in (row.requests, share, row.planner, row.critic, row.generator)]
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(Path(__file__)),
+                    "child",
+                    url,
+                    *fields,
+                    profile or "",
+                    f"{i}/{row.shards}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(row.shards)
+        ]
+        parts = []
+        for child in children:
+            out, err = child.communicate()
+            if child.returncode != 0:
+                sys.exit(err[-3000:])
+            parts.append(json.loads(out.strip().splitlines()[-1]))
         server = httpx.get(f"{url}/stats", timeout=10).json()
     calls = sum(server["calls"].values())
-    return figures | {
+    by_thread: dict[str, float] = {}
+    for part in parts:
+        for name, seconds in part["thread_cpu_s"].items():
+            by_thread[name] = by_thread.get(name, 0.0) + seconds
+    cpu_s = sum(p["cpu_s"] for p in parts)
+    return {
+        "thread_cpu_s": by_thread,
+        "chain": max(p["chain"] for p in parts),
+        "rss_mb": max(p["rss_mb"] for p in parts),
+        "threads": max(p["threads"] for p in parts),
+        "cpu_s": cpu_s,
+        "statuses": sorted({s for p in parts for s in p["statuses"]}),
         "wall": server["last"] - server["first"],
         "calls": server["calls"],
         "in_flight": server["peak"],
-        "cpu_ms": figures["cpu_s"] / max(1, calls) * 1000,
+        "cpu_ms": cpu_s / max(1, calls) * 1000,
     }
 
 
 def report(row: Row, f: dict[str, Any]) -> None:
     """The row's figures, each beside its goal."""
     title = f"{row.requests} requests at concurrency {row.concurrency}"
+    if row.shards > 1:
+        title += f" in {row.shards} batch processes (RSS and threads: the largest one; CPU: their sum)"
     print(
         f"    {title}, latencies planner {row.planner} s / critic {row.critic} s / generator {row.generator} s"
     )
@@ -230,9 +265,10 @@ def report(row: Row, f: dict[str, Any]) -> None:
 
 
 def child(argv: list[str]) -> None:
-    url, requests, concurrency, planner, critic, generator, profile = argv
+    url, requests, concurrency, planner, critic, generator, profile, shard = argv
     row = Row(int(requests), int(concurrency), float(planner), float(critic), float(generator))
-    print(json.dumps(run_batch(row, url, profile or None)))
+    index, count = (int(n) for n in shard.split("/"))
+    print(json.dumps(run_batch(row, url, f"{profile}.{index}" if profile else None, (index, count))))
 
 
 if __name__ == "__main__":

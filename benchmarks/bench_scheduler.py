@@ -197,13 +197,14 @@ def part_c() -> None:
     print("       diffusers batching differs by float rounding, so it is off by default.")
 
 
-def part_d(requests: int, short_requests: int, profile: str | None) -> None:
+def part_d(requests: int, short_requests: int, profile: str | None, shards: int = 1) -> None:
     """Scale rows: served backends of GPU-like latency, then short latencies (where CPU becomes the limit)."""
     print(
         "(d) scale, served backends over HTTP on 127.0.0.1 (their own process); 'met by' > 1 meets the goal"
     )
     for row in (
         Row(requests, requests, 1.0, 1.0, 4.0),
+        *([Row(requests, requests, 1.0, 1.0, 4.0, shards)] if shards > 1 else []),
         Row(short_requests, min(requests, short_requests), 0.2, 0.2, 1.0),
     ):
         if row.requests:
@@ -232,6 +233,13 @@ def arguments() -> argparse.Namespace:
         "when that is given; 0 skips the row)",
     )
     parser.add_argument(
+        "--shards",
+        type=int,
+        default=2,
+        help="also run the first scale row split over this many batch processes, as `batch --shard I/N` "
+        "would (default 2; 1 skips that row)",
+    )
+    parser.add_argument(
         "--profile", metavar="FILE", help="write a cProfile of each scale row's batch to FILE.<requests>"
     )
     return parser.parse_args()
@@ -248,4 +256,4 @@ if __name__ == "__main__":
         if not args.skip_tiny:
             part_c()
     if not args.skip_scale:
-        part_d(args.scale_requests, short, args.profile)
+        part_d(args.scale_requests, short, args.profile, args.shards)
