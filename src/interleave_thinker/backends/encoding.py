@@ -36,9 +36,17 @@ class _Encoded:
         self._lock = threading.Lock()
 
     def get(self, image: Image.Image, key: tuple[bool, int]) -> bytes | None:
+        """The bytes kept for ``key`` = (mode kept, level), or for the same mode at a higher level: those
+        are the same pixels, smaller and already paid for (an upload asks for level 1 to save CPU, and
+        the image was usually written to ``images/`` at level 6 just before). Never a lower level, so a
+        written file keeps PIL's default encoding whatever was sent first."""
         with self._lock:
             entry = self._entries.get(id(image))
-            return entry[1].get(key) if entry is not None and entry[0]() is image else None
+            if entry is None or entry[0]() is not image:
+                return None
+            kept, level = key
+            usable = [(lv, data) for (k, lv), data in entry[1].items() if k == kept and lv >= level]
+            return max(usable)[1] if usable else None
 
     def put(self, image: Image.Image, key: tuple[bool, int], data: bytes) -> None:
         ident = id(image)
