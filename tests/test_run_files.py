@@ -2,7 +2,7 @@
 
 Pinned here: an image is PNG-encoded once however often backends send it (``backends/encoding.py``);
 a run with a folder keeps its images as the PNG bytes it wrote, byte-identical to the former writer
-(``runtime/recorder.py``); the batch journal is parsed once, yet sees another writer's lines
+(``runtime/recorder.py``), or as a server sent them when that was a plain RGB PNG; the batch journal is parsed once, yet sees another writer's lines
 (``runtime/store.py``); and inside a batch request's greenlet a file write runs in a writer thread
 (``runtime/file_writes.py``).
 """
@@ -58,6 +58,41 @@ def test_an_image_is_encoded_once_per_setting_and_forgotten_with_it() -> None:
     del image
     gc.collect()
     assert ident not in encoding._ENCODED._entries
+
+
+def png_of(image: Image.Image, **save: object) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", **save)
+    return buffer.getvalue()
+
+
+def test_a_plain_rgb_png_reply_is_kept_as_it_came_and_anything_else_is_encoded_again(tmp_path: Path) -> None:
+    from PIL import PngImagePlugin
+
+    reply = png_of(noise(seed=5), compress_level=9)  # a server's own encoding, not ours
+    image = encoding.decode_image(reply)
+    assert encoding.plain_rgb_png(reply)
+    assert png_bytes(image) is reply and png_bytes(image, compress_level=1) is reply
+    recorder = RunRecorder(Trace(request=Request(text="x")), tmp_path)
+    recorder.add_image("step1.png", image)
+    assert (tmp_path / "images" / "step1.png").read_bytes() == reply  # written as the server sent it
+
+    text = PngImagePlugin.PngInfo()
+    text.add_text("Comment", "<script>alert(1)</script>")
+    unusual = {
+        "a text chunk": png_of(noise(seed=5), pnginfo=text),
+        "bytes after IEND": reply + b"tail",
+        "RGBA": png_of(noise(seed=5).convert("RGBA")),
+    }
+    interlaced = bytearray(reply)
+    interlaced[8 + 8 + 12] = 1  # IHDR's interlace byte: refused before any pixel is trusted
+    assert not encoding.plain_rgb_png(bytes(interlaced))
+    for why, raw in unusual.items():
+        assert not encoding.plain_rgb_png(raw), why
+        decoded_image = encoding.decode_image(raw)
+        again = png_bytes(decoded_image)
+        assert again != raw and again == plain_png(decoded_image), why
+        assert b"tEXt" not in again and decoded(again).tobytes() == noise(seed=5).tobytes(), why
 
 
 def test_equal_images_that_are_different_objects_are_encoded_each() -> None:

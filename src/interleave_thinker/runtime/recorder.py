@@ -30,7 +30,8 @@ _KEPT_MODES = ("RGB", "RGBA", "L")
 
 def file_bytes(image: Image.Image) -> bytes:
     """The bytes of an image file: PIL's PNG at its default level, the mode kept (the PNG encoder of
-    ``backends.encoding`` makes the same bytes, and remembers them for the backends that send the image)."""
+    ``backends.encoding`` makes the same bytes, and remembers them for the backends that send the image),
+    or a served generator's reply as it came when that was a plain RGB PNG (``encoding.decode_image``)."""
     return encoded_png(image, keep_mode=True) if image.mode in _KEPT_MODES else png_bytes(image)
 
 
