@@ -10,6 +10,7 @@ a run with a folder keeps its images as the PNG bytes it wrote, byte-identical t
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import io
 import json
@@ -17,6 +18,7 @@ import random
 import threading
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from interleave_thinker.backends import encoding
@@ -165,3 +167,40 @@ def test_a_write_from_a_greenlet_runs_in_a_writer_thread(tmp_path: Path) -> None
     assert writer.startswith("run-files") and caller == threading.current_thread().name
     assert off_loop(where) == threading.current_thread().name  # outside a greenlet: right here
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+
+
+def test_a_large_reply_is_decoded_off_the_loop_and_a_small_one_right_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads: list[str] = []
+    decode = encoding._decode
+
+    def recorded(raw: bytes) -> Image.Image:
+        threads.append(threading.current_thread().name)
+        return decode(raw)
+
+    monkeypatch.setattr(encoding, "_decode", recorded)
+    large = png_of(Image.new("RGB", (512, 512), (3, 4, 5)))  # a few KB, but 262,144 pixels to inflate
+    small = png_of(noise(size=200, seed=8))  # 120 KB of noise, 40,000 pixels
+    assert len(large) < len(small) and 512 * 512 >= encoding.OFF_LOOP_PIXELS > 200 * 200
+
+    def request() -> list[bytes]:
+        return [
+            encoding.decode_image(large).tobytes(),
+            encoding.decode_base64_image(base64.b64encode(large).decode()).tobytes(),
+            encoding.decode_image(small).tobytes(),
+        ]
+
+    async def main() -> list[bytes]:
+        return await green.run_green(request)
+
+    pixels = asyncio.run(main())
+    loop_thread = threading.current_thread().name
+    assert threads[0].startswith("image-codec") and threads[1].startswith("image-codec")
+    assert threads[2] == loop_thread
+    flat = Image.new("RGB", (512, 512), (3, 4, 5)).tobytes()
+    assert pixels == [flat, flat, noise(size=200, seed=8).tobytes()]
+    with pytest.raises(ValueError, match="Error"):  # not base64: the full decode says why, as before
+        encoding.decode_base64_image("!" * 100)
+    encoding.decode_image(large)  # outside a greenlet: right here
+    assert threads[3] == loop_thread
