@@ -12,7 +12,6 @@ import binascii
 import io
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 from PIL import Image
 
@@ -106,17 +105,7 @@ CPU (PIL lets go of the interpreter lock meanwhile), which on the loop thread wo
 other request in flight. Smaller ones cost less than the hop to a thread."""
 OFF_LOOP_BYTES = 64 * 1024
 CODEC_THREADS = 2
-
-_codec_pool: ThreadPoolExecutor | None = None
-_codec_lock = threading.Lock()
-
-
-def _codecs() -> ThreadPoolExecutor:
-    global _codec_pool
-    with _codec_lock:
-        if _codec_pool is None:
-            _codec_pool = ThreadPoolExecutor(CODEC_THREADS, thread_name_prefix="image-codec")
-        return _codec_pool
+_codecs = green.lazy_pool(CODEC_THREADS, "image-codec")
 
 
 def decode_image(raw: bytes) -> Image.Image:

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import greenlet
@@ -85,6 +85,21 @@ def result(future: Future[T]) -> T:
     if in_green():
         return await_only(asyncio.wrap_future(future))
     return future.result()
+
+
+def lazy_pool(threads: int, name: str) -> Callable[[], ThreadPoolExecutor]:
+    """A function returning one thread pool, made on its first call (a process that never runs a batch
+    never starts its threads): the ``executor`` argument of :func:`call_blocking`."""
+    pool: list[ThreadPoolExecutor] = []
+    lock = threading.Lock()
+
+    def get() -> ThreadPoolExecutor:
+        with lock:
+            if not pool:
+                pool.append(ThreadPoolExecutor(threads, thread_name_prefix=name))
+            return pool[0]
+
+    return get
 
 
 def call_blocking(executor: Callable[[], Executor], fn: Callable[[], T]) -> T:

@@ -10,9 +10,7 @@ One request's writes still happen one after the other, in order, since its green
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,16 +21,7 @@ T = TypeVar("T")
 WRITERS = 4
 """Writer threads: disk waits overlap, and encoding a PNG (which releases the GIL) uses a free core."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _writers() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="run-files")
-        return _pool
+_writers = green.lazy_pool(WRITERS, "run-files")
 
 
 def off_loop(fn: Callable[[], T]) -> T:
