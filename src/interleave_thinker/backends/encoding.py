@@ -113,8 +113,8 @@ def decode_image(raw: bytes) -> Image.Image:
 
     A reply that is a plain RGB PNG (:func:`plain_rgb_png`) is kept as the image's encoding, so writing
     it to ``images/``, sending it to the critic and uploading it for the next edit encode nothing: at
-    1024² one PNG encode is about 0.3 s of CPU, more than everything else a batch does per call. A
-    large reply is decoded off the batch's loop (:data:`OFF_LOOP_BYTES`)."""
+    1024² one PNG encode is 0.1-0.3 s of CPU, more than everything else a batch does per call. A
+    large reply is decoded off the batch's loop (:data:`OFF_LOOP_PIXELS`)."""
     if _worth_a_thread(raw[:24], len(raw)):
         return green.call_blocking(_codecs, lambda: _decode(raw))
     return _decode(raw)
