@@ -215,6 +215,8 @@ def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
         for child in children:
             out, err = child.communicate()
             if child.returncode != 0:
+                for other in children:  # no shard left running against a server about to stop
+                    other.kill()
                 sys.exit(err[-3000:])
             parts.append(json.loads(out.strip().splitlines()[-1]))
         server = httpx.get(f"{url}/stats", timeout=10).json()
