@@ -30,6 +30,9 @@ def warm_start(
     steps: int = 40,
     inverted: bool = True,
     truthful_every: int = 0,
+    mix: tuple[int, int] | None = None,
+    warm_schedule: str = "constant",
+    warm_prompts: int = 64,
 ) -> Path:
     """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows).
 
@@ -37,15 +40,27 @@ def warm_start(
     -> True). Why: the warm start then builds what GRPO cannot build in 80 steps from a start that ignores
     the cue (a verdict that depends on the cue, docs/testing.md), and any rise in accuracy afterwards can
     only come from the reward, since the warm start taught the opposite. ``truthful_every`` N > 0 keeps the
-    true verdict on every N-th pair of rows (one [ok] and one [bad]), so the start is sure of neither."""
+    true verdict on every N-th pair of rows (one [ok] and one [bad]), so the start is sure of neither.
+    ``mix`` (wrong, true) answers every prompt ``wrong`` times with the wrong verdict and ``true`` times
+    with the true one, so the SFT optimum is the same odds on every prompt, whatever the seed (docs/testing.md,
+    fifth round); ``warm_schedule`` and ``warm_prompts`` set its learning-rate schedule and prompt count."""
     from interleave_thinker.core.prompt_store import builtin_templates
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.grpo.data import synthetic_critic_examples, warm_start_examples
     from interleave_thinker.train.sft.config import DataSection, ModelSection, SFTRunConfig, TrainingSection
     from interleave_thinker.train.sft.trainer import run_sft
 
-    examples = synthetic_critic_examples(builtin_templates(), 64, images, seed=7, restate=True)
-    if inverted:
+    examples = synthetic_critic_examples(builtin_templates(), warm_prompts, images, seed=7, restate=True)
+    if mix is not None:
+        import dataclasses
+
+        wrong, true = mix
+        examples = [
+            dataclasses.replace(e, ground_truth=dataclasses.replace(e.ground_truth, success=verdict))
+            for e in examples
+            for verdict in [not e.ground_truth.success] * wrong + [e.ground_truth.success] * true
+        ]
+    elif inverted:
         import dataclasses
 
         examples = [
@@ -64,7 +79,7 @@ def warm_start(
         data=DataSection(train=[out / "data"]),
         training=TrainingSection(
             learning_rate=1e-2,
-            lr_scheduler_type="constant",
+            lr_scheduler_type=warm_schedule,
             warmup_ratio=0.0,
             max_steps=steps,
             per_device_train_batch_size=4,
@@ -85,7 +100,8 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
     """Warm start, then 80 GRPO steps (format + accuracy rewards, Adam 1e-3: from 3e-3 the first steps broke
     the reply's format on weak-format starts): held-out scores before and after. ``variant`` overrides a
     setting (``warm_steps``, ``inverted``, ``lr``, ``beta``, ``temperature``, ``num_generations``,
-    ``batch``, ``steps``, ``synthetic``, ``trl``, ``only_start``, ``truthful_every``) for the experiments docs/testing.md reports."""
+    ``batch``, ``steps``, ``synthetic``, ``trl``, ``only_start``, ``truthful_every``, ``mix``,
+    ``warm_schedule``, ``warm_prompts``) for the experiments docs/testing.md reports."""
     from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
     start = warm_start(
@@ -96,6 +112,9 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
         variant.get("warm_steps", 40),
         variant.get("inverted", True),
         variant.get("truthful_every", 0),
+        tuple(variant["mix"]) if "mix" in variant else None,
+        variant.get("warm_schedule", "constant"),
+        variant.get("warm_prompts", 64),
     )
     config = GRPORunConfig.model_validate(
         {
