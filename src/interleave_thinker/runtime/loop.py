@@ -64,7 +64,11 @@ class StepLoop:
         """Run one request to the end, recording every call; raises only :class:`PlanningError`.
 
         A trace that already holds a plan and complete steps (a resumed run) keeps them: planning is
-        skipped and the loop continues at the first step without a complete record.
+        skipped and the loop continues at the first step without a complete record. So the trace is
+        written when it gains what a resume keeps: after the plan and after every step but the last,
+        whose write is the caller's closing one (``Pipeline._close_trace``). Not after an attempt: a
+        resume drops an unfinished step, attempts and all, and each write is a file created (about
+        a third of a batch's CPU goes to creating files, docs/serving.md).
         """
         trace = recorder.trace
         # 1. Plan (unless resuming with a plan on disk).
@@ -87,7 +91,8 @@ class StepLoop:
             trace.steps.append(step_record)
             self._run_step(recorder, index, step_record, latest, self._attempt_limit(trace))
             step_record.complete = True
-            recorder.checkpoint()
+            if index < len(plan.steps):  # the last step's trace is the caller's closing write
+                recorder.checkpoint()
             self.observer.on_step_end(index, step_record)
             if step_record.kind == "image":
                 if step_record.accepted_image is None:
@@ -168,8 +173,6 @@ class StepLoop:
             is_last = attempt_index == limit - 1
             attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest, last=is_last)
             record.attempts.append(attempt)
-            if not (attempt.accepted or attempt_index == limit - 1):
-                recorder.checkpoint()  # else the step's end, right after, writes the trace
             self.observer.on_attempt_end(index, attempt)
             if attempt.accepted:
                 record.accepted_image = attempt.image_file
