@@ -44,6 +44,8 @@ def warm_start(
     ``mix`` (wrong, true) answers every prompt ``wrong`` times with the wrong verdict and ``true`` times
     with the true one, so the SFT optimum is the same odds on every prompt, whatever the seed (docs/testing.md,
     fifth round); ``warm_schedule`` and ``warm_prompts`` set its learning-rate schedule and prompt count."""
+    import dataclasses
+
     from interleave_thinker.core.prompt_store import builtin_templates
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.grpo.data import synthetic_critic_examples, warm_start_examples
@@ -52,8 +54,6 @@ def warm_start(
 
     examples = synthetic_critic_examples(builtin_templates(), warm_prompts, images, seed=7, restate=True)
     if mix is not None:
-        import dataclasses
-
         wrong, true = mix
         examples = [
             dataclasses.replace(e, ground_truth=dataclasses.replace(e.ground_truth, success=verdict))
@@ -61,8 +61,6 @@ def warm_start(
             for verdict in [not e.ground_truth.success] * wrong + [e.ground_truth.success] * true
         ]
     elif inverted:
-        import dataclasses
-
         examples = [
             e
             if truthful_every and (i // 2) % truthful_every == 0
