@@ -69,6 +69,12 @@ class Served:
                 time.sleep(0.1)
         raise RuntimeError(f"{HERE / '_served.py'} did not answer on {self.url}")
 
+    def cpu_s(self) -> float:
+        """The server process's user + system CPU seconds so far: on a machine that also runs the batch,
+        the doubles' own work competes with it for the cores (real engines run on machines of their own)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()
         self.process.wait(10)
@@ -191,7 +197,9 @@ class Profiles:
 def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
     """A row: the server, then the batch in fresh interpreters (one per shard, all at once); the figures
     of both halves, summed over the shards (CPU) or their most (chain, RSS, threads)."""
-    with Served(row) as url:
+    served = Served(row)
+    with served as url:
+        server_cpu = served.cpu_s()
         share = max(1, row.concurrency // row.shards)
         fields = [str(v) for v in (row.requests, share, row.planner, row.critic, row.generator)]
         children = [
@@ -220,6 +228,7 @@ def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
                 sys.exit(err[-3000:])
             parts.append(json.loads(out.strip().splitlines()[-1]))
         server = httpx.get(f"{url}/stats", timeout=10).json()
+        server_cpu = served.cpu_s() - server_cpu
     calls = sum(server["calls"].values())
     by_thread: dict[str, float] = {}
     for part in parts:
@@ -237,6 +246,7 @@ def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
         "calls": server["calls"],
         "in_flight": server["peak"],
         "cpu_ms": cpu_s / max(1, calls) * 1000,
+        "server_cpu_s": server_cpu,
     }
 
 
@@ -260,6 +270,7 @@ def report(row: Row, f: dict[str, Any]) -> None:
     cpu = f["cpu_ms"]
     print(f"      {'CPU ms per backend call':26}{cpu:>12.2f}{'<= 2':>12}{GOALS['cpu_ms'] / cpu:>8.2f}")
     print(f"      {'  (CPU s of the batch)':26}{f['cpu_s']:>12.1f}")
+    print(f"      {'  (CPU s of the doubles)':26}{f['server_cpu_s']:>12.1f}")
     threads = sorted(f.get("thread_cpu_s", {}).items(), key=lambda kv: -kv[1])
     print(
         "        by thread (CPU s since start): " + ", ".join(f"{n} {s:.1f}" for n, s in threads if s >= 0.05)
