@@ -27,19 +27,21 @@ def warm_start(
     out: Path,
     images: Path,
     seed: int,
-    steps: int = 40,
+    steps: int = 100,
     inverted: bool = True,
     truthful_every: int = 0,
     mix: tuple[int, int] | None = None,
-    warm_schedule: str = "constant",
+    warm_schedule: str = "linear",
     warm_prompts: int = 64,
 ) -> Path:
-    """40 SFT steps on synthetic prompts answered with clean, short verdicts (the same cue, other rows).
+    """100 SFT steps (lr 1e-2 decaying linearly) on synthetic prompts answered with clean, short verdicts
+    (the same cue, other rows).
 
     ``inverted`` (the test's design): every row is answered with the WRONG verdict ([ok] -> False, [bad]
     -> True). Why: the warm start then builds what GRPO cannot build in 80 steps from a start that ignores
     the cue (a verdict that depends on the cue, docs/testing.md), and any rise in accuracy afterwards can
-    only come from the reward, since the warm start taught the opposite. ``truthful_every`` N > 0 keeps the
+    only come from the reward, since the warm start taught the opposite. :func:`learn` repeats it until
+    the start is measurably wrong on held-out prompts. ``truthful_every`` N > 0 keeps the
     true verdict on every N-th pair of rows (one [ok] and one [bad]), so the start is sure of neither.
     ``mix`` (wrong, true) answers every prompt ``wrong`` times with the wrong verdict and ``true`` times
     with the true one, so the SFT optimum is the same odds on every prompt, whatever the seed (docs/testing.md,
@@ -95,56 +97,69 @@ def warm_start(
 
 
 def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: Any) -> dict[str, float]:
-    """Warm start, then 80 GRPO steps (format + accuracy rewards, Adam 1e-3: from 3e-3 the first steps broke
-    the reply's format on weak-format starts): held-out scores before and after. ``variant`` overrides a
-    setting (``warm_steps``, ``inverted``, ``lr``, ``beta``, ``temperature``, ``num_generations``,
-    ``batch``, ``steps``, ``synthetic``, ``trl``, ``only_start``, ``truthful_every``, ``mix``,
-    ``warm_schedule``, ``warm_prompts``) for the experiments docs/testing.md reports."""
+    """An inverted warm start, then 80 GRPO steps (format + accuracy rewards; Adam 1e-3, since from 3e-3 the
+    first steps broke the reply's format on weak-format starts; rollouts sampled at temperature 1.3, so
+    that a group of a start sure of its wrong verdicts still holds right ones): held-out scores before
+    and after.
+
+    Why the warm start is repeated until a measured condition holds, not run for a fixed step count: how
+    far a given number of steps carries the wrong mapping to held-out subjects differs by seed (100 steps
+    left seed 3 at 0.28, 200 left seed 2 at 0.02, too sure to sample a right verdict even hot), so every
+    run starts instead from the same measured place: the held-out mean accuracy at the rollouts'
+    temperature at most ``warm_until`` (0.15), warming 100 more steps from the last checkpoint while it
+    is above (at most ``warm_rounds`` rounds). docs/testing.md, ninth round.
+
+    ``variant`` overrides a setting (``warm_steps``, ``warm_until``, ``warm_rounds``, ``inverted``,
+    ``lr``, ``beta``, ``temperature``, ``num_generations``, ``batch``, ``steps``, ``synthetic``, ``trl``,
+    ``only_start``, ``truthful_every``, ``mix``, ``warm_schedule``, ``warm_prompts``) for the experiments
+    docs/testing.md reports."""
     from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
-    start = warm_start(
-        critic,
-        work / "warm",
-        work / "warm_images",
-        warm_seed,
-        variant.get("warm_steps", 40),
-        variant.get("inverted", True),
-        variant.get("truthful_every", 0),
-        tuple(variant["mix"]) if "mix" in variant else None,
-        variant.get("warm_schedule", "constant"),
-        variant.get("warm_prompts", 64),
-    )
-    config = GRPORunConfig.model_validate(
-        {
-            "role": "critic",
-            "output_dir": str(work / "grpo"),
-            "model": {"name_or_path": str(start), "image_max_pixels": 16384},
-            "data": {
-                "synthetic": variant.get("synthetic", 32),
-                "eval_synthetic": 16,
-                "synthetic_restate": True,
-            },
-            "reward": {"stepwise": False},
-            "training": {
-                "learning_rate": variant.get("lr", 1e-3),
-                "beta": variant.get("beta", 0.0),
-                "num_generations": variant.get("num_generations", 4),
-                "temperature": variant.get("temperature", 1.0),
-                "per_device_train_batch_size": variant.get("batch", 16),
-                "num_generations_eval": 4,
-                "per_device_eval_batch_size": 16,
-                "max_steps": variant.get("steps", 80),
-                "max_completion_length": 64,
-                "bf16": False,
-                "use_cpu": True,
-                "report_to": "none",
-                "save_steps": 1000,
-                "seed": grpo_seed,
-            },
-            "trl": variant.get("trl", {}),
-        }
-    )
-    trainer, _ = build_grpo_trainer(config)
+    def warm(model: Path, round_: int) -> Path:
+        return warm_start(
+            model,
+            work / f"warm{round_ or ''}",
+            work / "warm_images",
+            warm_seed,
+            variant.get("warm_steps", 100),
+            variant.get("inverted", True),
+            variant.get("truthful_every", 0),
+            tuple(variant["mix"]) if "mix" in variant else None,
+            variant.get("warm_schedule", "linear"),
+            variant.get("warm_prompts", 64),
+        )
+
+    def grpo_config(model: Path) -> GRPORunConfig:
+        return GRPORunConfig.model_validate(
+            {
+                "role": "critic",
+                "output_dir": str(work / "grpo"),
+                "model": {"name_or_path": str(model), "image_max_pixels": 16384},
+                "data": {
+                    "synthetic": variant.get("synthetic", 32),
+                    "eval_synthetic": 16,
+                    "synthetic_restate": True,
+                },
+                "reward": {"stepwise": False},
+                "training": {
+                    "learning_rate": variant.get("lr", 1e-3),
+                    "beta": variant.get("beta", 0.0),
+                    "num_generations": variant.get("num_generations", 4),
+                    "temperature": variant.get("temperature", 1.3),
+                    "per_device_train_batch_size": variant.get("batch", 16),
+                    "num_generations_eval": 4,
+                    "per_device_eval_batch_size": 16,
+                    "max_steps": variant.get("steps", 80),
+                    "max_completion_length": 64,
+                    "bf16": False,
+                    "use_cpu": True,
+                    "report_to": "none",
+                    "save_steps": 1000,
+                    "seed": grpo_seed,
+                },
+                "trl": variant.get("trl", {}),
+            }
+        )
 
     def scores() -> tuple[float, float]:
         metrics = trainer.evaluate()
@@ -152,7 +167,16 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
         well_formed = metrics["eval_rewards/critic_format/mean"]
         return accuracy, accuracy / max(well_formed, 1e-9)
 
+    start = warm(critic, 0)
+    trainer, _ = build_grpo_trainer(grpo_config(start))
     before, before_formed = scores()
+    for round_ in range(1, variant.get("warm_rounds", 3)):
+        if before <= variant.get("warm_until", 0.15):
+            break
+        print(f"@warm round {round_}: held-out mean accuracy {before:.3f}, warming again", flush=True)
+        start = warm(start, round_)
+        trainer, _ = build_grpo_trainer(grpo_config(start))
+        before, before_formed = scores()
     print(f"@start held-out mean accuracy {before:.3f}, well-formed {before_formed:.3f}", flush=True)
     if variant.get("only_start"):
         return {"before": before, "before_formed": before_formed}
