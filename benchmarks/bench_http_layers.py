@@ -11,7 +11,9 @@ divided by N, for:
 - aiohttp awaited from greenlets (``core/green.py``), as the batch's requests wait;
 - ``httpx.Client`` over a transport that answers at once (httpx's own share: building the request,
   encoding JSON, headers, cookies, reading the reply);
-- the batch's path as it is: ``httpx.Client`` over ``GreenTransport`` in greenlets.
+- ``httpx.Client`` over ``GreenTransport`` in greenlets (the batch's path before ``GreenClient``);
+- the batch's path: ``GreenClient`` (httpx's client, its send machinery skipped in a greenlet) over
+  ``GreenTransport``.
 
 Run: python benchmarks/bench_http_layers.py [--requests 6000] [--concurrency 512] [--rounds 2]
 """
@@ -102,12 +104,13 @@ async def _aiohttp(url: str, n: int, c: int, green: bool) -> None:
     await session.close()
 
 
-async def _green_transport(url: str, n: int, c: int) -> None:
-    from interleave_thinker.backends.green_transport import GreenTransport
+async def _green_transport(url: str, n: int, c: int, lean: bool) -> None:
+    from interleave_thinker.backends.green_transport import GreenClient, GreenTransport
     from interleave_thinker.core.green import finish_loop, run_green
 
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    client = httpx.Client(transport=GreenTransport(limits), timeout=60)
+    kind = GreenClient if lean else httpx.Client
+    client = kind(transport=GreenTransport(limits), timeout=60)
     slots = asyncio.Semaphore(c)
 
     def call() -> Any:
@@ -152,7 +155,14 @@ def main() -> None:
             ("aiohttp alone", lambda: asyncio.run(_aiohttp(url, n, c, green=False))),
             ("aiohttp awaited from greenlets", lambda: asyncio.run(_aiohttp(url, n, c, green=True))),
             ("httpx.Client, a transport answering at once", lambda: _httpx_alone(url, n)),
-            ("httpx.Client + GreenTransport in greenlets", lambda: asyncio.run(_green_transport(url, n, c))),
+            (
+                "httpx.Client + GreenTransport in greenlets",
+                lambda: asyncio.run(_green_transport(url, n, c, False)),
+            ),
+            (
+                "GreenClient + GreenTransport in greenlets",
+                lambda: asyncio.run(_green_transport(url, n, c, True)),
+            ),
         ]
         figures: dict[str, list[float]] = {name: [] for name, _ in layers}
         for _ in range(args.rounds):

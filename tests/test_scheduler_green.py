@@ -240,6 +240,66 @@ def test_the_transport_behaves_alike_in_a_greenlet_and_in_a_thread(models: tuple
     assert in_thread[2] == in_green[2] == timed_out
 
 
+async def _hop_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """``/hop`` redirects to ``/end``; ``/end`` answers its path and sets a cookie."""
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/hop":
+        status, headers, body = 302, [(b"location", b"/end")], b""
+    else:
+        status, headers, body = (
+            200,
+            [(b"set-cookie", b"seen=1; Path=/")],
+            json.dumps({"path": scope["path"]}).encode(),
+        )
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_green_client_sends_plain_calls_itself_and_hands_the_rest_to_httpx() -> None:
+    """In a greenlet a plain call skips httpx's send machinery (no redirect loop, no cookie jar); a call
+    that asks for redirects still gets httpx's; outside a greenlet everything is httpx's own send."""
+    from interleave_thinker.backends.green_transport import GreenClient, GreenTransport
+
+    def calls(base: str) -> list[Any]:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        with GreenClient(transport=GreenTransport(limits), timeout=10) as client:
+            plain = client.get(f"{base}/end")
+            hop = client.get(f"{base}/hop")
+            kept = dict(client.cookies)
+            followed = client.get(f"{base}/hop", follow_redirects=True)
+            return [
+                (plain.status_code, plain.json(), str(plain.request.url) == f"{base}/end"),
+                (hop.status_code, hop.headers["location"], hop.content),
+                (followed.status_code, followed.json(), [r.status_code for r in followed.history]),
+                kept,
+                dict(client.cookies),
+            ]
+
+    with AppServer(_hop_app) as server:
+        in_thread = calls(server.url)
+
+        async def main() -> list[Any]:
+            try:
+                return list(await green.run_green(calls, server.url))
+            finally:
+                await green.finish_loop()
+
+        in_green = asyncio.run(main())
+    assert (
+        in_thread[:3]
+        == in_green[:3]
+        == [
+            (200, {"path": "/end"}, True),
+            (302, "/end", b""),
+            (200, {"path": "/end"}, [302]),
+        ]
+    )
+    assert in_thread[3:] == [{"seen": "1"}, {"seen": "1"}]  # httpx's send keeps every reply's cookie
+    assert in_green[3:] == [{}, {"seen": "1"}]  # the plain calls skipped it; the followed one was httpx's
+
+
 # -- the scale test ---------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from interleave_thinker.backends.green_transport import GreenTransport
+from interleave_thinker.backends.green_transport import GreenClient, GreenTransport
 from interleave_thinker.backends.secrets import header_secrets, leaks, scrub
 from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -259,7 +259,7 @@ class RemoteCaller:
         # Unbounded connection pool: the slots bound calls in flight, so httpx's default cap of 100
         # connections (20 kept alive) would only be a second, hidden limit under a larger concurrency.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        self.client = httpx.Client(
+        self.client = GreenClient(
             timeout=self.retry.timeout, headers=headers or {}, transport=GreenTransport(limits)
         )
         self.concurrency = min(concurrency, pool.capacity or concurrency)
