@@ -180,8 +180,8 @@ class GreenClient(httpx.Client):
 
     Why: under the batch the client's own send machinery (the auth flow, the redirect loop, a cookie
     extraction per reply that builds urllib and email objects, the timing wrapper, an INFO log line)
-    cost about 0.12 ms of the loop thread's CPU per backend call, a quarter of the whole HTTP path
-    (``benchmarks/bench_http_layers.py``), and the served backends use none of it: they send no auth
+    cost 0.06-0.12 ms of the loop thread's CPU per backend call, a sixth to a quarter of the whole HTTP
+    path (``benchmarks/bench_http_layers.py``), and the served backends use none of it: they send no auth
     flow, follow no redirects, set no cookies. Outside a greenlet, and for any call that asks for one
     of those (a stream, an auth, redirects), this is httpx's own ``send``."""
 
