@@ -257,6 +257,49 @@ async def _hop_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _port_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers the client's own port: which connection carried the call."""
+    if scope["type"] != "http":
+        return
+    body = json.dumps({"port": scope["client"][1]}).encode()
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_the_served_backends_of_one_loop_share_its_connections() -> None:
+    """A request's connection follows it from backend to backend (one pool per loop, not per caller); a
+    caller that closes leaves the pool to the others, the last one closes it, and a thread's calls never
+    touch it."""
+
+    def port(caller: RemoteCaller) -> int:
+        return int(caller.call(lambda client, url, t: client.get(f"{url}/", timeout=t).json()["port"]))
+
+    with AppServer(_port_app) as server:
+
+        def calls() -> list[int]:
+            planner, critic = (RemoteCaller(n, EndpointPool([server.url])) for n in ("planner", "critic"))
+            first, second = port(planner), port(critic)
+            planner.close()
+            third = port(critic)  # the pool outlives the caller that opened it
+            critic.close()
+            fresh = RemoteCaller("generator", EndpointPool([server.url]))
+            fourth = port(fresh)  # the last user closed the pool: a new one, a new connection
+            fresh.close()
+            return [first, second, third, fourth]
+
+        async def main() -> list[int]:
+            try:
+                return await green.run_green(calls)
+            finally:
+                await green.finish_loop()
+
+        shared = asyncio.run(main())
+        in_thread = calls()
+    assert shared[0] == shared[1] == shared[2] != shared[3], shared
+    assert in_thread[0] != in_thread[1], in_thread  # httpx's sync pools stay one per caller
+
+
 def test_green_client_sends_plain_calls_itself_and_hands_the_rest_to_httpx() -> None:
     """In a greenlet a plain call skips httpx's send machinery (no redirect loop, no cookie jar); a call
     that asks for redirects still gets httpx's; outside a greenlet everything is httpx's own send."""
