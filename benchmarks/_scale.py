@@ -9,11 +9,18 @@ RSS (``VmHWM``), thread count and CPU time are the batch's alone. Figures per ro
   served latencies): ``chain / wall`` is 1.0 when nothing but the backends' latency holds requests up;
 - peak RSS of the batch process, peak ``threading.active_count()`` (sampled every 20 ms);
 - orchestration CPU per backend call: the batch process's user + system CPU seconds while the batch
-  ran, divided by the backend calls the server answered.
+  ran, divided by the backend calls the server answered;
+- what one file write costs in the run folder's file system right before the row (:func:`write_cost_ms`):
+  the batch writes about one file per backend call, fsynced, and on this VM's ext4 the kernel CPU of
+  creating a file swings from 0.02 to 0.7 ms with the disk's recent deletions (a row's run folder holds
+  ~10,000 files, so the rows' folders are all removed at the end, not one by one, or each row would pay
+  for the deletions of the row before it). That CPU is counted in the batch's and competes with its loop
+  for the cores; ``--run-dir`` puts the run folders elsewhere (e.g. a tmpfs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -120,7 +127,21 @@ def peak_threads(stop: threading.Event, seen: list[int], cpu: dict[int, tuple[st
             cpu[thread.native_id or 0] = (name, (int(fields[11]) + int(fields[12])) / tick)
 
 
-def run_batch(row: Row, url: str, profile: str | None, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+def write_cost_ms(run_dir: str, files: int = 300) -> float:
+    """CPU ms per file of the batch's own write (``write_atomic``: create, write 4 KB, fsync, rename) in a
+    fresh folder under ``run_dir``, removed after."""
+    from interleave_thinker.core.paths import write_atomic
+
+    with tempfile.TemporaryDirectory(dir=run_dir) as tmp:
+        start = time.thread_time()
+        for i in range(files):
+            write_atomic(Path(tmp) / f"r{i // 10}" / f"f{i % 10}", b"x" * 4096)
+        return (time.thread_time() - start) / files * 1000
+
+
+def run_batch(
+    row: Row, url: str, profile: str | None, shard: tuple[int, int] = (0, 1), run_dir: str | None = None
+) -> dict[str, Any]:
     """One batch in this process (every ``count``-th request from ``index``); returns its figures (the
     child's half of a row; ``row.concurrency`` is this process's share)."""
     from interleave_thinker import Pipeline, PipelineConfig
@@ -137,7 +158,10 @@ def run_batch(row: Row, url: str, profile: str | None, shard: tuple[int, int] = 
     per_thread: dict[int, tuple[str, float]] = {}
     sampler = threading.Thread(target=peak_threads, args=(stop, seen, per_thread), daemon=True)
     sampler.start()
-    with tempfile.TemporaryDirectory() as tmp, Pipeline.from_config(config) as pipe:
+    with contextlib.ExitStack() as stack, Pipeline.from_config(config) as pipe:
+        # a folder of its own under ``run_dir``, left to whoever owns that (removed with it, after the
+        # rows); without one, a temporary folder removed here
+        tmp = tempfile.mkdtemp(dir=run_dir) if run_dir else stack.enter_context(tempfile.TemporaryDirectory())
         store = RunStore(Path(tmp))
         runner = BatchRunner(pipe, store, BatchSettings(concurrency=row.concurrency, limits=limits))
         cpu = resource.getrusage(resource.RUSAGE_SELF)
@@ -194,9 +218,18 @@ class Profiles:
         return outcome
 
 
-def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
+def measure(row: Row, profile: str | None = None, run_dir: str | None = None) -> dict[str, Any]:
     """A row: the server, then the batch in fresh interpreters (one per shard, all at once); the figures
-    of both halves, summed over the shards (CPU) or their most (chain, RSS, threads)."""
+    of both halves, summed over the shards (CPU) or their most (chain, RSS, threads). The batches' run
+    folders go under ``run_dir``, which the caller removes (default: a temporary folder removed here)."""
+    if run_dir is not None:
+        return _measure(row, profile, run_dir)
+    with tempfile.TemporaryDirectory() as own:
+        return _measure(row, profile, own)
+
+
+def _measure(row: Row, profile: str | None, run_dir: str) -> dict[str, Any]:
+    write_ms = write_cost_ms(run_dir)
     served = Served(row)
     with served as url:
         server_cpu = served.cpu_s()
@@ -212,6 +245,7 @@ def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
                     *fields,
                     profile or "",
                     f"{i}/{row.shards}",
+                    run_dir,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -247,6 +281,9 @@ def measure(row: Row, profile: str | None = None) -> dict[str, Any]:
         "in_flight": server["peak"],
         "cpu_ms": cpu_s / max(1, calls) * 1000,
         "server_cpu_s": server_cpu,
+        "server_http": server.get("http", "?"),
+        "write_ms": write_ms,
+        "run_dir": run_dir,
     }
 
 
@@ -270,7 +307,11 @@ def report(row: Row, f: dict[str, Any]) -> None:
     cpu = f["cpu_ms"]
     print(f"      {'CPU ms per backend call':26}{cpu:>12.2f}{'<= 2':>12}{GOALS['cpu_ms'] / cpu:>8.2f}")
     print(f"      {'  (CPU s of the batch)':26}{f['cpu_s']:>12.1f}")
-    print(f"      {'  (CPU s of the doubles)':26}{f['server_cpu_s']:>12.1f}")
+    parser = f"   HTTP parser {f['server_http']}" + (
+        "" if f["server_http"] == "httptools" else " (pip install -e '.[bench]')"
+    )
+    print(f"      {'  (CPU s of the doubles)':26}{f['server_cpu_s']:>12.1f}{parser}")
+    print(f"      {'  (ms CPU per file write)':26}{f['write_ms']:>12.3f}   in {f['run_dir']}, before the row")
     threads = sorted(f.get("thread_cpu_s", {}).items(), key=lambda kv: -kv[1])
     print(
         "        by thread (CPU s since start): " + ", ".join(f"{n} {s:.1f}" for n, s in threads if s >= 0.05)
@@ -278,10 +319,11 @@ def report(row: Row, f: dict[str, Any]) -> None:
 
 
 def child(argv: list[str]) -> None:
-    url, requests, concurrency, planner, critic, generator, profile, shard = argv
+    url, requests, concurrency, planner, critic, generator, profile, shard, run_dir = argv
     row = Row(int(requests), int(concurrency), float(planner), float(critic), float(generator))
     index, count = (int(n) for n in shard.split("/"))
-    print(json.dumps(run_batch(row, url, f"{profile}.{index}" if profile else None, (index, count))))
+    figures = run_batch(row, url, f"{profile}.{index}" if profile else None, (index, count), run_dir)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
