@@ -328,3 +328,41 @@ def test_released_templates_reach_the_models(prompts_dir: Path) -> None:
     narrative = (prompts_dir / "planner_narrative.txt").read_text(encoding="utf-8")
     assert ScriptedVLMBackend.text_in(planner.calls[0]) == narrative.replace("{text_input}", "Draw a cat")
     assert result.trace.templates is not None and result.trace.templates.kind == "released"
+
+
+def test_a_failed_step_is_written_once_by_the_closing_write(tmp_path: Path, monkeypatch: Any) -> None:
+    """A step with no image ends the request: its trace goes to disk once, in the closing write, holding
+    the failure (before: the step's checkpoint, the failure's and the closing one, three files alike)."""
+    from interleave_thinker.runtime import recorder as recorder_module
+
+    written: list[str] = []
+    real = recorder_module.write_atomic
+
+    def counting(path: Path, data: bytes | str) -> None:
+        if path.name == "trace.json":
+            written.append(data if isinstance(data, str) else data.decode())
+        real(path, data)
+
+    monkeypatch.setattr(recorder_module, "write_atomic", counting)
+    config = PipelineConfig.model_validate(
+        {
+            "planner": "scripted:planner",
+            "critic": "scripted:critic",
+            "generator": "scripted:generator",
+            "loop": {"max_attempts": 2},
+            "generation": {"width": 32, "height": 32, "steps": 2},
+        }
+    )
+    pipe = Pipeline(
+        planner=ScriptedVLMBackend([TWO_STEPS]),
+        critic=ScriptedVLMBackend([]),
+        generator=ScriptedImageBackend(fail_on=lambda prompt: True),
+        config=config,
+        templates=builtin_templates(),
+    )
+    result = pipe("How to draw a cat?", out_dir=tmp_path / "run")
+    assert result.trace.status == "failed" and result.trace.error is not None
+    assert result.trace.error.startswith("Step 1 produced no image: ")
+    assert len(written) == 2  # after the plan, then the closing write
+    assert '"status": "running"' in written[0] and '"status": "failed"' in written[1]
+    assert (tmp_path / "run" / "trace.json").read_text() == written[1]

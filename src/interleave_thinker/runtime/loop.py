@@ -65,8 +65,8 @@ class StepLoop:
 
         A trace that already holds a plan and complete steps (a resumed run) keeps them: planning is
         skipped and the loop continues at the first step without a complete record. So the trace is
-        written when it gains what a resume keeps: after the plan and after every step but the last,
-        whose write is the caller's closing one (``Pipeline._close_trace``). Not after an attempt: a
+        written when it gains what a resume keeps: after the plan and after every step but the last
+        and a failed one, whose write is the caller's closing one (``Pipeline._close_trace``). Not after an attempt: a
         resume drops an unfinished step, attempts and all, and each write is a file created (about
         a third of a batch's CPU goes to creating files, docs/serving.md).
         """
@@ -91,12 +91,14 @@ class StepLoop:
             trace.steps.append(step_record)
             self._run_step(recorder, index, step_record, latest, self._attempt_limit(trace))
             step_record.complete = True
-            if index < len(plan.steps):  # the last step's trace is the caller's closing write
+            failed = step_record.kind == "image" and step_record.accepted_image is None
+            # the last step's trace, like a failed one's, is the caller's closing write
+            if index < len(plan.steps) and not failed:
                 recorder.checkpoint()
             self.observer.on_step_end(index, step_record)
             if step_record.kind == "image":
                 if step_record.accepted_image is None:
-                    self._fail_step(recorder, index, step_record)
+                    self._fail_step(trace, index, step_record)
                     return
                 latest = (recorder.images[step_record.accepted_image], step_record.accepted_image)
         trace.status = "succeeded"  # written by the caller's closing checkpoint (``Pipeline._close_trace``)
@@ -109,8 +111,9 @@ class StepLoop:
         used = sum(len(s.attempts) for s in trace.steps)
         return max(0, budget - used)
 
-    def _fail_step(self, recorder: RunRecorder, index: int, record: StepRecord) -> None:
-        trace = recorder.trace
+    def _fail_step(self, trace: Trace, index: int, record: StepRecord) -> None:
+        """Mark the request failed at step ``index``; the caller's closing write stores it (one write, not
+        three: the step's checkpoint, this one and the closing one all held the same trace)."""
         trace.status = "failed"
         if not record.attempts and self.loop.generator_budget is not None:
             trace.error = (
@@ -121,7 +124,6 @@ class StepLoop:
             trace.error = f"Step {index} produced no image: " + "; ".join(
                 a.generation_error or "" for a in record.attempts
             )
-        recorder.checkpoint()
 
     def _plan(self, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
         trace = recorder.trace
