@@ -204,3 +204,35 @@ def test_a_large_reply_is_decoded_off_the_loop_and_a_small_one_right_there(
         encoding.decode_base64_image("!" * 100)
     encoding.decode_image(large)  # outside a greenlet: right here
     assert threads[3] == loop_thread
+
+
+def test_a_write_makes_its_folder_again_when_a_clean_up_removes_a_parent_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's sweep removes empty session folders; one may go between the making of a session folder
+    and of the run folder inside it (seen once in a full test run: a demo run failed on its first
+    trace write). The write makes the folder again instead of failing."""
+    from interleave_thinker.core import paths
+
+    run = tmp_path / "demo" / "session" / "run"
+    real_mkdir = Path.mkdir
+    sweeps, every_time = [0], [False]
+
+    def mkdir_with_a_sweep(
+        self: Path, mode: int = 0o777, parents: bool = False, exist_ok: bool = False
+    ) -> None:
+        if self.name == "run" and (every_time[0] or sweeps[0] < 2):  # the parent made, then swept
+            sweeps[0] += 1
+            real_mkdir(self.parent, parents=True, exist_ok=True)
+            self.parent.rmdir()
+            real_mkdir(self, mode, parents=False, exist_ok=exist_ok)  # FileNotFoundError, as pathlib's
+        real_mkdir(self, mode, parents, exist_ok)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_with_a_sweep)
+    paths.write_atomic(run / "trace.json", "{}")
+    assert (run / "trace.json").read_text() == "{}" and sweeps[0] == 2
+    assert sorted(p.name for p in run.iterdir()) == ["trace.json"]  # no partial file left
+    every_time[0], sweeps[0] = True, 0  # swept every time: the write gives up, with the error
+    with pytest.raises(FileNotFoundError):
+        paths.write_atomic(tmp_path / "demo" / "other" / "run" / "trace.json", "{}")
+    assert sweeps[0] == paths.FOLDER_TRIES

@@ -47,9 +47,15 @@ _partial_names = itertools.count()
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
+FOLDER_TRIES = 3
+"""Times a missing folder is made for one write: more than once because a clean-up may remove an empty
+parent while the folder is being made (the demo's sweep removes empty session folders while another
+session's first run makes its folder inside one)."""
+
+
 def _create_partial(path: Path) -> tuple[int, str]:
     """A new ``.NAME.PID.N.tmp`` beside ``path`` (the pattern ``run_folder.PARTIAL_WRITE`` cleans up)."""
-    made_folder = False
+    folder_made = 0
     while True:
         tmp = os.path.join(path.parent, f".{path.name}.{os.getpid()}.{next(_partial_names)}.tmp")
         try:
@@ -57,7 +63,10 @@ def _create_partial(path: Path) -> tuple[int, str]:
         except FileExistsError:  # left by an earlier process of the same pid: take the next number
             continue
         except FileNotFoundError:
-            if made_folder:
+            if folder_made >= FOLDER_TRIES:
                 raise
-            path.parent.mkdir(parents=True, exist_ok=True)
-            made_folder = True
+            folder_made += 1
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except FileNotFoundError:  # a parent was removed between its making and the folder's
+                continue

@@ -46,7 +46,9 @@ def sweep(root: Path, ttl_s: float, *, now: float | None = None) -> list[Path]:
                 if now - entry.stat().st_mtime > ttl_s:
                     shutil.rmtree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
                     removed.append(entry)
-            if not any(session.iterdir()):  # a later run recreates it (mkdir parents)
+            # a later run makes it again, and so does a first write whose folder was being made in it
+            # at this moment (``core/paths.FOLDER_TRIES``)
+            if not any(session.iterdir()):
                 session.rmdir()
                 removed.append(session)
         except FileNotFoundError:
