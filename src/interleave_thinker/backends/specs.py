@@ -179,3 +179,6 @@ def check_specs(config: PipelineConfig) -> None:
         parsed = parse_spec(spec, registry)  # type: ignore[arg-type]
         if parsed.kind in ("transformers", "diffusers"):
             resolve_checkpoint(parsed.target)
+        if parsed.kind == "fastvideo":  # its #options too (the module imports numpy and PIL only)
+            fastvideo = importlib.import_module("interleave_thinker.backends.image.fastvideo_backend")
+            fastvideo.parse_target(parsed.target)
