@@ -179,6 +179,7 @@ def check_specs(config: PipelineConfig) -> None:
         parsed = parse_spec(spec, registry)  # type: ignore[arg-type]
         if parsed.kind in ("transformers", "diffusers"):
             resolve_checkpoint(parsed.target)
-        if parsed.kind == "fastvideo":  # its #options too (the module imports numpy and PIL only)
-            fastvideo = importlib.import_module("interleave_thinker.backends.image.fastvideo_backend")
-            fastvideo.parse_target(parsed.target)
+        if parsed.kind == "fastvideo":  # its #options too
+            from interleave_thinker.backends.image.fastvideo_options import parse_target
+
+            parse_target(parsed.target)
