@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from interleave_thinker.agents.planner import guidance_planner_messages, narrative_planner_messages
 from interleave_thinker.cli.data import app
+from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.train.data.examples import PlannerRLExample
 from interleave_thinker.train.data.issues import DatasetError
@@ -116,18 +117,22 @@ def test_data_validate_summarises_planner_rl(folder: Path) -> None:
 def test_grpo_rows_are_the_pipelines_planner_turns_with_their_images(folder: Path) -> None:
     templates = builtin_templates()
     examples = planner_examples_from_files([folder / "planner_rl.jsonl"], None, templates)
-    ds = planner_dataset(examples, templates)
-    assert ds["request"] == [e.text_input for e in examples]
-    assert ds["plan_score"] == [0.75, None, 1.0]
+    assert [e.text_input for e in examples] == [r.get("text_input", r.get("instruction")) for r in ROWS]
 
     # Narrative: the narrative template, text only, no images.
+    narrative_rows = planner_dataset(examples[:1], templates)
     narrative = narrative_planner_messages(templates, examples[0].text_input)[0]["content"]
-    assert ds[0]["prompt"] == [{"role": "user", "content": [{"type": "text", "text": narrative[0]["text"]}]}]
-    assert ds[0]["images"] == []
+    assert narrative_rows[0]["prompt"] == [
+        {"role": "user", "content": [{"type": "text", "text": narrative[0]["text"]}]}
+    ]
+    assert narrative_rows[0]["images"] == [] and narrative_rows["plan_score"] == [0.75]
 
     # Guidance: the parts in the order the pipeline sends them, each image placeholder filled by the
     # row's image, in order.
-    for row, example in zip(ds.select([1, 2]), examples[1:], strict=True):
+    ds = planner_dataset(examples[1:], templates)
+    assert ds["request"] == [e.text_input for e in examples[1:]]
+    assert ds["plan_score"] == [None, 1.0]
+    for row, example in zip(ds, examples[1:], strict=True):
         pictures = [Image.open(p).convert("RGB") for p in example.images]
         expected = guidance_planner_messages(templates, example.text_input, pictures)[0]["content"]
         parts = row["prompt"][0]["content"]
@@ -138,7 +143,18 @@ def test_grpo_rows_are_the_pipelines_planner_turns_with_their_images(folder: Pat
         assert [(im.size, im.convert("RGB").tobytes()) for im in row["images"]] == [
             (im.size, im.tobytes()) for im in pictures
         ]
-    assert [p["type"] for p in ds[2]["prompt"][0]["content"]] == ["text", "image", "text", "image", "text"]
+    assert [p["type"] for p in ds[1]["prompt"][0]["content"]] == ["text", "image", "text", "image", "text"]
+
+
+def test_grpo_refuses_text_only_and_image_rows_together(folder: Path) -> None:
+    templates = builtin_templates()
+    examples = load_planner_rl(folder / "planner_rl.jsonl")
+    with pytest.raises(ConfigError) as err:
+        planner_dataset(examples, templates)
+    assert str(err.value) == (
+        "Planner GRPO prompts mix 1 text-only and 2 image-bearing request(s), which TRL cannot batch "
+        "together; train each kind in its own run (split data.train)."
+    )
 
 
 def test_planner_sft_user_turns_are_not_templated_twice(tmp_path: Path) -> None:

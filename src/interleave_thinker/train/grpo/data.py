@@ -22,6 +22,7 @@ from PIL import Image
 
 from interleave_thinker.agents.messages import fill
 from interleave_thinker.agents.planner import GUIDANCE_TEMPLATE, NARRATIVE_TEMPLATE, UEVAL_SUFFIX
+from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.train.data.examples import (
     ChatTurn,
@@ -142,7 +143,17 @@ def planner_prompt_text(templates: TemplateSet, example: PlannerRLExample) -> st
 def planner_dataset(examples: Sequence[PlannerRLExample], templates: TemplateSet) -> Any:
     """Planner prompts as TRL conversational rows: ``prompt`` (text parts and image placeholders in the
     release's guidance layout), ``images``, the raw ``request`` for the plan checks and ``plan_score``
-    (None when the row has none) for :func:`~interleave_thinker.train.rewards.planner.planner_score_reward`."""
+    (None when the row has none) for :func:`~interleave_thinker.train.rewards.planner.planner_score_reward`.
+
+    Text-only and image-bearing requests are refused together: TRL's ``GRPOTrainer`` hands the processor
+    ``None`` for the text-only rows of a mixed batch, which fails mid-training (tried with TRL 1.16 and the
+    tiny Qwen3-VL planner); one kind per run works."""
+    guidance = sum(1 for e in examples if e.images)
+    if 0 < guidance < len(examples):
+        raise ConfigError(
+            f"Planner GRPO prompts mix {len(examples) - guidance} text-only and {guidance} image-bearing "
+            "request(s), which TRL cannot batch together; train each kind in its own run (split data.train)."
+        )
     ds = datasets_module()
     turn = {"role": ds.Value("string"), "content": [{"type": ds.Value("string"), "text": ds.Value("string")}]}
     features = ds.Features(
