@@ -188,7 +188,10 @@ def request_from_user_turn(templates: TemplateSet, text: str) -> str:
 
 def _first_record(path: Path) -> Any:
     """The first record of a JSON list or JSONL file (only it is decoded), to tell the file's kind."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # the loader says what is wrong with the file
     start = len(text) - len(text.lstrip())
     if text[start : start + 1] == "[":
         start = len(text) - len(text[start + 1 :].lstrip())
