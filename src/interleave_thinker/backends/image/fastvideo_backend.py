@@ -144,8 +144,13 @@ class FastVideoImageBackend(ImageBatchMixin):
             steps = self.defaults.steps
         if guidance is None and self.defaults is not None:
             guidance = self.defaults.guidance
-        sampling: dict[str, Any] = {"num_frames": 1, "fps": 1, "height": height, "width": width}
-        sampling["seed"] = request.seed
+        sampling: dict[str, Any] = {
+            "num_frames": 1,
+            "fps": 1,
+            "height": height,
+            "width": width,
+            "seed": request.seed,
+        }
         if steps is not None:
             sampling["num_inference_steps"] = steps
         if guidance is not None:
