@@ -3,7 +3,7 @@
 Local kinds run as they are (the tiny diffusers/transformers models through the ``tiny:`` specs, marked
 slow); served kinds run against the test doubles of their services on 127.0.0.1 (``/edit``, OpenAI chat
 and images, vLLM-Omni/SGLang) or, for the SDK kinds, a client raising the SDK's own error classes.
-FastVideo needs a CUDA GPU, so it runs on the stand-in ``VideoGenerator`` of its own tests.
+FastVideo needs a CUDA GPU, so it runs on the stand-in ``fastvideo`` package of ``testing.doubles``.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from interleave_thinker.testing.contracts import (
     status_server,
 )
 from interleave_thinker.testing.doubles import openai_chat
+from interleave_thinker.testing.doubles.fastvideo import install_fastvideo
 from interleave_thinker.testing.doubles.gemini_sdk import install_genai_client
 from interleave_thinker.testing.doubles.omni import OmniServer, OmniState, scripted_engine
 from interleave_thinker.testing.doubles.openai_images import openai_images_server
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from tests.test_config_every_command import rollout
-from tests.test_fastvideo_backend import FakeVideoGenerator
 
 KEY = "contract-secret-key"
 GEMINI_KEYS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
@@ -115,10 +115,9 @@ class TestTinyTransformersContract(VLMBackendContract):
 
 class TestFastVideoContract(ImageBackendContract):
     @pytest.fixture
-    def backend(self) -> Iterator[FastVideoImageBackend]:
-        with FastVideoImageBackend(
-            "fake/model", generator_factory=FakeVideoGenerator.from_pretrained
-        ) as backend:
+    def backend(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[FastVideoImageBackend]:
+        install_fastvideo(monkeypatch)
+        with FastVideoImageBackend("fake/model") as backend:
             yield backend
 
     def failing_call(self, backend: FastVideoImageBackend) -> Callable[[], object]:

@@ -179,3 +179,7 @@ def check_specs(config: PipelineConfig) -> None:
         parsed = parse_spec(spec, registry)  # type: ignore[arg-type]
         if parsed.kind in ("transformers", "diffusers"):
             resolve_checkpoint(parsed.target)
+        if parsed.kind == "fastvideo":  # its #options too
+            from interleave_thinker.backends.image.fastvideo_options import parse_target
+
+            parse_target(parsed.target)

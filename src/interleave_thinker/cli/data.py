@@ -20,7 +20,7 @@ from interleave_thinker.train.data.issues import DatasetError
 
 app = typer.Typer(help="Validate, build and count training data.", no_args_is_help=True)
 MAX_ERRORS = 20
-DataKind = Literal["planner_sft", "critic_sft", "critic_rl", "record"]
+DataKind = Literal["planner_sft", "planner_rl", "critic_sft", "critic_rl", "record"]
 SynthRole = Literal["planner", "critic", "judge"]
 
 
@@ -42,6 +42,11 @@ def summarize(kind: str, examples: list[Any]) -> list[str]:
         else:
             labels = Counter(parse_verdict(e.messages[-1].content).success for e in examples)
             lines.append(f"verdicts: true {labels[True]}, false {labels[False]}")
+    elif kind == "planner_rl":
+        scores = [e.plan_score for e in examples if e.plan_score is not None]
+        guidance = sum(1 for e in examples if e.images)
+        average = f", mean {sum(scores) / len(scores):.2f}" if scores else ""
+        lines.append(f"guidance (with images): {guidance}; plan_score in {len(scores)} record(s){average}")
     elif kind == "critic_rl":
         labels = Counter(e.ground_truth.success for e in examples)
         mean = [

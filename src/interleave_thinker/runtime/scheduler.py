@@ -38,7 +38,7 @@ from interleave_thinker.runtime.resume import pending, reopen_if_journaled_faile
 from interleave_thinker.runtime.store import RunStore, failed_trace
 
 logger = logging.getLogger(__name__)
-LOCAL_KINDS = ("transformers", "diffusers", "tiny")
+LOCAL_KINDS = ("transformers", "diffusers", "fastvideo", "tiny")
 
 
 @dataclass

@@ -5,13 +5,20 @@ from interleave_thinker.train.data.examples import (
     ChatTurn,
     CriticRLExample,
     GroundTruth,
+    PlannerRLExample,
     RecordEntry,
     SFTExample,
     TrajectoryRecord,
 )
 from interleave_thinker.train.data.export import export
 from interleave_thinker.train.data.issues import DatasetError, Issue
-from interleave_thinker.train.data.loaders import load_critic_rl, load_kind, load_record, load_sft
+from interleave_thinker.train.data.loaders import (
+    load_critic_rl,
+    load_kind,
+    load_planner_rl,
+    load_record,
+    load_sft,
+)
 from interleave_thinker.train.data.rules import BuildRules, BuildStats, classify
 from interleave_thinker.train.data.trajectories import Trajectory, discover
 from interleave_thinker.train.data.trl_format import rl_dataset, sft_dataset
@@ -25,6 +32,7 @@ __all__ = [
     "DatasetError",
     "GroundTruth",
     "Issue",
+    "PlannerRLExample",
     "RecordEntry",
     "SFTExample",
     "Trajectory",
@@ -35,6 +43,7 @@ __all__ = [
     "export",
     "load_critic_rl",
     "load_kind",
+    "load_planner_rl",
     "load_record",
     "load_sft",
     "rl_dataset",

@@ -13,8 +13,8 @@ from typing import Literal
 from interleave_thinker.core.types import PlanStep
 
 Role = Literal["system", "user", "assistant"]
-Kind = Literal["planner_sft", "critic_sft", "critic_rl", "record"]
-KINDS: tuple[Kind, ...] = ("planner_sft", "critic_sft", "critic_rl", "record")
+Kind = Literal["planner_sft", "planner_rl", "critic_sft", "critic_rl", "record"]
+KINDS: tuple[Kind, ...] = ("planner_sft", "planner_rl", "critic_sft", "critic_rl", "record")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,21 @@ class SFTExample:
 
     messages: tuple[ChatTurn, ...]
     images: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlannerRLExample:
+    """One planner GRPO prompt (``planner_rl.jsonl``, the format of FastVideo's InterleaveThinker branch).
+
+    With images it is a guidance request (``text_input`` marks each image's place with ``<image>``),
+    without them a narrative one.
+    """
+
+    text_input: str
+    """The user's request, as it fills the planner template's ``{text_input}``."""
+    images: tuple[Path, ...] = ()
+    plan_score: float | None = None
+    """An external score of the request's plans, 0 to 1 (``plan_score``); None when the row has none."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ Role = Literal["planner", "critic"]
 class GRPODataSection(_Section):
     train: list[Path] = Field(
         default_factory=list,
-        description="critic: critic_rl.jsonl files; planner: planner_sft .json/.jsonl files.",
+        description="critic: critic_rl.jsonl files; planner: planner_rl .jsonl or planner_sft .json/.jsonl files.",
     )
     image_dir: Path | None = Field(default=None, description="Base folder of relative image paths.")
     synthetic: int | None = Field(

@@ -1,4 +1,5 @@
-"""GRPO prompt sets: the release's critic RL files, planner requests, and synthetic sets for tiny runs.
+"""GRPO prompt sets: the release's critic RL files, planner requests (``planner_rl`` files, narrative and
+guidance, or planner SFT user turns), and synthetic sets for tiny runs.
 
 The synthetic critic set makes the correct verdict recoverable from the prompt: the step's instruction
 ends in ``[ok]`` or ``[bad]``, and the "after" image is reddish for ``[ok]`` and bluish for ``[bad]`` at
@@ -10,18 +11,28 @@ format-trained critic, so it needs a short SFT warm start (:func:`warm_start_exa
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from interleave_thinker.agents.messages import fill
+from interleave_thinker.agents.planner import GUIDANCE_TEMPLATE, NARRATIVE_TEMPLATE, UEVAL_SUFFIX
+from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.prompt_store import TemplateSet
-from interleave_thinker.train.data.examples import ChatTurn, CriticRLExample, GroundTruth, SFTExample
-from interleave_thinker.train.data.loaders import load_critic_rl, load_sft
-from interleave_thinker.train.data.trl_format import datasets_module, rl_dataset
+from interleave_thinker.train.data.examples import (
+    ChatTurn,
+    CriticRLExample,
+    GroundTruth,
+    PlannerRLExample,
+    SFTExample,
+)
+from interleave_thinker.train.data.loaders import load_critic_rl, load_planner_rl, load_sft
+from interleave_thinker.train.data.trl_format import content_parts, datasets_module, rl_dataset
 
 SUBJECTS = (
     "a red cube",
@@ -121,22 +132,87 @@ def critic_dataset(files: list[Path], image_dir: Path | None) -> Any:
     return rl_dataset(examples)
 
 
-def planner_dataset(requests: list[str], templates: TemplateSet) -> Any:
-    """Narrative planner prompts as TRL conversational rows, with the raw request for the plan reward."""
-    from interleave_thinker.agents.planner import narrative_planner_messages
-
-    rows = []
-    for request in requests:
-        text = narrative_planner_messages(templates, request)[0]["content"][0]["text"]
-        rows.append({"prompt": [{"role": "user", "content": text}], "request": request})
-    return datasets_module().Dataset.from_list(rows)
+def planner_prompt_text(templates: TemplateSet, example: PlannerRLExample) -> str:
+    """The planner's user turn as the pipeline builds it: the guidance template when the request has
+    images (its ``<image>`` markers kept, one per image), else the narrative one."""
+    if example.images:
+        return fill(templates.get(GUIDANCE_TEMPLATE), text_input=example.text_input)
+    return fill(templates.get(NARRATIVE_TEMPLATE), text_input=example.text_input.replace(UEVAL_SUFFIX, ""))
 
 
-def planner_requests_from_files(files: list[Path], image_dir: Path | None) -> list[str]:
-    """The user turns of planner SFT files, used as GRPO prompts (their targets are not needed)."""
-    requests = []
+def planner_dataset(examples: Sequence[PlannerRLExample], templates: TemplateSet) -> Any:
+    """Planner prompts as TRL conversational rows: ``prompt`` (text parts and image placeholders in the
+    release's guidance layout), ``images``, the raw ``request`` for the plan checks and ``plan_score``
+    (None when the row has none) for :func:`~interleave_thinker.train.rewards.planner.planner_score_reward`.
+
+    Text-only and image-bearing requests are refused together: TRL's ``GRPOTrainer`` hands the processor
+    ``None`` for the text-only rows of a mixed batch, which fails mid-training (tried with TRL 1.16 and the
+    tiny Qwen3-VL planner); one kind per run works."""
+    guidance = sum(1 for e in examples if e.images)
+    if 0 < guidance < len(examples):
+        raise ConfigError(
+            f"Planner GRPO prompts mix {len(examples) - guidance} text-only and {guidance} image-bearing "
+            "request(s), which TRL cannot batch together; train each kind in its own run (split data.train)."
+        )
+    ds = datasets_module()
+    turn = {"role": ds.Value("string"), "content": [{"type": ds.Value("string"), "text": ds.Value("string")}]}
+    features = ds.Features(
+        {
+            "prompt": [turn],
+            "images": ds.Sequence(ds.Image()),
+            "request": ds.Value("string"),
+            "plan_score": ds.Value("float64"),
+        }
+    )
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": content_parts(planner_prompt_text(templates, e))}],
+            "images": [str(p) for p in e.images],
+            "request": e.text_input,
+            "plan_score": e.plan_score,
+        }
+        for e in examples
+    ]
+    return ds.Dataset.from_dict({name: [row[name] for row in rows] for name in features}, features=features)
+
+
+def request_from_user_turn(templates: TemplateSet, text: str) -> str:
+    """The request inside a planner SFT user turn that already holds a filled template (exact inverse of
+    the plain replacement), or the turn itself when it holds none, so no prompt is templated twice."""
+    for name in (GUIDANCE_TEMPLATE, NARRATIVE_TEMPLATE):
+        head, _, tail = templates.get(name).partition("{text_input}")
+        if len(text) >= len(head) + len(tail) and text.startswith(head) and text.endswith(tail):
+            return text[len(head) : len(text) - len(tail)]
+    return text
+
+
+def _first_record(path: Path) -> Any:
+    """The first record of a JSON list or JSONL file (only it is decoded), to tell the file's kind."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # the loader says what is wrong with the file
+    start = len(text) - len(text.lstrip())
+    if text[start : start + 1] == "[":
+        start = len(text) - len(text[start + 1 :].lstrip())
+    try:
+        return json.JSONDecoder().raw_decode(text, start)[0]
+    except json.JSONDecodeError:
+        return None  # the loader reports it, with its line
+
+
+def planner_examples_from_files(
+    files: list[Path], image_dir: Path | None, templates: TemplateSet
+) -> list[PlannerRLExample]:
+    """Planner GRPO requests from ``planner_rl`` files, or from the user turns (and images) of planner SFT
+    files (records with ``messages`` / ``conversations``; their targets are not needed)."""
+    examples: list[PlannerRLExample] = []
     for path in files:
-        for example in load_sft(path, image_dir=image_dir, role="planner"):
-            if not example.images:
-                requests.append(example.messages[0].content)
-    return requests
+        first = _first_record(path)
+        if isinstance(first, dict) and ("messages" in first or "conversations" in first):
+            for sft in load_sft(path, image_dir=image_dir, role="planner"):
+                user = next(t.content for t in sft.messages if t.role == "user")
+                examples.append(PlannerRLExample(request_from_user_turn(templates, user), sft.images))
+        else:
+            examples.extend(load_planner_rl(path, image_dir=image_dir))
+    return examples

@@ -2,7 +2,8 @@
 
 critic: the release's total reward (``critic_reward``) plus its components logged separately (as
 zero-weight reward functions), the step-wise part's generator and judge calls batched and concurrent;
-planner: ``planner_format_reward`` + ``planner_plan_reward``. The reference model for the KL term is the
+planner: ``planner_format_reward`` + ``planner_plan_reward`` + ``planner_score_reward`` (a row's external
+``plan_score``). The reference model for the KL term is the
 starting checkpoint, handled by TRL (``beta``).
 """
 
@@ -28,7 +29,7 @@ from interleave_thinker.train.grpo.config import GRPORunConfig, Role
 from interleave_thinker.train.grpo.data import (
     critic_dataset,
     planner_dataset,
-    planner_requests_from_files,
+    planner_examples_from_files,
     synthetic_critic_examples,
 )
 from interleave_thinker.train.rewards import (
@@ -39,6 +40,7 @@ from interleave_thinker.train.rewards import (
     critic_format_reward,
     planner_format_reward,
     planner_plan_reward,
+    planner_score_reward,
 )
 
 
@@ -67,10 +69,10 @@ def _load_policy(config: GRPORunConfig) -> tuple[Any, Any]:
     return model, processor
 
 
-def timed(name: str, fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
+def timed(name: str, fn: Callable[..., Sequence[float | None]]) -> Callable[..., Sequence[float | None]]:
     """A reward function that also logs its wall time per step (``reward_seconds/<name>``)."""
 
-    def reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
+    def reward(prompts: Any, completions: list[Any], **columns: Any) -> Sequence[float | None]:
         start = time.perf_counter()
         values = fn(prompts, completions, **columns)
         log_metric = columns.get("log_metric")
@@ -88,8 +90,12 @@ def reward_functions(
     """(functions, weights, things to close) for the role; ``generator`` / ``judge_backend`` override the specs."""
     if role == "planner":
         return (
-            [timed("planner_format", planner_format_reward), timed("planner_plan", planner_plan_reward)],
-            [1.0, 1.0],
+            [
+                timed("planner_format", planner_format_reward),
+                timed("planner_plan", planner_plan_reward),
+                timed("planner_score", planner_score_reward),
+            ],
+            [1.0, 1.0, 1.0],
             [],
         )
     section = config.reward
@@ -175,11 +181,14 @@ def _prompt_set(
     if synthetic is not None:
         import random
 
+        from interleave_thinker.train.data.examples import PlannerRLExample
         from interleave_thinker.train.synthetic import synthetic_request
 
         rng = random.Random(seed)
-        return planner_dataset([synthetic_request(rng).text for _ in range(synthetic)], templates)
-    return planner_dataset(planner_requests_from_files(files, config.data.image_dir), templates)
+        return planner_dataset(
+            [PlannerRLExample(synthetic_request(rng).text) for _ in range(synthetic)], templates
+        )
+    return planner_dataset(planner_examples_from_files(files, config.data.image_dir, templates), templates)
 
 
 def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) -> Any:

@@ -8,7 +8,11 @@ from interleave_thinker.train.rewards.critic import (
     critic_format_reward,
     normalize_response,
 )
-from interleave_thinker.train.rewards.planner import planner_format_reward, planner_plan_reward
+from interleave_thinker.train.rewards.planner import (
+    planner_format_reward,
+    planner_plan_reward,
+    planner_score_reward,
+)
 
 __all__ = [
     "CriticReward",
@@ -19,4 +23,5 @@ __all__ = [
     "normalize_response",
     "planner_format_reward",
     "planner_plan_reward",
+    "planner_score_reward",
 ]

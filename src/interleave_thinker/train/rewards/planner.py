@@ -10,6 +10,10 @@ content parses into a valid plan (the same validation the pipeline applies), els
 2. when the request names a number of steps ("in 4 steps", "three images"), the plan has that many;
 3. no ``Step N:`` / ``(N)`` prefixes in ``instruction`` or ``prompt``;
 4. ``auxiliary_text`` is null unless the request asks for text (explain, describe, caption, ...).
+
+``planner_score_reward``: a row's external ``plan_score`` (the ``planner_rl`` column of FastVideo's
+InterleaveThinker branch, 0 to 1) for a well-formed plan, 0.0 for a reply that is not one, None for a row
+without a score (TRL then leaves it out of that row's total).
 """
 
 from __future__ import annotations
@@ -108,3 +112,27 @@ def planner_plan_reward(prompts: list[Any], completions: list[Any], **columns: A
         checks = plan_checks(plan, request)
         rewards.append(sum(checks.values()) / len(checks))
     return rewards
+
+
+def planner_score_reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float | None]:
+    """The row's ``plan_score`` when the completion is a well-formed plan (:func:`planner_format_reward`),
+    else 0.0; None for rows without a score.
+
+    The branch blends the score linearly, ``w * format + (1 - w) * plan_score`` with ``w`` = 1.0 by
+    default. Why we gate it by the format instead: the score belongs to the prompt, so it is the same for
+    every completion of a GRPO group, and a term added to all of them cancels out of the group's
+    advantages; gated, a well-formed plan earns more on the requests the external scorer rates higher.
+
+    >>> good = ("<think>t</think><answer>{'execution_plan': [{'step_number': 1, 'instruction': 'i', "
+    ...         "'prompt': 'p', 'auxiliary_text': None}]}</answer>")
+    >>> planner_score_reward(None, [good, "no plan", good], plan_score=[0.8, 0.8, None])
+    [0.8, 0.0, None]
+    """
+    scores = columns.get("plan_score")
+    if scores is None:
+        return [None] * len(completions)
+    scores = list(scores)
+    if len(scores) != len(completions):
+        raise ValueError(f"column 'plan_score' has {len(scores)} values for {len(completions)} completions")
+    formats = planner_format_reward(prompts, completions)
+    return [None if score is None else float(score) * fmt for score, fmt in zip(scores, formats, strict=True)]
