@@ -20,6 +20,7 @@ PHASES = {
     "done": "Done.",
     "cancelled": "Run cancelled; the zip holds what was made before Stop.",
     "error": "The run stopped.",
+    "refused": "Nothing was run: change the request and press Run again.",
 }
 
 
