@@ -426,3 +426,21 @@ def test_default_output_root_is_private_and_not_shared(
     assert default_out_root() == Path.home() / ".cache" / "interleave-thinker" / "demo"
     assert DemoOptions().max_upload_pixels == demo_cli.DEFAULT_MAX_PIXELS
     assert DemoOptions().max_prompt_chars == demo_cli.DEFAULT_MAX_PROMPT_CHARS
+
+
+def test_an_output_root_of_another_user_is_refused(tmp_path: Path) -> None:
+    """Issue 30 item 14: a root someone else made (the old shared default could be planted) is not
+    written into; the one line names the folder and the flag."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    root = tmp_path / "planted"
+    root.mkdir()
+    os.chown(root, 4242, 4242)
+    with pytest.raises(
+        ConfigError,
+        match=r"planted belongs to another user \(uid 4242\); give a folder of your own with --out-root\.",
+    ):
+        DemoRuns(scripted_pipeline(), DemoOptions(out_root=root)).run(
+            *run_args("Draw a Cat"), request=session("s1")
+        ).__next__()
+    assert list(root.iterdir()) == []

@@ -191,6 +191,8 @@ def test_demo_command_serves_the_tiny_preset(tmp_path: Path) -> None:
             str(port),
             "--out-root",
             str(tmp_path / "runs"),
+            "--max-prompt-chars",
+            "40",
         ],
         cwd=tmp_path,
         env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
@@ -211,6 +213,8 @@ def test_demo_command_serves_the_tiny_preset(tmp_path: Path) -> None:
         assert page.status_code == 200 and "interleave-thinker" in page.text
         client = Client(url, verbose=False)
         status, *_ = client.predict("", [], 1, 0, "text", False, "64x64", api_name="/run")
+        with pytest.raises(ValidationError, match="this demo takes at most 40"):  # the flag reaches the app
+            client.predict("x" * 41, [], 1, 0, "text", False, "64x64", api_name="/run")
         client.close()
         assert "error: The request text is empty; say what to generate." in status
     finally:

@@ -30,8 +30,7 @@ def demo(
     out_root: Annotated[
         Path | None,
         typer.Option(
-            help="Folder of the per-session run folders, made private (0700) "
-            "\\[default: <cache home>/demo, e.g. ~/.cache/interleave-thinker/demo]."
+            help="Folder of the per-session run folders, made private (0700) \\[default: <cache home>/demo]."
         ),
     ] = None,
     ttl_minutes: Annotated[
