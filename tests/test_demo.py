@@ -250,6 +250,9 @@ def test_cancel_stops_before_the_next_model_call(options: DemoOptions) -> None:
     status, _, live, final, download = seen[-1]
     assert "phase-cancelled" in status and final == ""
     assert len(generator.calls) == 1 and 'data-ev="verdict-1-0"' not in live
+    # issue 33 item 7: the cancelled attempt no longer says "generating…"
+    assert "generating…" not in live and "checking this image" not in live
+    assert 'data-ev="unfinished-1-0">stopped: Stop was pressed before this attempt finished.</p>' in live
     trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
     assert trace["status"] == "running" and trace["planner"]["plan"] is not None
 
@@ -306,6 +309,7 @@ def test_unexpected_failure_is_one_line_without_traceback(options: DemoOptions) 
     assert "error: internal error (RuntimeError); the server log has the details." in status
     assert "Traceback" not in status and "secret detail" not in status and "phase-error" in status
     assert 'data-ev="plan"' in frames[-1][1]  # what was shown before the failure stays
+    assert "generating…" not in frames[-1][2] and "not finished: the run stopped." in frames[-1][2]
 
 
 def bomb_png(path: Path, side: int) -> Path:
