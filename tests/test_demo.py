@@ -6,9 +6,11 @@ import html
 import json
 import os
 import re
+import struct
 import threading
 import time
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +27,8 @@ from interleave_thinker.runtime.pipeline import load_input_images, normalize_req
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.ui.app import DemoRuns
 from interleave_thinker.ui.files import new_run_dir, session_dir, sweep, zip_run
-from interleave_thinker.ui.options import DemoOptions, RunSettings, parse_size
+from interleave_thinker.ui.limits import check_uploads
+from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root, parse_size
 
 NOTICE = "Scripted stand-in models: the plan and verdicts come from a script."
 EVIL = "<script>alert(1)</script>${x}"
@@ -186,6 +189,8 @@ def cli_message(text: str, paths: list[str]) -> str:
 
 @pytest.mark.parametrize("case", ["empty", "mismatch", "unreadable"])
 def test_bad_input_shows_the_cli_message(options: DemoOptions, tmp_path: Path, case: str) -> None:
+    """The CLI's message, naming the page's upload field where the CLI names its --image flag, under
+    a status that says nothing was run (not "The run stopped.": none started)."""
     good = tmp_path / "good.png"
     Image.new("RGB", (8, 8), "red").save(good)
     bad = tmp_path / "bad.png"
@@ -200,7 +205,11 @@ def test_bad_input_shows_the_cli_message(options: DemoOptions, tmp_path: Path, c
     assert len(frames) == 1
     status = frames[0][0]
     expected = cli_message(text, files).replace(str(tmp_path) + "/", "")  # uploads shown by file name
+    expected = expected.replace("(--image)", "(the Input images field)")
     assert f"error: {expected}</p>" in html.unescape(status) and str(tmp_path) not in status
+    assert "--image" not in status and 'data-ev="phase-refused"' in status
+    assert "Nothing was run: change the request and press Run again." in status
+    assert "The run stopped." not in status
     assert "Traceback" not in status and frames[0][1:] == ("", "", "", None)
     assert not options.out_root.exists()  # nothing written for bad input
 
@@ -241,6 +250,9 @@ def test_cancel_stops_before_the_next_model_call(options: DemoOptions) -> None:
     status, _, live, final, download = seen[-1]
     assert "phase-cancelled" in status and final == ""
     assert len(generator.calls) == 1 and 'data-ev="verdict-1-0"' not in live
+    # issue 33 item 7: the cancelled attempt no longer says "generating…"
+    assert "generating…" not in live and "checking this image" not in live
+    assert 'data-ev="unfinished-1-0">stopped: Stop was pressed before this attempt finished.</p>' in live
     trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
     assert trace["status"] == "running" and trace["planner"]["plan"] is not None
 
@@ -297,3 +309,142 @@ def test_unexpected_failure_is_one_line_without_traceback(options: DemoOptions) 
     assert "error: internal error (RuntimeError); the server log has the details." in status
     assert "Traceback" not in status and "secret detail" not in status and "phase-error" in status
     assert 'data-ev="plan"' in frames[-1][1]  # what was shown before the failure stays
+    assert "generating…" not in frames[-1][2] and "not finished: the run stopped." in frames[-1][2]
+
+
+def bomb_png(path: Path, side: int) -> Path:
+    """A valid one-colour 1-bit PNG of ``side``² pixels, tens of KB on disk (written row by row, so
+    the test never holds the pixels): decoding it as RGB would take 3 bytes a pixel."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = bytes(1 + (side + 7) // 8)  # filter byte, then the packed bits of one row
+    packer = zlib.compressobj(9)
+    body = [packer.compress(row * 1024) for _ in range(side // 1024)]
+    body += [packer.compress(row * (side % 1024)), packer.flush()]
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
+    png = chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(body)) + chunk(b"IEND", b"")
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + png)
+    return path
+
+
+BOMB_MESSAGE = (
+    "Upload {name} is {what}; the limit is 16.8 megapixels (16,777,216 pixels) per image. "
+    "Send a smaller image."
+)
+
+
+@pytest.mark.parametrize(
+    ("side", "what"),
+    [(11000, "11000x11000 pixels"), (20000, "more pixels than Pillow opens")],
+    ids=["121-megapixels", "over-pillows-own-limit"],
+)
+def test_pixel_bombs_are_refused_from_their_header(tmp_path: Path, side: int, what: str) -> None:
+    """Issue 30 item 9: a 121-megapixel upload was decoded (1.5 GB, 30 s); a larger one escaped as
+    Pillow's DecompressionBombError, shown as Gradio's generic error. Both get the one line, unread."""
+    bomb = bomb_png(tmp_path / "bomb.png", side)
+    assert bomb.stat().st_size < 100_000
+    options = DemoOptions(out_root=tmp_path / "demo")
+    runs = DemoRuns(scripted_pipeline(), options)
+    expected = BOMB_MESSAGE.format(name="bomb.png", what=what)
+    started = time.monotonic()
+    frames = list(runs.run(*run_args("<image> next", [str(bomb)]), request=session("s1")))
+    assert len(frames) == 1 and f"error: {expected}</p>" in frames[0][0]
+    assert 'data-ev="phase-refused"' in frames[0][0] and str(tmp_path) not in frames[0][0]
+    verdicts = runs.check("<image> next", [str(bomb)], 3, 0, "text", False, "96x80")
+    assert verdicts[1] == {"__type__": "validate", "is_valid": False, "message": expected}
+    assert all(v["is_valid"] for i, v in enumerate(verdicts) if i != 1) and len(verdicts) == 7
+    assert time.monotonic() - started < 2  # the issue's bound; a decode of the 121 MP one takes more
+    assert not options.out_root.exists()
+    small = tmp_path / "small.png"
+    Image.new("RGB", (4096, 4096), "red").save(small)
+    assert check_uploads([str(small)], max_bytes=2**30, max_images=1, max_pixels=4096**2) == [str(small)]
+
+
+def test_long_requests_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Issue 30 item 9: a 1 MB request held the only slot for minutes; now it is refused at once."""
+    options = DemoOptions(out_root=tmp_path / "demo", max_prompt_chars=4000)
+    runs = DemoRuns(scripted_pipeline(), options)
+    expected = "The request is 1,048,576 characters long; this demo takes at most 4,000. Shorten it."
+    text = "draw " * (2**20 // 5) + "x" * (2**20 % 5)
+    frames = list(runs.run(*run_args(text), request=session("s1")))
+    assert len(frames) == 1 and f"error: {expected}</p>" in frames[0][0]
+    verdicts = runs.check(text, None, 3, 0, "text", False, "96x80")
+    assert verdicts[0] == {"__type__": "validate", "is_valid": False, "message": expected}
+    assert runs.check("x" * 4000, None, 3, 0, "text", False, "96x80")[0]["is_valid"]
+    assert not options.out_root.exists()
+
+
+def test_sweep_never_follows_nor_deletes_through_links(tmp_path: Path) -> None:
+    """Issue 30 item 14: a link in the output root made ``rmtree`` raise on every run, and a session
+    folder linked elsewhere had its target's old files deleted. Links are skipped and left alone."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (outside / "old-run").mkdir(parents=True)
+    (outside / "old-run" / "keep.txt").write_text("not the demo's")
+    (outside / "keep.txt").write_text("not the demo's")
+    folder = session_dir(root, "s1")
+    old = new_run_dir(folder, "old")
+    old.mkdir(parents=True)
+    (old / "trace.json").write_text("{}")
+    (old / "escape").symlink_to(outside)  # a link inside a run folder: rmtree unlinks it, only it
+    (folder / "linked-run").symlink_to(outside / "old-run")
+    (folder / "linked-file").symlink_to(outside / "keep.txt")
+    (folder / "dangling").symlink_to(tmp_path / "nothing")
+    (root / "linked-session").symlink_to(outside)
+    past = time.time() - 7200
+    for path in (outside, outside / "old-run", outside / "keep.txt", old):
+        os.utime(path, (past, past))
+    for link in ("linked-run", "linked-file", "dangling"):
+        os.utime(folder / link, (past, past), follow_symlinks=False)
+    assert zipfile.ZipFile(zip_run(old)).namelist() == ["trace.json"]  # the link's files are not zipped
+    os.utime(old.with_name(old.name + ".zip"), (past, past))
+
+    removed = sweep(root, 3600)
+    assert set(removed) == {old, old.with_name(old.name + ".zip")}
+    assert (outside / "old-run" / "keep.txt").read_text() == "not the demo's"
+    assert (outside / "keep.txt").read_text() == "not the demo's"
+    assert {p.name for p in folder.iterdir()} == {"linked-run", "linked-file", "dangling"}
+    assert (root / "linked-session").is_symlink()
+
+    runs = DemoRuns(scripted_pipeline(), DemoOptions(out_root=root, ttl_s=3600))
+    status, *_, download = list(runs.run(*run_args("Please draw a Cat"), request=session("s2")))[-1]
+    assert "phase-done" in status and Path(download).parent == root / "s2"
+
+
+def test_default_output_root_is_private_and_not_shared(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 30 item 14: the default root was the system temp folder, shared by every account."""
+    from interleave_thinker.cli import demo as demo_cli
+    from interleave_thinker.ui import build_demo
+
+    monkeypatch.setenv("INTERLEAVE_THINKER_HOME", str(tmp_path / "home"))
+    root = default_out_root()
+    assert root == tmp_path / "home" / "demo" and DemoOptions().out_root == root
+    root.mkdir(parents=True, mode=0o755)
+    root.chmod(0o755)
+    build_demo(scripted_pipeline())
+    assert root.stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv("INTERLEAVE_THINKER_HOME")
+    assert default_out_root() == Path.home() / ".cache" / "interleave-thinker" / "demo"
+    assert DemoOptions().max_upload_pixels == demo_cli.DEFAULT_MAX_PIXELS
+    assert DemoOptions().max_prompt_chars == demo_cli.DEFAULT_MAX_PROMPT_CHARS
+
+
+def test_an_output_root_of_another_user_is_refused(tmp_path: Path) -> None:
+    """Issue 30 item 14: a root someone else made (the old shared default could be planted) is not
+    written into; the one line names the folder and the flag."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    root = tmp_path / "planted"
+    root.mkdir()
+    os.chown(root, 4242, 4242)
+    with pytest.raises(
+        ConfigError,
+        match=r"planted belongs to another user \(uid 4242\); give a folder of your own with --out-root\.",
+    ):
+        DemoRuns(scripted_pipeline(), DemoOptions(out_root=root)).run(
+            *run_args("Draw a Cat"), request=session("s1")
+        ).__next__()
+    assert list(root.iterdir()) == []

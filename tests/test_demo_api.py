@@ -21,12 +21,13 @@ import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from gradio_client import Client
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import ValidationError
 from gradio_client.utils import Status
 
 from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
 
-from .test_demo import GatedImage, scripted_pipeline
+from .test_demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline
 
 # Gradio's server and client leave sockets and an event loop to the garbage collector when closed.
 pytestmark = pytest.mark.filterwarnings(
@@ -103,6 +104,50 @@ def test_queue_runs_one_request_at_a_time(tmp_path: Path, request: pytest.Fixtur
     assert "Cat sketch" in results[0][1] and "Dog sketch" in results[1][1]
 
 
+def test_refusals_come_before_the_queue_while_another_visitor_is_served(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 30 item 9's acceptance: with the only slot held by one visitor's run, a 121-megapixel
+    upload and a 1 MB request from another are each refused in under 2 s with the one-line message
+    (Gradio's validator runs them before the queue), and the first visitor's run then finishes."""
+    generator = GatedImage()
+    options = DemoOptions(out_root=tmp_path / "demo", concurrency=1)
+    bomb = bomb_png(tmp_path / "bomb.png", 11000)
+    with serve(build_demo(scripted_pipeline(generator, max_attempts=1), options=options), options) as url:
+        served, hostile = Client(url, verbose=False), Client(url, verbose=False)
+        request.addfinalizer(served.close)
+        request.addfinalizer(hostile.close)
+        job = served.submit("Paint a Cat", [], 1, 0, "text", False, "96x80", api_name="/run")
+        assert generator.entered.acquire(timeout=60)  # the served visitor's run holds the only slot
+        refusals = {
+            "files": (
+                ("<image> next", [handle_file(str(bomb))]),
+                BOMB_MESSAGE.format(name="bomb.png", what="11000x11000 pixels"),
+            ),
+            "text": (
+                ("x" * 2**20, []),
+                ("The request is 1,048,576 characters long; this demo takes at most 4,000. Shorten it."),
+            ),
+        }
+        for field, (inputs, message) in refusals.items():
+            started = time.monotonic()
+            with pytest.raises(ValidationError) as caught:
+                hostile.predict(*inputs, 1, 0, "text", False, "96x80", api_name="/run")
+            assert time.monotonic() - started < 2
+            assert str(caught.value).splitlines()[1:] == [f"- {field}: {message}"]
+        assert not job.done() and generator.in_flight == 1  # still waiting for the test's gate
+        generator.release.release()
+        assert generator.entered.acquire(timeout=60)
+        generator.release.release()
+        status, plan, *_ = job.result(timeout=120)
+        assert "phase-done" in status and "Cat sketch" in plan
+        for _ in range(2):  # the refused visitor's next, valid request runs as usual
+            generator.release.release()
+        status, plan, *_ = hostile.predict("Paint a Dog", [], 1, 0, "text", False, "96x80", api_name="/run")
+    assert "phase-done" in status and "Dog sketch" in plan
+    assert [c.prompt for c in generator.calls] == ["a Cat", "colour it", "a Dog", "colour it"]
+
+
 def test_demo_command_refuses_bad_options(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "200"}
     result = subprocess.run(
@@ -146,6 +191,8 @@ def test_demo_command_serves_the_tiny_preset(tmp_path: Path) -> None:
             str(port),
             "--out-root",
             str(tmp_path / "runs"),
+            "--max-prompt-chars",
+            "40",
         ],
         cwd=tmp_path,
         env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
@@ -166,6 +213,8 @@ def test_demo_command_serves_the_tiny_preset(tmp_path: Path) -> None:
         assert page.status_code == 200 and "interleave-thinker" in page.text
         client = Client(url, verbose=False)
         status, *_ = client.predict("", [], 1, 0, "text", False, "64x64", api_name="/run")
+        with pytest.raises(ValidationError, match="this demo takes at most 40"):  # the flag reaches the app
+            client.predict("x" * 41, [], 1, 0, "text", False, "64x64", api_name="/run")
         client.close()
         assert "error: The request text is empty; say what to generate." in status
     finally:

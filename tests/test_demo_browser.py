@@ -18,7 +18,7 @@ from PIL import Image
 
 from interleave_thinker.ui import DemoOptions, build_demo
 
-from .test_demo import GatedImage, scripted_pipeline
+from .test_demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline
 from .test_demo_api import serve
 
 pytestmark = pytest.mark.filterwarnings(
@@ -170,13 +170,33 @@ def test_browser_shows_bad_input_and_keeps_serving(browser: Any, tmp_path: Path)
         alert = page.locator('[data-ev="error"]')
         alert.wait_for()
         assert alert.inner_text() == (
-            "error: The request has 1 <image> marker(s) but 2 image(s) were given (--image); "
+            "error: The request has 1 <image> marker(s) but 2 image(s) were given (the Input images field); "
             "give one image per marker, in order."
         )
         page.locator("#it-files button[aria-label='Clear']").first.click()
         submit(page, "Please draw a Moth")
         page.locator('[data-ev="final"]').wait_for()
         assert page.locator('[data-ev="error"]').count() == 0
+
+
+def test_browser_shows_a_refused_upload_at_its_field(browser: Any, tmp_path: Path) -> None:
+    """Issue 30 item 9: a 121-megapixel upload is refused before the queue by Gradio's validator,
+    whose one-line message the page paints on the upload field; the next request runs."""
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        page = open_page(browser, url)
+        submit(page, "<image> what next", [bomb_png(tmp_path / "bomb.png", 11000)])
+        refusal = page.locator("#it-files .validation-error")
+        refusal.wait_for(timeout=30_000)
+        assert refusal.inner_text().strip() == BOMB_MESSAGE.format(name="bomb.png", what="11000x11000 pixels")
+        assert page.locator('[data-ev="final"]').count() == 0
+        page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)
+        clear = page.locator("#it-files button[aria-label='Clear']")
+        clear.first.click()  # the message's own close button
+        refusal.wait_for(state="detached")
+        clear.first.click()  # then the upload's
+        submit(page, "Please draw a Moth")
+        page.locator('[data-ev="final"]').wait_for()
 
 
 @pytest.mark.slow

@@ -12,6 +12,10 @@ from rich.console import Console
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.core.errors import ConfigError
 
+DEFAULT_MAX_PIXELS = 4096 * 4096
+"""As ``DemoOptions.max_upload_pixels`` (the ui package imports Gradio, so it is not imported here)."""
+DEFAULT_MAX_PROMPT_CHARS = 4000
+"""As ``DemoOptions.max_prompt_chars``."""
 INSTALL_HINT = "The demo needs Gradio: pip install 'interleave-thinker[demo]' (or run `make install`)."
 
 
@@ -24,12 +28,21 @@ def demo(
     concurrency: Annotated[int, typer.Option(min=1, help="Runs at once; more wait in the queue.")] = 1,
     queue_size: Annotated[int, typer.Option(min=1, help="Runs that may wait in the queue.")] = 16,
     out_root: Annotated[
-        Path | None, typer.Option(help="Folder of the per-session run folders \\[default: temp folder].")
+        Path | None,
+        typer.Option(
+            help="Folder of the per-session run folders, made private (0700) \\[default: <cache home>/demo]."
+        ),
     ] = None,
     ttl_minutes: Annotated[
         float, typer.Option(min=1, help="Run folders and zips are deleted after this long.")
     ] = 60.0,
     max_upload_mb: Annotated[float, typer.Option(min=0.1, help="Size limit of each uploaded image.")] = 10.0,
+    max_upload_pixels: Annotated[
+        int, typer.Option(min=1, help="Pixels of each uploaded image, read from its header before decoding.")
+    ] = DEFAULT_MAX_PIXELS,
+    max_prompt_chars: Annotated[
+        int, typer.Option(min=1, help="Characters of a request; longer ones are refused before the queue.")
+    ] = DEFAULT_MAX_PROMPT_CHARS,
 ) -> None:
     """Serve the web demo: the plan, every attempt and the critic's verdicts stream into the page."""
     from interleave_thinker.cli.progress import LoadingDisplay
@@ -46,6 +59,8 @@ def demo(
         concurrency=concurrency,
         queue_size=queue_size,
         max_upload_mb=max_upload_mb,
+        max_upload_pixels=max_upload_pixels,
+        max_prompt_chars=max_prompt_chars,
     )
     if out_root is not None:
         options = dataclasses.replace(options, out_root=out_root.resolve())

@@ -91,8 +91,11 @@ def load_input_images(paths: Sequence[str | Path]) -> list[Image.Image]:
     return [open_image_file(path) for path in paths]
 
 
-def normalize_request_text(text: str, n_images: int) -> tuple[str, list[str]]:
-    """Check ``<image>`` markers against the images; with none at all, place the images first."""
+def normalize_request_text(
+    text: str, n_images: int, *, images_from: str = "--image"
+) -> tuple[str, list[str]]:
+    """Check ``<image>`` markers against the images; with none at all, place the images first.
+    ``images_from`` is how the message names where images are given (the demo's upload field)."""
     if not text.strip():
         raise InputError("The request text is empty; say what to generate.")
     markers = count_image_markers(text)
@@ -102,7 +105,7 @@ def normalize_request_text(text: str, n_images: int) -> tuple[str, list[str]]:
         ]
     if markers != n_images:
         raise InputError(
-            f"The request has {markers} <image> marker(s) but {n_images} image(s) were given (--image); "
+            f"The request has {markers} <image> marker(s) but {n_images} image(s) were given ({images_from}); "
             "give one image per marker, in order."
         )
     return text, []

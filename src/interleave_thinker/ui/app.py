@@ -11,15 +11,22 @@ from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
 from interleave_thinker.ui.files import (
-    check_uploads,
     example_images,
     new_run_dir,
+    private_root,
     session_dir,
     sweep,
     zip_run,
 )
+from interleave_thinker.ui.limits import UPLOAD_FIELD, check_prompt, check_uploads
 from interleave_thinker.ui.live import RunView
-from interleave_thinker.ui.options import MAX_ATTEMPTS_LIMIT, DemoOptions, RunSettings, size_choices
+from interleave_thinker.ui.options import (
+    MAX_ATTEMPTS_LIMIT,
+    DemoOptions,
+    RunSettings,
+    default_out_root,
+    size_choices,
+)
 from interleave_thinker.ui.render import render_final, render_live, render_plan, render_status
 from interleave_thinker.ui.worker import one_line, start_run
 
@@ -51,6 +58,30 @@ class DemoRuns:
         self._cancels: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
+    def _uploads(self, files: list[str] | None) -> list[str]:
+        """The uploads' count, bytes and header pixels, checked without decoding any of them."""
+        opts = self.options
+        return check_uploads(
+            files,
+            max_bytes=opts.max_upload_bytes,
+            max_images=opts.max_images,
+            max_pixels=opts.max_upload_pixels,
+        )
+
+    def check(self, text: str, files: list[str] | None, *settings: Any) -> list[dict[str, Any]]:
+        """Gradio's validator of ``run``: called when the request arrives, before it is queued, so a
+        refused request never waits for (nor holds) a run slot. One ``gr.validate`` per input."""
+        verdicts = [gr.validate(True, "") for _ in range(2 + len(settings))]
+        for index, check in (
+            (0, lambda: check_prompt(text or "", self.options.max_prompt_chars)),
+            (1, lambda: self._uploads(files)),
+        ):
+            try:
+                check()
+            except InterleaveThinkerError as exc:
+                verdicts[index] = gr.validate(False, _without_folders(one_line(str(exc)), files))
+        return verdicts
+
     def run(
         self,
         text: str,
@@ -65,17 +96,20 @@ class DemoRuns:
         """Stream one run: status, plan, live steps, final page and (at the end) the zip."""
         view = RunView(notice=self.pipeline.config.notice)
         opts = self.options
-        try:  # 1. The same checks, and the same one-line messages, as the CLI
-            paths = check_uploads(files, max_bytes=opts.max_upload_bytes, max_images=opts.max_images)
-            normalize_request_text(text or "", len(load_input_images(paths)))
+        try:  # 1. The bounds, then the same checks and one-line messages as the CLI
+            check_prompt(text or "", opts.max_prompt_chars)
+            paths = self._uploads(files)
+            images = load_input_images(paths)
+            normalize_request_text(text or "", len(images), images_from=UPLOAD_FIELD)
             settings = RunSettings(
                 int(max_attempts), int(seed), text_steps, bool(critic_on_last_attempt), size
             )
             config = settings.apply(self.pipeline.config)
         except InterleaveThinkerError as exc:
-            view.phase, view.error = "error", _without_folders(one_line(str(exc)), files)
+            view.phase, view.error = "refused", _without_folders(one_line(str(exc)), files)
             yield _outputs(view)
             return
+        private_root(opts.out_root, default=opts.out_root == default_out_root())
         # 2. A fresh folder in this session's own space; old runs of every session are swept
         sweep(opts.out_root, opts.ttl_s)
         session = session_dir(opts.out_root, getattr(request, "session_hash", None))
@@ -134,6 +168,7 @@ def build_demo(
     opts = options or DemoOptions()
     pipeline = _load(source)
     runs = DemoRuns(pipeline, opts)
+    private_root(opts.out_root, default=opts.out_root == default_out_root())
     cfg = pipeline.config
     with gr.Blocks(title="interleave-thinker", delete_cache=(int(opts.ttl_s), int(opts.ttl_s))) as demo:
         gr.Markdown(INTRO)
@@ -143,6 +178,7 @@ def build_demo(
                     label="Request",
                     lines=3,
                     placeholder="How to draw a cat step by step?",
+                    max_length=opts.max_prompt_chars,
                     elem_id="it-request",
                 )
                 files = gr.File(
@@ -163,6 +199,7 @@ def build_demo(
             inputs=[text, files, *settings],
             outputs=outputs,
             api_name="run",
+            validator=runs.check,
             concurrency_limit=opts.concurrency,
             concurrency_id="pipeline",
         )

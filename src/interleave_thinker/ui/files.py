@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import time
 import uuid
 import zipfile
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9]+")
 
@@ -32,27 +34,69 @@ def new_run_dir(session: Path, prompt: str) -> Path:
     return session / f"{stamp}-{uuid.uuid4().hex[:6]}-{slug}"
 
 
+def private_root(root: Path, *, default: bool = False) -> Path:
+    """Make the folder of every session's runs (mode 0700), and refuse one another account owns:
+    visitors' uploads and results are nobody else's to read, and nobody else's to plant links in.
+    The default root (:func:`~interleave_thinker.ui.options.default_out_root`) is made private again
+    each time; a root given with ``--out-root`` keeps the mode its owner gave it."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = root.stat()
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise ConfigError(
+            f"Demo output folder {root} belongs to another user (uid {info.st_uid}); "
+            "give a folder of your own with --out-root."
+        )
+    if default and info.st_mode & 0o077:
+        root.chmod(0o700)
+    return root
+
+
 def sweep(root: Path, ttl_s: float, *, now: float | None = None) -> list[Path]:
-    """Delete run folders and zips not touched for ``ttl_s`` seconds, then empty session folders."""
+    """Delete run folders and zips not touched for ``ttl_s`` seconds, then empty session folders.
+
+    Links are never followed nor deleted: the demo makes none, so a link in the root or in a session
+    folder is someone else's (a session folder linked elsewhere would have its target's files deleted,
+    and ``rmtree`` refuses a link, which stopped every run). One entry that cannot be removed is
+    logged and left; the sweep goes on."""
     now = time.time() if now is None else now
+    try:
+        sessions = [e for e in os.scandir(root) if not e.name.startswith("_")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
     removed: list[Path] = []
-    if not root.is_dir():
-        return removed
-    for session in root.iterdir():
-        if not session.is_dir() or session.name.startswith("_"):
-            continue
+    for session in sessions:
+        if session.is_dir(follow_symlinks=False):
+            removed += _sweep_session(Path(session.path), ttl_s, now)
+    return removed
+
+
+def _sweep_session(session: Path, ttl_s: float, now: float) -> list[Path]:
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(session))
+    except FileNotFoundError:
+        return removed  # another session's sweep got there first
+    for entry in entries:
         try:
-            for entry in session.iterdir():
-                if now - entry.stat().st_mtime > ttl_s:
-                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
-                    removed.append(entry)
-            # a later run makes it again, and so does a first write whose folder was being made in it
-            # at this moment (``core/paths.FOLDER_TRIES``)
-            if not any(session.iterdir()):
-                session.rmdir()
-                removed.append(session)
+            if entry.is_symlink() or now - entry.stat(follow_symlinks=False).st_mtime <= ttl_s:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)  # removes links inside a run folder, never their targets
+            else:
+                os.unlink(entry.path)
+            removed.append(Path(entry.path))
         except FileNotFoundError:
-            continue  # another session's sweep got there first
+            continue
+        except OSError as exc:  # e.g. swapped for a link meanwhile: rmtree refuses it
+            logger.warning("demo clean-up left %s in place: %s", entry.path, exc)
+    # a later run makes it again, and so does a first write whose folder was being made in it at this
+    # moment (``core/paths.FOLDER_TRIES``)
+    try:
+        if not any(session.iterdir()):
+            session.rmdir()
+            removed.append(session)
+    except OSError:
+        pass  # not empty after all, or gone: either way nothing to do
     return removed
 
 
@@ -62,25 +106,10 @@ def zip_run(run_dir: Path) -> Path:
     tmp = target.with_name(f".{target.name}.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(run_dir.rglob("*")):
-            if path.is_file() and not path.name.startswith("."):
+            if path.is_file() and not path.is_symlink() and not path.name.startswith("."):
                 archive.write(path, path.relative_to(run_dir).as_posix())
     os.replace(tmp, target)
     return target
-
-
-def check_uploads(files: Sequence[str] | None, *, max_bytes: int, max_images: int) -> list[str]:
-    """The uploaded paths, refused with one line when too many or too large (before opening them)."""
-    paths = [str(f) for f in files or []]
-    if len(paths) > max_images:
-        raise InputError(f"{len(paths)} images were uploaded; this demo takes at most {max_images}.")
-    for path in paths:
-        size = Path(path).stat().st_size if Path(path).is_file() else 0
-        if size > max_bytes:
-            raise InputError(
-                f"Upload {Path(path).name} is {size / 2**20:.3g} MB; the limit is "
-                f"{max_bytes / 2**20:.3g} MB per image. Send a smaller image."
-            )
-    return paths
 
 
 def example_images(root: Path) -> list[Path]:

@@ -25,7 +25,7 @@ class RunView:
     """Everything shown for one run; ``apply`` folds one worker event into it."""
 
     notice: str | None = None
-    phase: str = "waiting"  # waiting, planning, running, done, cancelled, error
+    phase: str = "waiting"  # waiting, planning, running, done, cancelled, error; refused (bad input)
     plan: Plan | None = None
     attempts: dict[tuple[int, int], AttemptView] = field(default_factory=dict)
     steps: dict[int, StepRecord] = field(default_factory=dict)

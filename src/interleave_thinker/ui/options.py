@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from pydantic import ValidationError
 
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.paths import cache_home
 
 SIZE_CHOICES = (256, 512, 768, 1024)
 """Square image sizes offered in the page besides the configured one."""
@@ -18,8 +18,9 @@ MAX_ATTEMPTS_LIMIT = 6
 
 
 def default_out_root() -> Path:
-    # Under the system temp folder, which Gradio serves files from without extra allowed paths.
-    return Path(tempfile.gettempdir()) / "interleave-thinker-demo"
+    """``<cache home>/demo``: the user's own folder (made 0700), never a shared temp folder where
+    another account could plant the root or a link inside it (``ui/files.private_root``)."""
+    return cache_home() / "demo"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class DemoOptions:
     queue_size: int = 16
     max_upload_mb: float = 10.0
     max_images: int = 8
+    max_upload_pixels: int = 4096 * 4096
+    """Pixels per uploaded image, read from its header before anything is decoded."""
+    max_prompt_chars: int = 4000
+    """Characters of the request (at most 4 bytes each); longer requests are refused before the queue."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -40,6 +45,8 @@ class DemoOptions:
             "ttl_s": self.ttl_s > 0,
             "max_upload_mb": self.max_upload_mb > 0,
             "max_images": self.max_images >= 0,
+            "max_upload_pixels": self.max_upload_pixels >= 1,
+            "max_prompt_chars": self.max_prompt_chars >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

@@ -20,6 +20,7 @@ PHASES = {
     "done": "Done.",
     "cancelled": "Run cancelled; the zip holds what was made before Stop.",
     "error": "The run stopped.",
+    "refused": "Nothing was run: change the request and press Run again.",
 }
 
 
@@ -77,7 +78,14 @@ def _verdict(step: int, record: Attempt) -> str:
     return "".join(parts)
 
 
-def _attempt(view: AttemptView) -> str:
+UNFINISHED = {
+    "cancelled": "stopped: Stop was pressed before this attempt finished.",
+    "error": "not finished: the run stopped.",
+}
+"""What an attempt without a verdict says once its run has ended (it no longer says "generating…")."""
+
+
+def _attempt(view: AttemptView, run_phase: str) -> str:
     key = f"{view.step}-{view.attempt}"
     parts = [
         f'<div class="it-attempt" data-ev="attempt-{key}"><div class="it-meta">attempt {view.attempt + 1}'
@@ -89,6 +97,8 @@ def _attempt(view: AttemptView) -> str:
         )
     if view.record is not None:
         parts.append(_verdict(view.step, view.record))
+    elif run_phase in UNFINISHED:
+        parts.append(f'<p class="it-meta" data-ev="unfinished-{key}">{UNFINISHED[run_phase]}</p>')
     elif view.phase == "reviewing":
         parts.append('<p class="it-meta">the critic is checking this image…</p>')
     else:
@@ -104,7 +114,7 @@ def render_live(view: RunView) -> str:
     for index, step in enumerate(view.plan.steps, start=1):
         title = esc(step.step_name or f"Step {index}")
         parts = [f'<section class="it-step" data-ev="step-{index}"><h4>{index}. {title}</h4>']
-        parts += [_attempt(a) for a in view.attempts_of(index)]
+        parts += [_attempt(a, view.phase) for a in view.attempts_of(index)]
         record = view.steps.get(index)
         if record is not None:
             state = "accepted image: " + esc(record.accepted_image) if record.accepted_image else "text step"
