@@ -9,6 +9,7 @@ plainly when the judge is not the protocol's official one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import threading
@@ -21,7 +22,9 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.eval.judging import JudgeClient
+from interleave_thinker.eval.outputs import reason
 from interleave_thinker.eval.prompts import PromptSet, Repo
 
 PROTOCOLS = ("ueval", "wise", "wise-legacy", "rise")
@@ -32,11 +35,14 @@ OFFICIAL_JUDGES = {
     "ueval": "gemini-2.5-pro",
 }
 NOT_COMPARABLE = "not comparable to the published leaderboard"
+INPUT_DIGEST = "input_sha256"
+"""The key of ``scores.jsonl`` binding a score to what it judged (see :func:`score_items`)."""
 
 
 @dataclass
 class ItemResult:
-    """One line of ``scores.jsonl``. ``status``: ok, failed (a judgement never parsed) or missing."""
+    """One line of ``scores.jsonl``. ``status``: ok, failed (a judgement never parsed, an output refused,
+    a budget spent: ``errors`` says which) or missing."""
 
     id: str
     category: str
@@ -126,7 +132,8 @@ class RunFolder:
         return rows
 
     def append(self, result: ItemResult) -> None:
-        text = json.dumps(result.to_json(), ensure_ascii=False) + "\n"
+        # the data's own strings (a category, a subtask) may hold what no file can: cleaned as written
+        text = clean_text(json.dumps(result.to_json(), ensure_ascii=False)) + "\n"
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
             with self.scores_path.open("a", encoding="utf-8") as handle:
@@ -141,8 +148,11 @@ class RunFolder:
         if data and not data.endswith(b"\n"):
             write_atomic(self.scores_path, data[: data.rfind(b"\n") + 1])
 
-    def write_summary(self, summary: dict[str, Any], client: JudgeClient, order: list[str]) -> dict[str, Any]:
-        """``summary.json`` (metadata + results + counts); ``scores.jsonl`` rewritten in data order."""
+    def write_summary(
+        self, summary: dict[str, Any], client: JudgeClient, order: list[str], rescored: int = 0
+    ) -> dict[str, Any]:
+        """``summary.json`` (metadata + results + counts + the digest of what was scored); ``scores.jsonl``
+        rewritten in data order. ``rescored``: stored scores replaced because their input changed."""
         rows = self.done()
         ordered = [rows[i] for i in order if i in rows]
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered)
@@ -158,6 +168,12 @@ class RunFolder:
                 "missing_outputs": statuses.count("missing"),
             },
             "judge_calls": {"this_run": client.calls, "cache_hits": client.cache_hits},
+            "failed_items": [
+                {"id": r.get("id"), "reason": (r.get("errors") or ["no reason recorded"])[-1]}
+                for r in ordered
+                if r.get("status") == "failed"
+            ],
+            "scored_inputs": {"sha256": outputs_digest(ordered), "rescored_changed": rescored},
             **summary,
         }
         write_atomic(self.out / "summary.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
@@ -191,24 +207,56 @@ def score_items(
     folder: RunFolder,
     capacity: int,
     on_scored: ScoredHook | None = None,
-) -> None:
-    """Score every item not yet in ``scores.jsonl``; items run concurrently (twice ``capacity`` of them, so
-    requests are ready when a slot frees), the client bounds the judge to ``capacity`` calls in flight.
+    digest: Callable[[Any], str] | None = None,
+) -> int:
+    """Score every item not yet in ``scores.jsonl`` with the same ``digest``; returns how many stored
+    scores were replaced because their item's data or output changed since.
+
+    A line is reused only when its ``input_sha256`` is the item's ``digest`` (the data record and the
+    output files it judged), so a reused ``--out`` never reports another output's score. An item whose
+    scoring raises fails alone: its line is ``failed`` with a one-line reason and the run goes on.
+    Items run concurrently (twice ``capacity`` of them, so requests are ready when a slot frees), the
+    client bounds the judge to ``capacity`` calls in flight.
 
     ``on_scored(done, total)`` is called once before the first judge call (``done`` = items already in
     ``scores.jsonl``) and after each item is written: the CLI's counted bar, without rich in this layer."""
     items = list(items)
     done = folder.done()
-    todo = [item for item in items if item_id(item) not in done]
+    digests = {item_id(item): digest(item) if digest is not None else None for item in items}
+    todo = [
+        item
+        for item in items
+        if item_id(item) not in done or done[item_id(item)].get(INPUT_DIGEST) != digests[item_id(item)]
+    ]
+    changed = sum(1 for item in todo if item_id(item) in done)
     counter = _Counter(len(items) - len(todo), len(items), on_scored)
 
     def work(item: Any) -> None:
-        folder.append(score_one(item))
+        key = item_id(item)
+        try:
+            result = score_one(item)
+        except Exception as exc:  # one bad item fails alone; the run finishes and writes its summary
+            result = ItemResult(key, str(getattr(item, "category", "")), None, "failed", errors=[reason(exc)])
+        result.extra[INPUT_DIGEST] = digests[key]
+        folder.append(result)
         counter.advance()
 
     with ThreadPoolExecutor(max_workers=2 * max(1, capacity), thread_name_prefix="score-item") as pool:
         for future in [pool.submit(work, item) for item in todo]:
             future.result()
+    return changed
+
+
+def bind(item: Any, *outputs: str) -> str:
+    """An item's ``input_sha256``: its data record (``item.raw``) and the digests of its outputs."""
+    record = json.dumps(getattr(item, "raw", {}), sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(json.dumps([record, list(outputs)]).encode("ascii")).hexdigest()
+
+
+def outputs_digest(rows: Iterable[dict[str, Any]]) -> str:
+    """One digest of what a summary scored: every item's id and ``input_sha256``, in order."""
+    pairs = [[str(r.get("id")), r.get(INPUT_DIGEST)] for r in rows]
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=True).encode("ascii")).hexdigest()
 
 
 def mean(values: Iterable[float | None]) -> float | None:
