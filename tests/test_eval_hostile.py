@@ -285,5 +285,7 @@ def test_score_and_generate_out_folders_are_locked(tmp_path: Path) -> None:
         result = CliRunner().invoke(
             app, ["eval", "generate", "wise", "--data", str(data), "--out", str(out), "--preset", "tiny"]
         )
-        assert result.exit_code != 0 and "is in use by another interleave-thinker process" in str(result.exception)
+        assert result.exit_code != 0 and "is in use by another interleave-thinker process" in str(
+            result.exception
+        )
         assert sorted(os.listdir(out)) == [".lock"]
