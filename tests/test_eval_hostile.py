@@ -105,8 +105,8 @@ def _hostile_wise(tmp_path: Path) -> tuple[Path, Path, bytes]:
     outputs = tmp_path / "images"
     outputs.mkdir()
     (outputs / "1.png").write_bytes(_png(RED))
-    secret = tmp_path / "secret.txt"
-    secret.write_bytes(b"API_KEY=hunter2 " * 8)
+    secret = tmp_path / "private.png"
+    secret.write_bytes(_png(BLUE, (20, 20)))  # a real image, somewhere else
     (outputs / "2.png").symlink_to(secret)  # item 4: a symlink out of the folder
     with (outputs / "3.png").open("wb") as handle:  # over 64 MiB (sparse: nothing is written)
         handle.truncate(65 * 1024 * 1024)
@@ -214,11 +214,27 @@ def test_hostile_ueval_items_fail_alone_through_the_cli(tmp_path: Path) -> None:
         again = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
         assert again.exit_code == 0 and server.calls == 3
     assert (out / "scores.jsonl").read_bytes() == before
-    # the report of this run: the NUL in a task name and the lone surrogates reach no page (item 16)
+
+
+def _scored(folder: Path, score: float, note: str) -> Path:
+    folder.mkdir()
+    judge = {"spec": "openai:x#m", "model": "m\x00", "official": False}
+    summary = {"protocol": "wise", "scorer_version": "current", "judge": judge, "outputs": "",
+               "overall": score, "categories": {"CULTURE\x00": {"score": score, "n": 1}}}  # fmt: skip
+    row = {"id": "1", "category": "CULTURE", "score": score, "status": "ok", "errors": [note]}
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    (folder / "scores.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_report_page_holds_no_nul_and_no_lone_surrogate(tmp_path: Path) -> None:
+    """Item 16: text read from scoring folders is cleaned before it reaches report.html."""
+    a = _scored(tmp_path / "a", 1.0, "ok")
+    b = _scored(tmp_path / "b", 0.0, "cut \x00 reply \ud83d")  # as json.dumps escapes them
     page = tmp_path / "report.html"
-    write_report([out], page)
+    write_report([a, b], page)
     text = page.read_text(encoding="utf-8")
-    assert "\x00" not in text and "life" in text
+    assert "\x00" not in text and "cut  reply \ufffd" in text
 
 
 def test_lone_surrogate_in_a_judge_reply_is_cleaned(tmp_path: Path) -> None:

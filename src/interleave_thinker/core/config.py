@@ -211,27 +211,27 @@ class PriceOptions(_Section):
 
 
 class EvalOptions(_Section):
-    """Bounds of `eval score` on what it reads and what it asks (docs/evaluation.md#limits)."""
+    """Bounds of `eval score` on what it reads and what it asks (docs/evaluation.md)."""
 
     max_image_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1,
-        description="Largest image file an item may hold; a larger one fails the item.",
+        description="`eval score`: largest image file an item may hold (bytes); a larger one fails the item.",
     )
     max_image_pixels: int = Field(
         default=4096 * 4096,
         ge=1,
-        description="Most pixels an image may declare (read from its header, before decoding); more fails the item.",
+        description="`eval score`: most pixels an image may declare in its header; more fails the item, undecoded.",
     )
     judge_calls_per_item: int = Field(
         default=100,
         ge=1,
-        description="Judge calls one item may make (all its questions and attempts); then it fails, recorded.",
+        description="`eval score`: judge calls one item may make (all its questions and attempts); then it fails.",
     )
     judge_calls_per_run: int = Field(
         default=50_000,
         ge=1,
-        description="Judge calls one `eval score` run may make; then every item left fails, recorded.",
+        description="`eval score`: judge calls one run may make; then every question left fails, recorded.",
     )
 
 

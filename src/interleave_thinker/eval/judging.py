@@ -294,7 +294,7 @@ class JudgeClient:
         """Every reply of earlier runs; a line torn by a kill is ignored (its question is asked again)."""
         memo: dict[str, str] = {}
         if self.cache_path.is_file():
-            for line in self.cache_path.read_text(encoding="utf-8").splitlines():
+            for line in self.cache_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     entry = json.loads(line)
                     key, reply = entry["key"], entry["reply"]

@@ -35,6 +35,7 @@ OFFICIAL_JUDGES = {
     "ueval": "gemini-2.5-pro",
 }
 NOT_COMPARABLE = "not comparable to the published leaderboard"
+MAX_RUN_JSON_CHARS = 1_000_000
 INPUT_DIGEST = "input_sha256"
 """The key of ``scores.jsonl`` binding a score to what it judged (see :func:`score_items`)."""
 
@@ -102,7 +103,15 @@ class RunFolder:
     def _check_identity(self) -> None:
         path = self.out / "run.json"
         if path.is_file():
-            old = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                old = json.loads(path.read_text(encoding="utf-8", errors="replace")[:MAX_RUN_JSON_CHARS])
+            except (ValueError, RecursionError):
+                old = None
+            if not isinstance(old, dict):
+                raise ConfigError(
+                    f"{path} is not a scoring run's metadata (unreadable JSON); this --out {self.out} is "
+                    "not a scoring folder of ours: pick another --out, or delete the file to start over."
+                )
             for key in IDENTITY_KEYS:
                 if old.get(key) != self.meta.get(key):
                     raise ConfigError(
@@ -122,7 +131,7 @@ class RunFolder:
         """Lines already written (a torn last line from a kill is ignored and rescored)."""
         rows: dict[str, dict[str, Any]] = {}
         if self.scores_path.is_file():
-            for line in self.scores_path.read_text(encoding="utf-8").splitlines():
+            for line in self.scores_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     row = json.loads(line)
                 except ValueError:
