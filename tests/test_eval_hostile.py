@@ -252,28 +252,59 @@ def test_lone_surrogate_in_a_judge_reply_is_cleaned(tmp_path: Path) -> None:
     assert _rows(out)["1"]["replies"] == {"judge": ["Score: 1 \ufffd"]}
 
 
-def test_a_judge_that_is_down_spends_its_budgets_then_fails_recorded(tmp_path: Path) -> None:
-    """Item 10: UEval's 500 attempts per rubric end at the per-item and then the per-run budget."""
-    items = [{"id": k, "prompt": f"Q{k}", "task": "art", "text_rubrics": ["A", "B", "C"]} for k in (1, 2, 3)]
-    data = tmp_path / "ueval.json"
+def _down_ueval(tmp_path: Path, ids: tuple[int, ...]) -> tuple[Path, Path]:
+    items = [{"id": k, "prompt": f"Q{k}", "task": "art", "text_rubrics": ["A", "B", "C"]} for k in ids]
+    data = tmp_path / f"ueval{len(ids)}.json"
     data.write_text(json.dumps(items), encoding="utf-8")
-    sub = tmp_path / "results.json"
-    sub.write_text(json.dumps([{"id": k, "text_answer": "x"} for k in (1, 2, 3)]), encoding="utf-8")
-    config = tmp_path / "settings.yaml"
-    config.write_text("eval:\n  judge_calls_per_item: 5\n  judge_calls_per_run: 8\n", encoding="utf-8")
+    sub = tmp_path / f"results{len(ids)}.json"
+    sub.write_text(json.dumps([{"id": k, "text_answer": "x"} for k in ids]), encoding="utf-8")
+    return data, sub
+
+
+def test_a_judge_that_is_down_spends_its_budgets_then_fails_recorded(tmp_path: Path) -> None:
+    """Item 10: UEval's 500 attempts per rubric end at the per-item, or the per-run, budget; a resume
+    is a new run: what the run's budget stopped is asked again, an item that spent its own is not."""
     assert EvalOptions().judge_calls_per_item == 100 and EvalOptions().judge_calls_per_run == 50_000
-    limits = EvalOptions(judge_calls_per_item=5, judge_calls_per_run=8)
     backend = BackendOptions(remote=RemoteOptions(max_retries=0))
-    with judge_server(lambda body: HOSTILE["down"]) as server:
-        options = _options("ueval", sub, data, f"openai:{server.url}#j", tmp_path / "o", judge_concurrency=1)
-        options.limits, options.backend_options, options.ueval_mode = limits, backend, "direct"
-        summary = run_score(options)
-        assert server.calls == 8
-    assert summary["counts"] == {"items": 3, "scored": 0, "failed": 3, "missing_outputs": 0}
-    errors = [" ".join(row["errors"]) for row in _rows(tmp_path / "o").values()]
-    assert "budget of 5 judge calls is spent (eval.judge_calls_per_item)" in errors[0]
-    assert "budget of 8 judge calls is spent (eval.judge_calls_per_run)" in errors[2]
-    assert summary["limits"]["judge_calls_per_item"] == 5
+    down = {"now": True}
+
+    def script(body: dict[str, Any]) -> str | int:
+        return HOSTILE["down"] if down["now"] else '{"criteria_met": true}'
+
+    with judge_server(script) as server:
+        judge = f"openai:{server.url}#j"
+        data, sub = _down_ueval(tmp_path, (1,))
+        per_item = _options(
+            "ueval", sub, data, judge, tmp_path / "a", judge_concurrency=1, ueval_mode="direct"
+        )
+        per_item.limits, per_item.backend_options = EvalOptions(judge_calls_per_item=2), backend
+        summary = run_score(per_item)
+        assert server.calls == 2 and summary["counts"]["failed"] == 1
+        assert (
+            "budget of 2 judge calls is spent (eval.judge_calls_per_item)"
+            in summary["failed_items"][0]["reason"]
+        )
+        assert summary["limits"]["judge_calls_per_item"] == 2
+
+        data, sub = _down_ueval(tmp_path, (1, 2, 3))
+        per_run = _options(
+            "ueval", sub, data, judge, tmp_path / "b", judge_concurrency=1, ueval_mode="direct"
+        )
+        per_run.limits, per_run.backend_options = EvalOptions(judge_calls_per_run=4), backend
+        summary = run_score(per_run)
+        assert server.calls == 2 + 4
+        assert summary["counts"] == {"items": 3, "scored": 0, "failed": 3, "missing_outputs": 0}
+        for row in _rows(tmp_path / "b").values():
+            assert any(
+                "budget of 4 judge calls is spent (eval.judge_calls_per_run)" in e for e in row["errors"]
+            )
+
+        down["now"] = False
+        assert run_score(per_item)["counts"]["failed"] == 1 and server.calls == 6
+        per_run.limits = EvalOptions()  # resumed with the default budget
+        again = run_score(per_run)
+        assert server.calls == 6 + 9
+    assert again["counts"] == {"items": 3, "scored": 3, "failed": 0, "missing_outputs": 0}
 
 
 def test_the_budget_settings_are_read_from_the_config(tmp_path: Path) -> None:

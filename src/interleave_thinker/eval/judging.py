@@ -31,6 +31,8 @@ from interleave_thinker.core.sanitize import clean_text
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
+RUN_BUDGET = "eval.judge_calls_per_run"
+"""Named in the error of a question the run's budget stopped: such an item is scored again on resume."""
 MAX_REPLY_CHARS = 100_000
 """Replies are cut to this length at the boundary (a judge that rambles cannot fill the disk)."""
 
@@ -276,7 +278,7 @@ class JudgeClient:
         with self._lock:
             used = self._item_calls.get(item, 0)
             if self.calls_per_run is not None and self.calls >= self.calls_per_run:
-                return f"the run's budget of {self.calls_per_run} judge calls is spent (eval.judge_calls_per_run)"
+                return f"the run's budget of {self.calls_per_run} judge calls is spent ({RUN_BUDGET})"
             if self.calls_per_item is not None and used >= self.calls_per_item:
                 return f"this item's budget of {self.calls_per_item} judge calls is spent (eval.judge_calls_per_item)"
             self._item_calls[item] = used + 1

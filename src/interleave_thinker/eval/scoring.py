@@ -23,7 +23,7 @@ from typing import Any
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.sanitize import clean_text
-from interleave_thinker.eval.judging import JudgeClient
+from interleave_thinker.eval.judging import RUN_BUDGET, JudgeClient
 from interleave_thinker.eval.outputs import reason
 from interleave_thinker.eval.prompts import PromptSet, Repo
 
@@ -232,11 +232,7 @@ def score_items(
     items = list(items)
     done = folder.done()
     digests = {item_id(item): digest(item) if digest is not None else None for item in items}
-    todo = [
-        item
-        for item in items
-        if item_id(item) not in done or done[item_id(item)].get(INPUT_DIGEST) != digests[item_id(item)]
-    ]
+    todo = [item for item in items if _stale(done.get(item_id(item)), digests[item_id(item)])]
     changed = sum(1 for item in todo if item_id(item) in done)
     counter = _Counter(len(items) - len(todo), len(items), on_scored)
 
@@ -260,6 +256,14 @@ def bind(item: Any, *outputs: str) -> str:
     """An item's ``input_sha256``: its data record (``item.raw``) and the digests of its outputs."""
     record = json.dumps(getattr(item, "raw", {}), sort_keys=True, ensure_ascii=True, default=str)
     return hashlib.sha256(json.dumps([record, list(outputs)]).encode("ascii")).hexdigest()
+
+
+def _stale(row: dict[str, Any] | None, digest: str | None) -> bool:
+    """Whether an item must be scored: no line, another input, or stopped by the run's call budget
+    (a resume is a new run, with a new budget)."""
+    if row is None or row.get(INPUT_DIGEST) != digest:
+        return True
+    return row.get("status") == "failed" and any(RUN_BUDGET in str(e) for e in row.get("errors") or [])
 
 
 def outputs_digest(rows: Iterable[dict[str, Any]]) -> str:
