@@ -237,19 +237,34 @@ def test_report_page_holds_no_nul_and_no_lone_surrogate(tmp_path: Path) -> None:
     assert "\x00" not in text and "cut  reply \ufffd" in text
 
 
-def test_lone_surrogate_in_a_judge_reply_is_cleaned(tmp_path: Path) -> None:
-    """Item 3: a reply cut inside an emoji is scored and stored, the half replaced."""
+@pytest.mark.parametrize(
+    ("shape", "stored"),
+    [("surrogate", "Score: 1 \ufffd"), ("nul", "Score: 1"), ("down", None), ("refusing", None)],
+)
+def test_each_hostile_judge_reply_is_cleaned_or_recorded(
+    tmp_path: Path, shape: str, stored: str | None
+) -> None:
+    """Item 3 and the judge double's hostile shapes: a reply cut inside an emoji (a lone surrogate) or
+    holding NULs is scored and stored cleaned; an error status fails the item, recorded; the summary is
+    written every time."""
     data = _wise_data(tmp_path, [1])
     outputs = tmp_path / "images"
     outputs.mkdir()
     (outputs / "1.png").write_bytes(_png(RED))
     out = tmp_path / "o"
-    with judge_server(lambda body: HOSTILE["surrogate"]) as server:
-        summary = run_score(_options("wise", outputs, data, f"openai:{server.url}#j", out))
-    assert summary["counts"]["scored"] == 1
+    options = _options("wise", outputs, data, "", out)
+    options.backend_options = BackendOptions(remote=RemoteOptions(max_retries=0))
+    with judge_server(lambda body: HOSTILE[shape]) as server:
+        options.judge = f"openai:{server.url}#j"
+        summary = run_score(options)
     log = [json.loads(line) for line in (out / "replies.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [entry["reply"] for entry in log] == ["Score: 1 \ufffd"]
-    assert _rows(out)["1"]["replies"] == {"judge": ["Score: 1 \ufffd"]}
+    if stored is None:
+        assert summary["counts"]["failed"] == 1 and len(log) == 3 and all("error" in e for e in log)
+        assert "scripted status" in summary["failed_items"][0]["reason"]
+    else:
+        assert summary["counts"]["scored"] == 1
+        assert [entry["reply"] for entry in log] == [stored]
+        assert _rows(out)["1"]["replies"] == {"judge": [stored]}
 
 
 def _down_ueval(tmp_path: Path, ids: tuple[int, ...]) -> tuple[Path, Path]:

@@ -33,6 +33,7 @@ MODES = ("cached", "direct")
 OPEN_TASKS = frozenset({"art", "life", "tech", "exercise"})
 CLOSED_TASKS = frozenset({"space", "textbook", "diagram", "paper"})
 MAX_RUBRICS = 100
+MAX_IMAGES = 32
 MAX_ANSWER_CHARS = 200_000
 MAX_SUBMISSION_BYTES = 512 * 1024 * 1024
 _TRUE = {"true", "yes", "y", "1"}
@@ -275,6 +276,10 @@ def score_item(
     if len(text) > MAX_ANSWER_CHARS:
         raise InputError(
             f"{submission_dir}: item {item.id}: text_answer longer than {MAX_ANSWER_CHARS} characters."
+        )
+    if len(paths) > MAX_IMAGES:
+        raise InputError(
+            f"{submission_dir}: item {item.id}: image_answer names {len(paths)} images, more than {MAX_IMAGES}."
         )
     images, problems = load_images(paths, submission_dir, limits)
     questions = build_questions(prompts, item, text, images, mode, attempts)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.eval.judging import RUN_BUDGET, JudgeClient
@@ -241,7 +241,9 @@ def score_items(
         try:
             result = score_one(item)
         except Exception as exc:  # one bad item fails alone; the run finishes and writes its summary
-            result = ItemResult(key, str(getattr(item, "category", "")), None, "failed", errors=[reason(exc)])
+            where = "" if isinstance(exc, InputError) else f"{getattr(item, 'where', '') or key}: "
+            failure = [clean_text(where) + reason(exc)]
+            result = ItemResult(key, str(getattr(item, "category", "")), None, "failed", errors=failure)
         result.extra[INPUT_DIGEST] = digests[key]
         folder.append(result)
         counter.advance()
