@@ -17,6 +17,7 @@ from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_
 from interleave_thinker.cli.progress import counter_bar
 
 if TYPE_CHECKING:
+    from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.eval.generate import GenerationRun
     from interleave_thinker.runtime.pipeline import Pipeline
     from interleave_thinker.runtime.scheduler import BatchSettings
@@ -77,18 +78,34 @@ def generate(
 ) -> None:
     """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
     from interleave_thinker.eval.datasets import load_items
-    from interleave_thinker.eval.generate import GenerationRun, load_pipeline, open_store
+    from interleave_thinker.eval.generate import GenerationRun, open_store
     from interleave_thinker.runtime.batch_inputs import parse_shard, select
-    from interleave_thinker.runtime.scheduler import BatchSettings
+    from interleave_thinker.runtime.outlock import folder_lock
 
     # 1. Check everything cheap before loading a model.
     cfg = settings.resolve()
     items = select(load_items(benchmark, data), limit=limit, shard=parse_shard(shard) if shard else None)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
     run = GenerationRun(benchmark, mode, data, out, items, cfg)
-    start_fresh(out, fresh)
-    store = open_store(run, resume=resume)
+    with folder_lock(out):  # one process per --out, as `batch`
+        start_fresh(out, fresh)
+        store = open_store(run, resume=resume)
+        _generate(run, store, cfg, limits, concurrency, micro_batch, quiet)
 
+
+def _generate(
+    run: GenerationRun,
+    store: RunStore,
+    cfg: PipelineConfig,
+    limits: dict[str, int],
+    concurrency: int,
+    micro_batch: list[str] | None,
+    quiet: bool,
+) -> None:
+    from interleave_thinker.eval.generate import load_pipeline
+    from interleave_thinker.runtime.scheduler import BatchSettings
+
+    mode = run.mode
     # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
     quiet_diffusers(cfg.generator)
     with console.status(f"loading models ({mode} mode)"):
@@ -103,7 +120,7 @@ def generate(
         f"{record['written']} of {record['items']} items have an output; {len(missing)} missing"
         + (f" ({escape(shown)})" if missing else "")
     )
-    typer.echo(str(out))
+    typer.echo(str(run.out))
 
 
 @app.command("report")

@@ -23,6 +23,7 @@ JudgeAttemptsOption = Annotated[
 Protocol = Literal["ueval", "wise", "wise-legacy", "rise"]
 ScorerVersion = Literal["current", "pre-2026-04-13"]
 UEvalMode = Literal["cached", "direct"]
+MAX_SHOWN_FAILURES = 20
 
 
 @with_settings()
@@ -72,6 +73,7 @@ def score(
         ueval_mode=ueval_mode,
         judge_cache=judge_cache,
         backend_options=BackendOptions.from_config(cfg),
+        limits=cfg.eval,
     )
     progress = counter_bar(console, quiet=quiet)
     task = progress.add_task(escape(f"scoring {protocol} with {judge}"), total=None)
@@ -94,6 +96,14 @@ def _report(summary: dict[str, Any], out: Path) -> None:
         f"{counts['scored']} scored, {counts['failed']} failed, {counts['missing_outputs']} missing outputs; "
         f"{summary['judge_calls']['this_run']} judge calls, {summary['judge_calls']['cache_hits']} cache hits"
     )
+    failed = summary.get("failed_items") or []
+    for entry in failed[:MAX_SHOWN_FAILURES]:
+        console.print(escape(f"failed {entry['id']}: {entry['reason']}"), highlight=False, soft_wrap=True)
+    if len(failed) > MAX_SHOWN_FAILURES:
+        console.print(escape(f"... and {len(failed) - MAX_SHOWN_FAILURES} more: see {out / 'summary.json'}"))
+    rescored = summary.get("scored_inputs", {}).get("rescored_changed", 0)
+    if rescored:
+        console.print(f"{rescored} stored scores were replaced: their data or output changed since")
     typer.echo(json.dumps(_headline(summary), indent=2))
     if not counts["scored"]:  # a summary of nothing is not a result: say so, exit non-zero
         console.print(

@@ -210,6 +210,31 @@ class PriceOptions(_Section):
     generator: RolePrices = Field(default_factory=RolePrices, description="Prices of the generator's calls.")
 
 
+class EvalOptions(_Section):
+    """Bounds of `eval score` on what it reads and what it asks (docs/evaluation.md)."""
+
+    max_image_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="`eval score`: largest image file an item may hold (bytes); a larger one fails the item.",
+    )
+    max_image_pixels: int = Field(
+        default=4096 * 4096,
+        ge=1,
+        description="`eval score`: most pixels an image may declare in its header; more fails the item, undecoded.",
+    )
+    judge_calls_per_item: int = Field(
+        default=100,
+        ge=1,
+        description="`eval score`: judge calls one item may make (all its questions and attempts); then it fails.",
+    )
+    judge_calls_per_run: int = Field(
+        default=50_000,
+        ge=1,
+        description="`eval score`: judge calls one run may make; then every question left fails, recorded.",
+    )
+
+
 class PipelineConfig(_Section):
     """Everything needed to build a :class:`~interleave_thinker.Pipeline`."""
 
@@ -235,6 +260,7 @@ class PipelineConfig(_Section):
     )
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
+    eval: EvalOptions = Field(default_factory=EvalOptions)
 
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:

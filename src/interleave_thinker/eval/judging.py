@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.core.sanitize import clean_text
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
+RUN_BUDGET = "eval.judge_calls_per_run"
+"""Named in the error of a question the run's budget stopped: such an item is scored again on resume."""
 MAX_REPLY_CHARS = 100_000
 """Replies are cut to this length at the boundary (a judge that rambles cannot fill the disk)."""
 
@@ -200,8 +203,20 @@ class Question:
 class JudgeClient:
     """Asks questions with at most ``capacity`` calls in flight; caches and logs every reply."""
 
-    def __init__(self, transport: JudgeTransport, *, cache_dir: Path, log_path: Path, capacity: int) -> None:
+    def __init__(
+        self,
+        transport: JudgeTransport,
+        *,
+        cache_dir: Path,
+        log_path: Path,
+        capacity: int,
+        calls_per_item: int | None = None,
+        calls_per_run: int | None = None,
+    ) -> None:
         self.transport = transport
+        self.calls_per_item = calls_per_item
+        self.calls_per_run = calls_per_run
+        self._item_calls: dict[str, int] = {}
         self.cache_dir = cache_dir
         self.log_path = log_path
         self.calls = 0
@@ -236,11 +251,17 @@ class JudgeClient:
             reply = self._cached(key)
             cached = reply is not None
             if reply is None:
+                spent = self._spend(item)
+                if spent is not None:
+                    judgement.errors.append(spent)
+                    self._log(item, question.role, attempt, key, None, spent, False)
+                    return judgement
                 try:
                     reply = self._send(question.request)
                 except BackendError as exc:
-                    judgement.errors.append(f"attempt {attempt + 1}: {exc}")
-                    self._log(item, question.role, attempt, key, None, str(exc), False)
+                    error = clean_text(str(exc))
+                    judgement.errors.append(f"attempt {attempt + 1}: {error}")
+                    self._log(item, question.role, attempt, key, None, error, False)
                     continue
                 self._store(key, reply)
             judgement.replies.append(reply)
@@ -252,19 +273,30 @@ class JudgeClient:
                 judgement.errors.append(f"attempt {attempt + 1}: unparsable reply ({exc})")
         return judgement
 
-    def _send(self, request: JudgeRequest) -> str:
+    def _spend(self, item: str) -> str | None:
+        """Count one call against the budgets; the reason it may not be made when one is spent."""
         with self._lock:
+            used = self._item_calls.get(item, 0)
+            if self.calls_per_run is not None and self.calls >= self.calls_per_run:
+                return f"the run's budget of {self.calls_per_run} judge calls is spent ({RUN_BUDGET})"
+            if self.calls_per_item is not None and used >= self.calls_per_item:
+                return f"this item's budget of {self.calls_per_item} judge calls is spent (eval.judge_calls_per_item)"
+            self._item_calls[item] = used + 1
             self.calls += 1
+            return None
+
+    def _send(self, request: JudgeRequest) -> str:
+        """One call; the reply cut and cleaned here, once (a lone surrogate could not be written)."""
         if getattr(self.transport, "bounded", False):
-            return self.transport.send(request)[:MAX_REPLY_CHARS]
+            return clean_text(self.transport.send(request)[:MAX_REPLY_CHARS])
         with self._slots:
-            return self.transport.send(request)[:MAX_REPLY_CHARS]
+            return clean_text(self.transport.send(request)[:MAX_REPLY_CHARS])
 
     def _load_cache(self) -> dict[str, str]:
         """Every reply of earlier runs; a line torn by a kill is ignored (its question is asked again)."""
         memo: dict[str, str] = {}
         if self.cache_path.is_file():
-            for line in self.cache_path.read_text(encoding="utf-8").splitlines():
+            for line in self.cache_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     entry = json.loads(line)
                     key, reply = entry["key"], entry["reply"]

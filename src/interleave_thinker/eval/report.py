@@ -22,6 +22,7 @@ from interleave_thinker.core.types import Attempt, Trace
 from interleave_thinker.eval.layouts import SUBMISSION
 from interleave_thinker.eval.report_data import (
     Run,
+    cleaned,
     load_runs,
     markdown_table,
     paired_ids,
@@ -66,8 +67,8 @@ def _submission(run: Run) -> dict[str, list[str]]:
     if file is None or not file.is_file():
         return {}
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, OSError):
+        data = cleaned(json.loads(file.read_text(encoding="utf-8")))
+    except (ValueError, OSError, RecursionError):
         return {}  # the scorer reports a bad submission; the page shows the items without images
     found: dict[str, list[str]] = {}
     for entry in data if isinstance(data, list) else []:

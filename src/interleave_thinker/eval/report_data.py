@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.eval.published import PUBLISHED, Published
 
 SUMMARY = "summary.json"
@@ -63,13 +64,27 @@ class Run:
         return self.outputs.parent if self.outputs.is_file() else self.outputs
 
 
+def cleaned(value: Any) -> Any:
+    """A value read from a JSON file with every string cleaned (:func:`clean_text`: no NUL, no lone
+    surrogate reaches the page or the terminal)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [cleaned(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(str(k)): cleaned(v) for k, v in value.items()}
+    return value
+
+
 def _read_json(path: Path) -> Any:
     if path.stat().st_size > MAX_FILE_BYTES:
         raise InputError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB.")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return cleaned(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise InputError(f"{path}: not a UTF-8 JSON file of bounded depth ({type(exc).__name__}).") from None
 
 
 def _scoring_folder(path: Path) -> Path:
@@ -89,10 +104,10 @@ def _rows(path: Path) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = cleaned(json.loads(line))
+        except (ValueError, RecursionError):
             continue  # a torn last line of a killed scoring run
         if isinstance(row, dict) and row.get("id") is not None:
             rows[str(row["id"])] = row

@@ -26,8 +26,9 @@ from interleave_thinker.eval.judging import (
     Part,
     Question,
 )
+from interleave_thinker.eval.outputs import Limits, file_digest, open_image, reason
 from interleave_thinker.eval.prompts import PromptSet
-from interleave_thinker.eval.scoring import ItemResult, mean
+from interleave_thinker.eval.scoring import ItemResult, bind, mean
 
 SCORER_VERSIONS = ("current", "pre-2026-04-13")
 SETTINGS = {"max_tokens": 4096, "n": 1, "temperature": 0}
@@ -62,12 +63,11 @@ def parse_judge(reply: str) -> list[int]:
     return numbers
 
 
-def encode_image(path: Path) -> JudgeImage:
-    """The official encoding: RGBA/P -> RGB, thumbnail to 768x768, JPEG with Pillow's defaults."""
-    from PIL import Image
-
-    with Image.open(path) as opened:
-        image = opened.convert("RGB") if opened.mode in ("RGBA", "P") else opened.copy()
+def encode_image(path: Path, folder: Path | None = None, limits: Limits | None = None) -> JudgeImage:
+    """The official encoding: RGBA/P -> RGB, thumbnail to 768x768, JPEG with Pillow's defaults; the file
+    read inside ``folder`` (default: its own) within ``limits`` (bytes, pixels) before any decoding."""
+    opened = open_image(folder or path.parent, path, limits or Limits())
+    image = opened.convert("RGB") if opened.mode in ("RGBA", "P") else opened
     image.thumbnail((IMAGE_SIZE, IMAGE_SIZE))
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG")
@@ -81,9 +81,15 @@ def _nan(value: Any) -> bool:
 def find_output(outputs: Path, item: EvalItem) -> Path | None:
     for suffix in ("png", "jpg", "jpeg"):
         path = outputs / "images" / item.category / f"{item.id}.{suffix}"
-        if path.is_file():
+        if path.is_file() or path.is_symlink():
             return path
     return None
+
+
+def output_digest(outputs: Path, limits: Limits, item: EvalItem) -> str:
+    """What a stored score of ``item`` is bound to: its data record and its output file."""
+    found = find_output(outputs, item)
+    return bind(item, "missing" if found is None else f"{found.name}:{file_digest(outputs, found, limits)}")
 
 
 def plan_judges(item: EvalItem, columns: set[str], prompts: PromptSet) -> list[tuple[str, str, list[Path]]]:
@@ -147,7 +153,13 @@ def consistency_free(raw: dict[str, Any], columns: set[str]) -> bool:
 
 
 def score_item(
-    prompts: PromptSet, client: JudgeClient, outputs: Path, columns: set[str], version: str, item: EvalItem
+    prompts: PromptSet,
+    client: JudgeClient,
+    outputs: Path,
+    columns: set[str],
+    version: str,
+    item: EvalItem,
+    limits: Limits | None = None,
 ) -> ItemResult:
     extra = {"subtask": item.raw.get("subtask")} if "subtask" in columns else {}
     judges = plan_judges(item, columns, prompts)
@@ -160,16 +172,18 @@ def score_item(
     encoded: dict[Path, JudgeImage] = {}
 
     def image(path: Path) -> JudgeImage:
+        # the output stays inside --outputs; an input inside the data's folder
+        folder = outputs if path == output else Path(item.root) if item.root else path.parent
         if path not in encoded:
-            encoded[path] = encode_image(path)
+            encoded[path] = encode_image(path, folder, limits)
         return encoded[path]
 
     try:
         messages: list[tuple[str, tuple[Part, ...]]] = [
             (role, (text, *[image(p) for p in [*inputs, output]])) for role, text, inputs in judges
         ]
-    except OSError as exc:  # a missing input or an unreadable image: the sample fails, the run goes on
-        errors = [f"cannot read an image of this sample: {exc}"]
+    except (OSError, InputError) as exc:  # a missing, refused or unreadable image: the sample fails alone
+        errors = [f"cannot read an image of this sample: {reason(exc)}"]
         return ItemResult(item.id, item.category, None, "failed", {"accuracy": 0}, extra=extra, errors=errors)
     questions = [
         Question(JudgeRequest((JudgeMessage("user", parts),), dict(SETTINGS)), parse_judge, 1, role)

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interleave_thinker.core.config import EvalOptions
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval import score_rise, score_ueval, score_wise
 from interleave_thinker.eval.datasets import EvalItem, load_items
 from interleave_thinker.eval.judging import JudgeClient, JudgeTransport, load_transport
+from interleave_thinker.eval.outputs import Limits
 from interleave_thinker.eval.prompts import RISE_REPO, UEVAL_REPO, WISE_REPO, EvalPromptStore
 from interleave_thinker.eval.scoring import (
     ItemResult,
@@ -24,6 +26,7 @@ from interleave_thinker.eval.scoring import (
     run_metadata,
     score_items,
 )
+from interleave_thinker.runtime.outlock import folder_lock
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
@@ -48,6 +51,8 @@ class ScoreOptions:
     judge_cache: Path | None = None
     backend_options: BackendOptions | None = None
     """The settings' device and transport for the judge (``--config``); None = defaults."""
+    limits: EvalOptions = field(default_factory=EvalOptions)
+    """The settings' ``eval.*``: what one image may weigh, how many judge calls an item and a run make."""
 
 
 def _check(options: ScoreOptions) -> None:
@@ -65,18 +70,29 @@ def _check(options: ScoreOptions) -> None:
         raise InputError(f"--outputs {options.outputs}: no such folder.")
 
 
-def _scorer(
-    options: ScoreOptions, items: list[EvalItem], prompts: Any, client: JudgeClient
-) -> tuple[
-    Callable[[EvalItem], ItemResult], Callable[[list[dict[str, Any]]], dict[str, Any]], dict[str, Any]
-]:
-    """The per-item function, the summariser and extra metadata of the protocol."""
+@dataclass(frozen=True)
+class Scorer:
+    """A protocol's per-item function, summariser, extra metadata and what binds a stored score."""
+
+    score: Callable[[EvalItem], ItemResult]
+    summarize: Callable[[list[dict[str, Any]]], dict[str, Any]]
+    extra: dict[str, Any]
+    digest: Callable[[EvalItem], str]
+
+
+def _scorer(options: ScoreOptions, items: list[EvalItem], prompts: Any, client: JudgeClient) -> Scorer:
     attempts = options.judge_attempts or DEFAULT_ATTEMPTS[options.protocol]
+    limits = Limits.from_options(options.limits)
     if options.protocol in score_wise.PROTOCOLS:
         protocol = score_wise.PROTOCOLS[options.protocol]
         score_wise.check_data(protocol, items)
         one = functools.partial(score_wise.score_item, protocol, prompts, client, options.outputs)
-        return (lambda item: one(item, attempts)), functools.partial(score_wise.summarize, protocol), {}
+        return Scorer(
+            lambda item: one(item, attempts, limits),
+            functools.partial(score_wise.summarize, protocol),
+            {},
+            functools.partial(score_wise.output_digest, options.outputs, limits),
+        )
     if options.protocol == "rise":
         columns: set[str] = set().union(*(item.raw.keys() for item in items))
         for item in items:  # bad samples (category, references) fail now, before any judge call
@@ -84,12 +100,22 @@ def _scorer(
         scorer = functools.partial(
             score_rise.score_item, prompts, client, options.outputs, columns, options.scorer_version
         )
-        return scorer, score_rise.summarize, {"data_columns": sorted(columns)}
+        return Scorer(
+            lambda item: scorer(item, limits),
+            score_rise.summarize,
+            {"data_columns": sorted(columns)},
+            functools.partial(score_rise.output_digest, options.outputs, limits),
+        )
     submission, folder = score_ueval.load_submission(options.outputs)
-    scorer = functools.partial(
+    ueval = functools.partial(
         score_ueval.score_item, prompts, client, submission, folder, options.ueval_mode, attempts
     )
-    return scorer, score_ueval.summarize, {"ueval_mode": options.ueval_mode}
+    return Scorer(
+        lambda item: ueval(item, limits),
+        score_ueval.summarize,
+        {"ueval_mode": options.ueval_mode},
+        functools.partial(score_ueval.output_digest, submission, folder, limits),
+    )
 
 
 def run_score(
@@ -100,15 +126,28 @@ def run_score(
     _check(options)
     items = load_items(BENCHMARK_OF[options.protocol], options.data)
     prompts = EvalPromptStore().load(options.protocol)
+    with folder_lock(options.out):  # two runs on one --out would both pay the judge
+        return _run_locked(options, items, prompts, transport, on_scored)
+
+
+def _run_locked(
+    options: ScoreOptions,
+    items: list[EvalItem],
+    prompts: Any,
+    transport: JudgeTransport | None,
+    on_scored: ScoredHook | None,
+) -> dict[str, Any]:
     transport = transport or load_transport(options.judge, options.judge_concurrency, options.backend_options)
     client = JudgeClient(
         transport,
         cache_dir=options.judge_cache or options.out / "judge_cache",
         log_path=options.out / "replies.jsonl",
         capacity=options.judge_concurrency,
+        calls_per_item=options.limits.judge_calls_per_item,
+        calls_per_run=options.limits.judge_calls_per_run,
     )
     try:
-        score_one, summarize, extra = _scorer(options, items, prompts, client)
+        scorer = _scorer(options, items, prompts, client)
         meta = run_metadata(
             options.protocol,
             options.scorer_version,
@@ -118,13 +157,22 @@ def run_score(
             data=options.data,
             outputs=str(options.outputs),
             judge_attempts=options.judge_attempts or DEFAULT_ATTEMPTS[options.protocol],
-            **extra,
+            limits=options.limits.model_dump(mode="json"),
+            **scorer.extra,
         )
         folder = RunFolder(options.out, meta)
-        score_items(items, lambda item: item.id, score_one, folder, options.judge_concurrency, on_scored)
+        rescored = score_items(
+            items,
+            lambda item: item.id,
+            scorer.score,
+            folder,
+            options.judge_concurrency,
+            on_scored,
+            scorer.digest,
+        )
         order = [item.id for item in items]
         wanted = set(order)
         rows = [row for key, row in folder.done().items() if key in wanted]
-        return folder.write_summary(summarize(rows), client, order)
+        return folder.write_summary(scorer.summarize(rows), client, order, rescored)
     finally:
         client.close()

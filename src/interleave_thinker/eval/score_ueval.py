@@ -12,6 +12,7 @@ is still judged, with an empty answer and no images, exactly as the official cod
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import re
@@ -19,16 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.images import open_bounded
+from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeMessage, JudgeRequest, Question
+from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
 from interleave_thinker.eval.prompts import PromptSet, fill_ueval
-from interleave_thinker.eval.scoring import ItemResult, mean
+from interleave_thinker.eval.scoring import ItemResult, bind, mean
 
 ATTEMPTS = 500
 MODES = ("cached", "direct")
 OPEN_TASKS = frozenset({"art", "life", "tech", "exercise"})
 CLOSED_TASKS = frozenset({"space", "textbook", "diagram", "paper"})
-MAX_IMAGE_BYTES = 64 * 1024 * 1024
+MAX_RUBRICS = 100
+MAX_IMAGES = 32
+MAX_ANSWER_CHARS = 200_000
 MAX_SUBMISSION_BYTES = 512 * 1024 * 1024
 _TRUE = {"true", "yes", "y", "1"}
 _FALSE = {"false", "no", "n", "0"}
@@ -110,6 +116,8 @@ def load_submission(path: Path) -> tuple[dict[str, tuple[str, list[str]]], Path]
         data = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise InputError(f"{file}: not a UTF-8 JSON file of bounded depth ({type(exc).__name__}).") from None
     if not isinstance(data, list):
         raise InputError(f"{file}: must hold a JSON list of {{id, text_answer, image_answer}}.")
     lookup: dict[str, tuple[str, list[str]]] = {}
@@ -119,39 +127,60 @@ def load_submission(path: Path) -> tuple[dict[str, tuple[str, list[str]]], Path]
         images = entry.get("image_answer")
         paths = [v for v in images if v] if isinstance(images, list) else ([images] if images else [])
         text = entry.get("text_answer", "")
-        lookup[str(entry["id"])] = ("" if text is None else str(text), [str(p) for p in paths])
+        # cleaned once here: a lone surrogate or NUL from the file can be neither hashed nor written
+        answer = "" if text is None else clean_text(str(text))
+        lookup[clean_text(str(entry["id"]))] = (answer, [clean_text(str(p)) for p in paths])
     return lookup, file.parent
 
 
-def load_images(paths: list[str], submission_dir: Path) -> tuple[list[JudgeImage], list[str]]:
-    """Paths relative to the working directory (official), else to the submission's folder (ours)."""
+def resolve_image(value: str, submission_dir: Path) -> Path | None:
+    """An ``image_answer`` path: relative to the working directory (official), else to the submission's
+    folder (ours); None when neither exists. Either way it must lead inside the submission's folder
+    (checked when read)."""
+    path = Path(value)
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path, submission_dir / path]
+    return next((c for c in candidates if c.is_file() or c.is_symlink()), None)
+
+
+def load_images(
+    paths: list[str], submission_dir: Path, limits: Limits | None = None
+) -> tuple[list[JudgeImage], list[str]]:
+    """The images of an answer; a missing one is skipped and listed (as officially), one that is not an
+    image, too large or outside the submission's folder fails the item (:class:`InputError`)."""
     images: list[JudgeImage] = []
     problems: list[str] = []
     for value in paths:
-        path = Path(value)
-        candidates = [path] if path.is_absolute() else [Path.cwd() / path, submission_dir / path]
-        found = next((c for c in candidates if c.is_file()), None)
+        found = resolve_image(value, submission_dir)
         if found is None:
             problems.append(f"image {value} not found (skipped, as the official script does)")
             continue
-        if found.stat().st_size > MAX_IMAGE_BYTES:
-            problems.append(f"image {found} larger than {MAX_IMAGE_BYTES // 2**20} MiB (skipped)")
-            continue
-        images.append(encode_image(found.read_bytes()))
+        images.append(encode_image(read_image_bytes(submission_dir, found, limits or Limits())))
     return images, problems
 
 
-def encode_image(data: bytes) -> JudgeImage:
-    """PNG and JPEG files as they are; anything else re-encoded as PNG."""
+def output_digest(
+    submission: dict[str, tuple[str, list[str]]], submission_dir: Path, limits: Limits, item: EvalItem
+) -> str:
+    """What a stored score of ``item`` is bound to: its data record, its answer and its images' bytes."""
+    if item.id not in submission:
+        return bind(item, "missing")
+    text, paths = submission[item.id]
+    found = [(value, resolve_image(value, submission_dir)) for value in paths]
+    files = [f"{v}:{'missing' if p is None else file_digest(submission_dir, p, limits)}" for v, p in found]
+    return bind(item, hashlib.sha256(text.encode("utf-8")).hexdigest(), *files)
+
+
+def encode_image(data: bytes, max_pixels: int = Limits().max_pixels) -> JudgeImage:
+    """PNG and JPEG files as they are; anything else re-encoded as PNG (decoded within ``max_pixels``)."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return JudgeImage(data, "image/png")
     if data.startswith(b"\xff\xd8\xff"):
         return JudgeImage(data, "image/jpeg")
-    from PIL import Image
-
     buffer = io.BytesIO()
-    with Image.open(io.BytesIO(data)) as image:
-        image.save(buffer, format="PNG")
+    try:
+        open_bounded(data, max_pixels).save(buffer, format="PNG")
+    except (ValueError, OSError) as exc:
+        raise InputError(f"an image_answer {exc}.") from None
     return JudgeImage(buffer.getvalue(), "image/png")
 
 
@@ -166,6 +195,21 @@ def _criterion(rubric: Any) -> str:
         if isinstance(rubric, dict)
         else ""
     )
+
+
+def rubrics(item: EvalItem, name: str) -> list[Any]:
+    """The rubric list ``name`` of an item (absent or null: none); any other shape fails the item."""
+    value = item.raw.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(r, str | dict) for r in value):
+        shown = type(value).__name__ if not isinstance(value, list) else "a list holding other values"
+        raise InputError(
+            f"{item.where}: {name}: must be a list of rubrics (texts or {{criterion}} objects), got {shown}."
+        )
+    if len(value) > MAX_RUBRICS:
+        raise InputError(f"{item.where}: {name}: {len(value)} rubrics, more than {MAX_RUBRICS}.")
+    return value
 
 
 def _request(system: str, context: str, rubric: str, images: list[JudgeImage], cached: bool) -> JudgeRequest:
@@ -185,7 +229,7 @@ def build_questions(
     question = str(raw.get("prompt", ""))
     system = t["ueval_system_instruction"]
     out: list[Question] = []
-    text_rubrics = list(raw.get("text_rubrics") or [])
+    text_rubrics = rubrics(item, "text_rubrics")
     if text_rubrics:
         context = fill_ueval(t["ueval_text_template"], question, text)
         cached = mode == "cached" and len(text_rubrics) > 1
@@ -194,7 +238,7 @@ def build_questions(
             out.append(
                 Question(_request(system, context, prompt, [], cached), parse_rubric, attempts, "text")
             )
-    image_rubrics = list(raw.get("image_rubrics") or [])
+    image_rubrics = rubrics(item, "image_rubrics")
     if image_rubrics:
         open_task = question_type(raw.get("task")) == "open"
         template = t["ueval_image_template_open"] if open_task else t["ueval_image_template_closed"]
@@ -225,10 +269,19 @@ def score_item(
     mode: str,
     attempts: int,
     item: EvalItem,
+    limits: Limits | None = None,
 ) -> ItemResult:
     missing = item.id not in submission
     text, paths = submission.get(item.id, ("", []))
-    images, problems = load_images(paths, submission_dir)
+    if len(text) > MAX_ANSWER_CHARS:
+        raise InputError(
+            f"{submission_dir}: item {item.id}: text_answer longer than {MAX_ANSWER_CHARS} characters."
+        )
+    if len(paths) > MAX_IMAGES:
+        raise InputError(
+            f"{submission_dir}: item {item.id}: image_answer names {len(paths)} images, more than {MAX_IMAGES}."
+        )
+    images, problems = load_images(paths, submission_dir, limits)
     questions = build_questions(prompts, item, text, images, mode, attempts)
     judgements = client.ask_all(item.id, questions)
     results = {"text": [], "image": []}  # type: dict[str, list[dict[str, Any] | None]]
@@ -255,7 +308,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The official averages of item rates (missing outputs included, as judged), plus per task (ours)."""
 
     def rates(subset: list[dict[str, Any]], kind: str) -> list[float]:
-        return [r[kind]["rate"] for r in subset if r[kind]["rate"] is not None]
+        # an item that failed before its judgements (a refused image, bad rubrics) has no rates at all
+        found = [(r.get(kind) or {}).get("rate") for r in subset]
+        return [rate for rate in found if rate is not None]
 
     tasks: dict[str, Any] = {}
     for task in sorted({str(r["category"]) for r in rows}):

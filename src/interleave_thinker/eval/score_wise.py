@@ -16,11 +16,11 @@ from typing import Any
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeMessage, JudgeRequest, Question
+from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
 from interleave_thinker.eval.prompts import PromptSet, fill_wise
-from interleave_thinker.eval.scoring import ItemResult, mean
+from interleave_thinker.eval.scoring import ItemResult, bind, mean
 
 ATTEMPTS = 3
-MAX_IMAGE_BYTES = 64 * 1024 * 1024
 CATEGORY_OF_LABEL = {
     "cultural knowledge": "CULTURE",
     "time": "TIME",
@@ -166,13 +166,22 @@ def build_request(
     )
 
 
-def read_image(outputs: Path, prompt_id: str) -> bytes | None:
-    path = outputs / f"{prompt_id}.png"
-    if not path.is_file():
+def output_path(outputs: Path, prompt_id: str) -> Path:
+    return outputs / f"{prompt_id}.png"
+
+
+def output_digest(outputs: Path, limits: Limits, item: EvalItem) -> str:
+    """What a stored score of ``item`` is bound to: its data record and its output file."""
+    return bind(item, file_digest(outputs, output_path(outputs, item.id), limits))
+
+
+def read_image(outputs: Path, prompt_id: str, limits: Limits | None = None) -> bytes | None:
+    """The output's bytes exactly as found (the official scorer sends them as they are), after the
+    checks of :func:`~interleave_thinker.eval.outputs.read_image_bytes`; None when there is none."""
+    path = output_path(outputs, prompt_id)
+    if not path.exists() and not path.is_symlink():
         return None
-    if path.stat().st_size > MAX_IMAGE_BYTES:
-        raise InputError(f"{path}: larger than {MAX_IMAGE_BYTES // 2**20} MiB; is it an image?")
-    return path.read_bytes()
+    return read_image_bytes(outputs, path, limits or Limits())
 
 
 def score_item(
@@ -182,10 +191,11 @@ def score_item(
     outputs: Path,
     item: EvalItem,
     attempts: int,
+    limits: Limits | None = None,
 ) -> ItemResult:
     category = category_of(protocol, int(item.id)) or ""
     extra = {"subcategory": item.raw.get("Subcategory")}
-    image = read_image(outputs, item.id)
+    image = read_image(outputs, item.id, limits)
     if image is None:
         return ItemResult(item.id, category, None, "missing", extra=extra, errors=[f"no {item.id}.png"])
     parse = parse_verified if protocol is VERIFIED else parse_legacy

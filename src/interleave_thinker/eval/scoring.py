@@ -9,6 +9,7 @@ plainly when the judge is not the protocol's official one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import threading
@@ -19,9 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.paths import write_atomic
-from interleave_thinker.eval.judging import JudgeClient
+from interleave_thinker.core.sanitize import clean_text
+from interleave_thinker.eval.judging import RUN_BUDGET, JudgeClient
+from interleave_thinker.eval.outputs import reason
 from interleave_thinker.eval.prompts import PromptSet, Repo
 
 PROTOCOLS = ("ueval", "wise", "wise-legacy", "rise")
@@ -32,11 +35,15 @@ OFFICIAL_JUDGES = {
     "ueval": "gemini-2.5-pro",
 }
 NOT_COMPARABLE = "not comparable to the published leaderboard"
+MAX_RUN_JSON_CHARS = 1_000_000
+INPUT_DIGEST = "input_sha256"
+"""The key of ``scores.jsonl`` binding a score to what it judged (see :func:`score_items`)."""
 
 
 @dataclass
 class ItemResult:
-    """One line of ``scores.jsonl``. ``status``: ok, failed (a judgement never parsed) or missing."""
+    """One line of ``scores.jsonl``. ``status``: ok, failed (a judgement never parsed, an output refused,
+    a budget spent: ``errors`` says which) or missing."""
 
     id: str
     category: str
@@ -96,7 +103,15 @@ class RunFolder:
     def _check_identity(self) -> None:
         path = self.out / "run.json"
         if path.is_file():
-            old = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                old = json.loads(path.read_text(encoding="utf-8", errors="replace")[:MAX_RUN_JSON_CHARS])
+            except (ValueError, RecursionError):
+                old = None
+            if not isinstance(old, dict):
+                raise ConfigError(
+                    f"{path} is not a scoring run's metadata (unreadable JSON); this --out {self.out} is "
+                    "not a scoring folder of ours: pick another --out, or delete the file to start over."
+                )
             for key in IDENTITY_KEYS:
                 if old.get(key) != self.meta.get(key):
                     raise ConfigError(
@@ -116,7 +131,7 @@ class RunFolder:
         """Lines already written (a torn last line from a kill is ignored and rescored)."""
         rows: dict[str, dict[str, Any]] = {}
         if self.scores_path.is_file():
-            for line in self.scores_path.read_text(encoding="utf-8").splitlines():
+            for line in self.scores_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     row = json.loads(line)
                 except ValueError:
@@ -126,7 +141,8 @@ class RunFolder:
         return rows
 
     def append(self, result: ItemResult) -> None:
-        text = json.dumps(result.to_json(), ensure_ascii=False) + "\n"
+        # the data's own strings (a category, a subtask) may hold what no file can: cleaned as written
+        text = clean_text(json.dumps(result.to_json(), ensure_ascii=False)) + "\n"
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
             with self.scores_path.open("a", encoding="utf-8") as handle:
@@ -141,8 +157,11 @@ class RunFolder:
         if data and not data.endswith(b"\n"):
             write_atomic(self.scores_path, data[: data.rfind(b"\n") + 1])
 
-    def write_summary(self, summary: dict[str, Any], client: JudgeClient, order: list[str]) -> dict[str, Any]:
-        """``summary.json`` (metadata + results + counts); ``scores.jsonl`` rewritten in data order."""
+    def write_summary(
+        self, summary: dict[str, Any], client: JudgeClient, order: list[str], rescored: int = 0
+    ) -> dict[str, Any]:
+        """``summary.json`` (metadata + results + counts + the digest of what was scored); ``scores.jsonl``
+        rewritten in data order. ``rescored``: stored scores replaced because their input changed."""
         rows = self.done()
         ordered = [rows[i] for i in order if i in rows]
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered)
@@ -158,6 +177,12 @@ class RunFolder:
                 "missing_outputs": statuses.count("missing"),
             },
             "judge_calls": {"this_run": client.calls, "cache_hits": client.cache_hits},
+            "failed_items": [
+                {"id": r.get("id"), "reason": (r.get("errors") or ["no reason recorded"])[-1]}
+                for r in ordered
+                if r.get("status") == "failed"
+            ],
+            "scored_inputs": {"sha256": outputs_digest(ordered), "rescored_changed": rescored},
             **summary,
         }
         write_atomic(self.out / "summary.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
@@ -191,24 +216,62 @@ def score_items(
     folder: RunFolder,
     capacity: int,
     on_scored: ScoredHook | None = None,
-) -> None:
-    """Score every item not yet in ``scores.jsonl``; items run concurrently (twice ``capacity`` of them, so
-    requests are ready when a slot frees), the client bounds the judge to ``capacity`` calls in flight.
+    digest: Callable[[Any], str] | None = None,
+) -> int:
+    """Score every item not yet in ``scores.jsonl`` with the same ``digest``; returns how many stored
+    scores were replaced because their item's data or output changed since.
+
+    A line is reused only when its ``input_sha256`` is the item's ``digest`` (the data record and the
+    output files it judged), so a reused ``--out`` never reports another output's score. An item whose
+    scoring raises fails alone: its line is ``failed`` with a one-line reason and the run goes on.
+    Items run concurrently (twice ``capacity`` of them, so requests are ready when a slot frees), the
+    client bounds the judge to ``capacity`` calls in flight.
 
     ``on_scored(done, total)`` is called once before the first judge call (``done`` = items already in
     ``scores.jsonl``) and after each item is written: the CLI's counted bar, without rich in this layer."""
     items = list(items)
     done = folder.done()
-    todo = [item for item in items if item_id(item) not in done]
+    digests = {item_id(item): digest(item) if digest is not None else None for item in items}
+    todo = [item for item in items if _stale(done.get(item_id(item)), digests[item_id(item)])]
+    changed = sum(1 for item in todo if item_id(item) in done)
     counter = _Counter(len(items) - len(todo), len(items), on_scored)
 
     def work(item: Any) -> None:
-        folder.append(score_one(item))
+        key = item_id(item)
+        try:
+            result = score_one(item)
+        except Exception as exc:  # one bad item fails alone; the run finishes and writes its summary
+            where = "" if isinstance(exc, InputError) else f"{getattr(item, 'where', '') or key}: "
+            failure = [clean_text(where) + reason(exc)]
+            result = ItemResult(key, str(getattr(item, "category", "")), None, "failed", errors=failure)
+        result.extra[INPUT_DIGEST] = digests[key]
+        folder.append(result)
         counter.advance()
 
     with ThreadPoolExecutor(max_workers=2 * max(1, capacity), thread_name_prefix="score-item") as pool:
         for future in [pool.submit(work, item) for item in todo]:
             future.result()
+    return changed
+
+
+def bind(item: Any, *outputs: str) -> str:
+    """An item's ``input_sha256``: its data record (``item.raw``) and the digests of its outputs."""
+    record = json.dumps(getattr(item, "raw", {}), sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(json.dumps([record, list(outputs)]).encode("ascii")).hexdigest()
+
+
+def _stale(row: dict[str, Any] | None, digest: str | None) -> bool:
+    """Whether an item must be scored: no line, another input, or stopped by the run's call budget
+    (a resume is a new run, with a new budget)."""
+    if row is None or row.get(INPUT_DIGEST) != digest:
+        return True
+    return row.get("status") == "failed" and any(RUN_BUDGET in str(e) for e in row.get("errors") or [])
+
+
+def outputs_digest(rows: Iterable[dict[str, Any]]) -> str:
+    """One digest of what a summary scored: every item's id and ``input_sha256``, in order."""
+    pairs = [[str(r.get("id")), r.get(INPUT_DIGEST)] for r in rows]
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=True).encode("ascii")).hexdigest()
 
 
 def mean(values: Iterable[float | None]) -> float | None:

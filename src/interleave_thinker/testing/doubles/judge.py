@@ -3,6 +3,7 @@
 ``script(body) -> str | int`` answers each ``POST /v1/chat/completions`` (an int is an HTTP error
 status); every request body is recorded so tests can compare it byte for byte with the official one.
 ``latency`` and ``capacity`` make it behave like a server with that many slots (for the benchmark).
+:data:`HOSTILE` holds the reply shapes a broken judge sends (each crossed the scorer once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from typing import Any
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 
 Script = Callable[[dict[str, Any]], "str | int"]
+
+HOSTILE: dict[str, str | int] = {
+    "surrogate": "Score: 1 \ud83d",  # cut inside an escaped emoji: the wire holds "\\ud83d", a lone half
+    "nul": "Score: 1\x00\x00",
+    "down": 503,
+    "refusing": 400,
+}
+"""Hostile replies by name; huge and dripping replies are the transport's (``remote.*``) to bound."""
 
 
 class JudgeServer:
