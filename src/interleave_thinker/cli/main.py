@@ -69,6 +69,26 @@ app.command("reward")(scoring.reward)
 app.command("demo")(demo_cli.demo)
 
 console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from interleave_thinker import __version__
+
+        typer.echo(f"interleave-thinker {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Interleaved text-and-image generation with a planner and a critic around any image generator."""
+
+
 USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)
 
 
