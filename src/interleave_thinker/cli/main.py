@@ -61,7 +61,9 @@ data.app.command("prompts")(data_prompts.prompts)
 data.app.command("generate")(data_generate.generate)
 app.add_typer(train.app, name="train")
 app.add_typer(eval_cli.app, name="eval")
-train.app.command("grpo")(train_grpo.grpo)
+train.app.command("grpo", context_settings=train.CONFIG_FLAGS, epilog=train.CONFIG_FLAGS_HELP)(
+    train_grpo.grpo
+)
 app.command("judge")(scoring.judge)
 app.command("batch")(batch.batch)
 app.command("report")(batch.report)
