@@ -13,7 +13,7 @@ RSS (``VmHWM``), thread count and CPU time are the batch's alone. Figures per ro
 - what one file write costs in the run folder's file system right before the row (:func:`write_cost_ms`):
   the batch writes about one file per backend call, fsynced, and on this VM's ext4 the kernel CPU of
   creating a file swings from 0.02 to 0.7 ms with what the disk did just before (a burst of deletions; a
-  create right after an fsync costs most, docs/serving.md). A row's run folder holds ~10,000 files, so
+  create right after an fsync costs most, docs/notes/scale.md). A row's run folder holds ~10,000 files, so
   the rows' folders are all removed at the end, not one by one, or each row would pay for the deletions
   of the row before it. That CPU is counted in the batch's and competes with its loop
   for the cores; ``--run-dir`` puts the run folders elsewhere (e.g. a tmpfs).

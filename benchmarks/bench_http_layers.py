@@ -2,7 +2,7 @@
 
 Why: in the 1,024-request scale row of ``bench_scheduler.py`` the batch's loop thread spends about
 1.1-1.3 ms of CPU per backend call, and that work, taken in bursts of a lock-step wave, is what holds
-chain / wall under 0.9 (docs/serving.md). This script says how much of it is the HTTP path alone, layer
+chain / wall under 0.9 (docs/notes/scale.md). This script says how much of it is the HTTP path alone, layer
 by layer, so a leaner path can be judged by one number: N chat-sized POSTs at C in flight against a
 trivial server in its own process (a fixed 600-character reply), and the CPU seconds of this process
 divided by N, for:

@@ -191,3 +191,40 @@ def test_help_shows_defaults_and_shared_options(command: list[str], expected: li
     assert result.exit_code == 0, result.output
     for text in expected:
         assert text in result.output, text
+
+
+def test_version_is_printed(tmp_path: Path) -> None:
+    from interleave_thinker import __version__
+
+    result = cli("--version", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"interleave-thinker {__version__}"
+
+
+def test_serve_vlm_takes_vllms_served_model_name_and_the_old_spelling_once(tmp_path: Path) -> None:
+    from interleave_thinker.cli.serve_options import renamed
+    from interleave_thinker.core.errors import ConfigError
+
+    assert renamed("--served-name", None, "--served-model-name", "m") == "m"
+    with pytest.raises(ConfigError, match="give only --served-model-name"):
+        renamed("--served-name", "a", "--served-model-name", "b")
+    both = cli(
+        "serve",
+        "vlm",
+        "--model",
+        "tiny:planner",
+        "--served-name",
+        "a",
+        "--served-model-name",
+        "b",
+        cwd=tmp_path,
+    )
+    assert_usage_error(both, "--served-name is the old spelling of --served-model-name")
+    shown = cli("serve", "vlm", "--help", cwd=tmp_path).stdout
+    assert "--served-model-name" in shown and "--served-name " not in shown
+
+
+def test_serve_generator_help_lists_its_routes(tmp_path: Path) -> None:
+    shown = cli("serve", "generator", "--help", cwd=tmp_path).stdout
+    for route in ("/edit", "/v1/images/generations", "/v1/images/edits", "/v1/models", "/health", "/metrics"):
+        assert route in shown, route

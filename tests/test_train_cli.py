@@ -18,7 +18,7 @@ from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import finished_at
 from interleave_thinker.train.grpo.config import GRPORunConfig
-from interleave_thinker.train.overrides import parse_value
+from interleave_thinker.train.overrides import flag_sets, parse_value
 from interleave_thinker.train.sft.config import SFTRunConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +106,54 @@ def test_set_reaches_grpo_and_its_cross_field_checks(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "grpo", "--config", str(path), "--set", "reward.judg=x"])
     assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
     assert "Did you mean reward.judge?" in str(result.exception)
+
+
+def test_config_keys_are_flags_as_in_trl(tmp_path: Path) -> None:
+    args = [
+        "--learning_rate",
+        "1e-5",
+        "--max-steps=7",
+        "--bf16",
+        "--finetune.lora.r",
+        "4",
+        "--num_train_epochs",
+        "2",
+    ]
+    sets = flag_sets(args, SFTRunConfig)
+    assert sets == [
+        "training.learning_rate=1e-5",
+        "training.max_steps=7",
+        "training.bf16=true",
+        "finetune.lora.r=4",
+        "training.num_train_epochs=2",
+    ]
+    config = SFTRunConfig.load(sft_yaml(tmp_path), sets=sets)
+    assert config.training.learning_rate == 1e-5 and config.training.max_steps == 7 and config.training.bf16
+    with pytest.raises(
+        ConfigError, match=r"--learnin_rate: unknown config key. Did you mean training.learning_rate"
+    ):
+        flag_sets(["--learnin_rate", "1"], SFTRunConfig)
+    with pytest.raises(ConfigError, match="Unexpected argument 'stray'"):
+        flag_sets(["stray"], SFTRunConfig)
+    # Through the command: a flag's value is checked by the config model, before anything loads.
+    for command in (
+        ["train", "sft", "--config", str(sft_yaml(tmp_path))],
+        ["train", "grpo", "--config", str(grpo_yaml(tmp_path))],
+    ):
+        result = CliRunner().invoke(app, [*command, "--learning_rate", "abc"])
+        assert isinstance(result.exception, ConfigError), result.output
+        assert "'training.learning_rate': Input should be a valid number" in str(result.exception)
+
+
+def grpo_yaml(tmp: Path) -> Path:
+    return write_yaml(
+        tmp / "grpo.yaml",
+        {
+            "output_dir": str(tmp / "g"),
+            "model": {"name_or_path": "tiny:planner-sft"},
+            "data": {"synthetic": 4},
+        },
+    )
 
 
 # --- TRL arguments ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def resolve_checkpoint(ref: str) -> str:
-    """A local folder, or a Hugging Face id; a path-looking reference that does not exist is an error."""
+    """A local folder, or a Hugging Face id that is cached or on a hub that answers (:mod:`.hub`); a
+    path-looking reference that does not exist is an error."""
     if not ref:
         raise ModelNotFoundError("Empty checkpoint reference; give a local folder or a Hugging Face id.")
     path = Path(ref).expanduser()
@@ -23,6 +24,9 @@ def resolve_checkpoint(ref: str) -> str:
             )
         return str(path)
     if _HUB_ID.match(ref) and not ref.startswith((".", "/", "~")):
+        from interleave_thinker.backends.hub import ensure_available
+
+        ensure_available(ref)  # offline: one line in seconds; online: the download's size, said first
         return ref
     raise ModelNotFoundError(
         f"Checkpoint path {ref} does not exist. Give an existing folder or a Hugging Face id such as "

@@ -13,7 +13,7 @@ always has.
 Why aiohttp under the batch: with hundreds of calls in flight, httpx's async pool (httpcore over anyio)
 cost about 3 ms of CPU per request on this machine, mostly in scanning its pool and anyio's cancel
 scopes; aiohttp, whose HTTP parser is compiled, 0.24 ms for the same requests (4,096 POSTs at 512 in
-flight; ``benchmarks/bench_scheduler.py`` shows the batch-level figures, docs/serving.md).
+flight; ``benchmarks/bench_scheduler.py`` shows the batch-level figures, docs/notes/scale.md).
 """
 
 from __future__ import annotations

@@ -166,17 +166,16 @@ def with_spec(backend: B, spec: str) -> B:
     return backend
 
 
-def check_specs(config: PipelineConfig) -> None:
-    """Fail fast on an unknown backend kind in any role, or a local checkpoint path that does not exist,
-    before anything is loaded."""
+def check_specs(
+    config: PipelineConfig, *, roles: tuple[str, ...] = ("planner", "critic", "generator")
+) -> None:
+    """Fail fast on an unknown backend kind in any of ``roles``, a local checkpoint path that does not
+    exist, or a hub model that is neither cached nor reachable, before anything is loaded."""
     from interleave_thinker.backends._loading import resolve_checkpoint
 
-    for spec, registry in (
-        (config.planner, VLM_BACKENDS),
-        (config.critic, VLM_BACKENDS),
-        (config.generator, IMAGE_BACKENDS),
-    ):
-        parsed = parse_spec(spec, registry)  # type: ignore[arg-type]
+    registries = {"planner": VLM_BACKENDS, "critic": VLM_BACKENDS, "generator": IMAGE_BACKENDS}
+    for role in roles:
+        parsed = parse_spec(getattr(config, role), registries[role])  # type: ignore[arg-type]
         if parsed.kind in ("transformers", "diffusers"):
             resolve_checkpoint(parsed.target)
         if parsed.kind == "fastvideo":  # its #options too

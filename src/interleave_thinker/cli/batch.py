@@ -113,6 +113,7 @@ def batch(
     fresh: FreshOption = False,
 ) -> None:
     """Run many requests concurrently; a restarted batch skips finished requests and resumes the rest."""
+    from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
     from interleave_thinker.runtime.outlock import folder_lock
 
@@ -120,6 +121,7 @@ def batch(
     cfg = settings.resolve()
     items = select(read_batch_input(input), shard=parse_shard(shard) if shard else None, limit=limit)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
+    check_specs(cfg)  # an unknown kind, a missing checkpoint or an unreachable hub: one line, now
     with folder_lock(out):
         start_fresh(out, fresh)
         _run_batch(

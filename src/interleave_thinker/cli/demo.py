@@ -45,9 +45,11 @@ def demo(
     ] = DEFAULT_MAX_PROMPT_CHARS,
 ) -> None:
     """Serve the web demo: the plan, every attempt and the critic's verdicts stream into the page."""
+    from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.cli.progress import LoadingDisplay
 
     cfg = settings.resolve()
+    check_specs(cfg)  # before Gradio's import: an unreachable hub is one line in seconds
     try:
         from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
     except ImportError as exc:

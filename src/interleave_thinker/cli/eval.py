@@ -77,6 +77,7 @@ def generate(
     fresh: FreshOption = False,
 ) -> None:
     """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
+    from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.eval.datasets import load_items
     from interleave_thinker.eval.generate import GenerationRun, open_store
     from interleave_thinker.runtime.batch_inputs import parse_shard, select
@@ -87,6 +88,7 @@ def generate(
     items = select(load_items(benchmark, data), limit=limit, shard=parse_shard(shard) if shard else None)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
     run = GenerationRun(benchmark, mode, data, out, items, cfg)
+    check_specs(cfg, roles=("planner", "critic", "generator") if mode == "agentic" else ("generator",))
     with folder_lock(out):  # one process per --out, as `batch`
         start_fresh(out, fresh)
         store = open_store(run, resume=resume)

@@ -61,7 +61,9 @@ data.app.command("prompts")(data_prompts.prompts)
 data.app.command("generate")(data_generate.generate)
 app.add_typer(train.app, name="train")
 app.add_typer(eval_cli.app, name="eval")
-train.app.command("grpo")(train_grpo.grpo)
+train.app.command("grpo", context_settings=train.CONFIG_FLAGS, epilog=train.CONFIG_FLAGS_HELP)(
+    train_grpo.grpo
+)
 app.command("judge")(scoring.judge)
 app.command("batch")(batch.batch)
 app.command("report")(batch.report)
@@ -69,6 +71,26 @@ app.command("reward")(scoring.reward)
 app.command("demo")(demo_cli.demo)
 
 console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from interleave_thinker import __version__
+
+        typer.echo(f"interleave-thinker {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Interleaved text-and-image generation with a planner and a critic around any image generator."""
+
+
 USAGE_ERRORS = (ConfigError, InputError, TemplateError, ModelNotFoundError)
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
+
+from interleave_thinker.core.errors import ConfigError
+
+T = TypeVar("T")
 
 HostOption = Annotated[
     str, typer.Option(help="Interface to bind (127.0.0.1: this machine only; others expose the service).")
@@ -19,3 +23,16 @@ ReadTimeoutOption = Annotated[
     typer.Option(min=0.001, help="Seconds to send the request headers, and at most between two body chunks."),
 ]
 LogLevelOption = Annotated[str, typer.Option(help="debug (adds the access log), info, warning, error.")]
+
+
+def renamed(old_flag: str, old_value: T | None, new_flag: str, new_value: T | None) -> T | None:
+    """The value of a flag given under its old spelling (a hidden alias) or its new one; the old one
+    warns once, and both at once is an error naming them."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise ConfigError(f"{old_flag} is the old spelling of {new_flag}: give only {new_flag}.")
+    typer.echo(
+        f"warning: {old_flag} is renamed {new_flag} (as vLLM spells it); the old name will go.", err=True
+    )
+    return old_value

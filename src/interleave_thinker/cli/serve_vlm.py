@@ -9,6 +9,7 @@ import typer
 
 from interleave_thinker.cli import serve_options as shared
 from interleave_thinker.cli.options import DtypeOption, SettingsFlags, with_settings
+from interleave_thinker.cli.serve_options import renamed
 from interleave_thinker.cli.specs import check_spec
 
 LOOPBACK_NAMES = ("localhost",)
@@ -25,9 +26,13 @@ def command(
     ],
     host: shared.HostOption = "127.0.0.1",
     port: shared.PortOption = 8000,
-    served_name: Annotated[
-        str | None, typer.Option(help="Model name clients send and /v1/models lists \\[default: the spec].")
+    served_model_name: Annotated[
+        str | None,
+        typer.Option(
+            help="Model name clients send and /v1/models lists, as vLLM's flag \\[default: the spec]."
+        ),
     ] = None,
+    served_name: Annotated[str | None, typer.Option("--served-name", hidden=True)] = None,
     dtype: DtypeOption = None,
     max_tokens: Annotated[
         int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
@@ -47,6 +52,7 @@ def command(
     from interleave_thinker.server.vlm_service import VLMLimits, create_app
 
     check_spec("--model", model, "vlm")
+    served_model_name = renamed("--served-name", served_name, "--served-model-name", served_model_name)
     cfg = settings.resolve(dtype=dtype)
     if not _is_loopback(host):
         typer.echo(f"warning: binding {host}: this server has no authentication.", err=True)
@@ -56,7 +62,7 @@ def command(
     )
     import uvicorn
 
-    app = create_app(backend, served_name or model, limits)
+    app = create_app(backend, served_model_name or model, limits)
     config = uvicorn.Config(
         app,
         host=host,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import BaseModel
 
 from interleave_thinker.cli.options import deprecated, with_flags
 from interleave_thinker.train.sft.config import Role
@@ -78,9 +79,26 @@ def already_finished(flags: TrainFlags, output_dir: Path, max_steps: int, num_tr
     return True
 
 
-@app.command()
+CONFIG_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""Click settings of the train commands: any config key is also a flag, as in TRL (``--learning_rate 1e-5``)."""
+CONFIG_FLAGS_HELP = (
+    "Any config key is also a flag, as in TRL: --learning_rate 1e-5 or --max_steps=20 is "
+    "--set training.learning_rate=1e-5 or --set training.max_steps=20 (a key's last part names it when no "
+    "other key ends so; keys in docs/training.md)."
+)
+
+
+def config_sets(ctx: typer.Context, flags: TrainFlags, model: type[BaseModel]) -> tuple[str, ...]:
+    """``--set`` values with the TRL-style flags left over on the command line, in that order."""
+    from interleave_thinker.train.overrides import flag_sets
+
+    return (*flags.sets, *flag_sets(ctx.args, model))
+
+
+@app.command(context_settings=CONFIG_FLAGS, epilog=CONFIG_FLAGS_HELP)
 @with_train_flags
 def sft(
+    ctx: typer.Context,
     config: Annotated[
         Path, typer.Option(help="SFT config YAML (see configs/sft_*.yaml and docs/training.md).")
     ],
@@ -91,7 +109,7 @@ def sft(
     from interleave_thinker.train.sft.config import SFTRunConfig
     from interleave_thinker.train.sft.trainer import run_sft
 
-    run_config = SFTRunConfig.load(config, sets=flags.sets)
+    run_config = SFTRunConfig.load(config, sets=config_sets(ctx, flags, SFTRunConfig))
     training = run_config.training
     if already_finished(
         flags, flags.out or run_config.output_dir, training.max_steps, training.num_train_epochs

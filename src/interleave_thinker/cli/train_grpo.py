@@ -8,11 +8,12 @@ from typing import Annotated
 import typer
 
 from interleave_thinker.cli.specs import check_spec
-from interleave_thinker.cli.train import TrainFlags, already_finished, with_train_flags
+from interleave_thinker.cli.train import TrainFlags, already_finished, config_sets, with_train_flags
 
 
 @with_train_flags
 def grpo(
+    ctx: typer.Context,
     config: Annotated[
         Path, typer.Option(help="GRPO config YAML (see configs/grpo_*.yaml and docs/training.md).")
     ],
@@ -22,7 +23,9 @@ def grpo(
     from interleave_thinker.train.grpo.config import GRPORunConfig
 
     run_config = GRPORunConfig.load(
-        config, {"output_dir": str(flags.out) if flags.out else None}, sets=flags.sets
+        config,
+        {"output_dir": str(flags.out) if flags.out else None},
+        sets=config_sets(ctx, flags, GRPORunConfig),
     )
     training = run_config.training
     if already_finished(flags, run_config.output_dir, training.max_steps, training.num_train_epochs):

@@ -68,7 +68,7 @@ class StepLoop:
         written when it gains what a resume keeps: after the plan and after every step but the last
         and a failed one, whose write is the caller's closing one (``Pipeline._close_trace``). Not after an attempt: a
         resume drops an unfinished step, attempts and all, and each write is a file created (about
-        a third of a batch's CPU goes to creating files, docs/serving.md).
+        a third of a batch's CPU goes to creating files, docs/notes/scale.md).
         """
         trace = recorder.trace
         # 1. Plan (unless resuming with a plan on disk).

@@ -63,6 +63,42 @@ def parse_sets(values: Sequence[str], model: type[BaseModel]) -> list[tuple[str,
     return parsed
 
 
+def flag_sets(args: Sequence[str], model: type[BaseModel]) -> list[str]:
+    """TRL-style flags (``--learning_rate 1e-5``, ``--max-steps=2``, a bare ``--bf16``) as ``--set`` strings.
+
+    Why: TRL users type a config field as a flag. A flag names a key of ``model`` by its full dotted path
+    or by its last part when one key ends so (``learning_rate`` -> ``training.learning_rate``); a bare
+    flag followed by another flag (or nothing) is ``true``. Anything else is the unknown-key error.
+    """
+    known = documented_keys(model)
+    sets: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(
+                f"Unexpected argument {arg[:80]!r}: give config keys as --KEY VALUE or --set KEY=VALUE."
+            )
+        name, sep, value = arg[2:].partition("=")
+        if not sep:
+            value = rest.pop(0) if rest and not rest[0].startswith("--") else "true"
+        sets.append(f"{_full_key(name.replace('-', '_'), known)}={value}")
+    return sets
+
+
+def _full_key(name: str, known: list[str]) -> str:
+    if name in known:
+        return name
+    matches = [key for key in known if key.rsplit(".", 1)[-1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ConfigError(
+            f"--{name} is a key of several sections ({', '.join(matches)}): use --set KEY=VALUE."
+        )
+    raise ConfigError(unknown_key_message(name, known).replace("--set ", "--", 1))
+
+
 def unknown_key_message(key: str, known: list[str]) -> str:
     """The error for an unknown ``--set`` key: the key, the closest known ones, where they are listed.
 

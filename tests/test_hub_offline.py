@@ -1,0 +1,177 @@
+"""A hub model that is neither cached nor reachable fails in seconds with one line; online, the download's
+size is said before it starts.
+
+The commands run as a user runs them (the installed console command, the default ``official`` preset,
+an empty Hugging Face cache), against a hub name under the reserved ``.invalid`` domain and a port on
+127.0.0.1 that accepts connections and never answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from interleave_thinker.backends import hub
+from interleave_thinker.core.errors import ModelNotFoundError
+from tests.conftest import shared_path
+
+CLI = str(Path(sys.executable).with_name("interleave-thinker"))
+PLANNER = "InterleaveThinker/InterleaveThinker-Planner-8B"
+BOUND_S = 10.0
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that completes the TCP handshake (the kernel's backlog) and never sends a byte."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+def _online_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "INTERLEAVE_THINKER_OFFLINE")}
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"), HOME=str(tmp_path / "home"))
+    return env
+
+
+def _commands(tmp_path: Path) -> dict[str, list[str]]:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "a", "prompt": "How to draw a cat?"}) + "\n")
+    wise = shared_path("benchmarks", "wise")
+    return {
+        "run": ["run", "How to draw a cat?", "--out", str(tmp_path / "run")],
+        "batch": ["batch", "--input", str(requests), "--out", str(tmp_path / "batch")],
+        "eval generate": ["eval", "generate", "wise", "--data", str(wise), "--out", str(tmp_path / "ev")],
+        "demo": ["demo", "--port", "1"],  # never reached: the check comes first
+    }
+
+
+def _assert_one_line(name: str, code: int, stderr: str, elapsed: float, cause: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, f"{name}: exit {code}\n{stderr}"
+    assert elapsed < BOUND_S, f"{name}: {elapsed:.1f} s"
+    assert len(lines) == 1, f"{name}: {lines}"
+    line = lines[0]
+    assert line.startswith("error: Model " + PLANNER), line
+    assert cause in line and "--preset tiny" in line and "HF_HUB_OFFLINE" in line, line
+
+
+def test_every_command_fails_in_seconds_when_the_hub_never_answers(tmp_path: Path, silent_port: int) -> None:
+    env = _online_env(tmp_path, f"http://127.0.0.1:{silent_port}")
+    for name, args in _commands(tmp_path).items():
+        started = time.monotonic()
+        proc = subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=120)
+        _assert_one_line(name, proc.returncode, proc.stderr, time.monotonic() - started, "no answer within")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "offline", "cause"),
+    [("http://hub.invalid", False, "cannot be reached"), ("http://hub.invalid", True, "HF_HUB_OFFLINE")],
+)
+def test_run_fails_at_once_on_an_unknown_hub_name_or_offline(
+    tmp_path: Path, endpoint: str, offline: bool, cause: str
+) -> None:
+    env = _online_env(tmp_path, endpoint)
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [CLI, *_commands(tmp_path)["run"]], env=env, capture_output=True, text=True, timeout=120
+    )
+    _assert_one_line("run", proc.returncode, proc.stderr, time.monotonic() - started, cause)
+
+
+class _Hub(BaseHTTPRequestHandler):
+    """The hub's model-info route: ``/api/models/ORG/NAME`` with ``blobs=true`` lists files and sizes."""
+
+    repos: ClassVar[dict[str, dict[str, object]]] = {}
+    asked: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        path, _, query = self.path.partition("?")
+        self.asked.append(self.path)
+        repo = path.removeprefix("/api/models/")
+        info = self.repos.get(repo)
+        body = json.dumps(info or {"error": "Repository not found"}).encode()
+        self.send_response(200 if info is not None and "blobs=true" in query else 404)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_Hub]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hub.repos, _Hub.asked = {}, []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(hub, "_cache_root", lambda: tmp_path / "hf" / "hub")
+    monkeypatch.setattr(hub, "_endpoint", lambda: f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setattr(hub, "_checked", set())
+    yield _Hub
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_download_is_announced_with_its_size_once(
+    fake_hub: type[_Hub], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_hub.repos["org/model"] = {
+        "id": "org/model",
+        "gated": False,
+        "siblings": [
+            {"rfilename": "config.json", "size": 2_000},
+            {"rfilename": "model-00001-of-00002.safetensors", "size": 4_000_000_000},
+            {"rfilename": "model-00002-of-00002.safetensors", "size": 1_500_000_000},
+            {"rfilename": "pytorch_model.bin", "size": 9_000_000_000},  # skipped: safetensors are there
+        ],
+    }
+    hub.ensure_available("org/model")
+    hub.ensure_available("org/model")
+    err = capsys.readouterr().err
+    assert err.count("downloading org/model") == 1
+    assert "5.5 GB" in err
+    assert len(fake_hub.asked) == 1
+
+
+def test_a_missing_or_gated_model_is_one_line_naming_the_way_out(fake_hub: type[_Hub]) -> None:
+    with pytest.raises(ModelNotFoundError, match=r"org/absent does not exist on the Hugging Face hub"):
+        hub.ensure_available("org/absent")
+    fake_hub.repos["org/gated"] = {"id": "org/gated", "gated": "manual", "siblings": []}
+    with pytest.raises(ModelNotFoundError, match=r"org/gated needs a Hugging Face token.*HF_TOKEN"):
+        hub.ensure_available("org/gated")
+
+
+def test_a_cached_model_asks_nothing(fake_hub: type[_Hub], tmp_path: Path) -> None:
+    snapshot = tmp_path / "hf" / "hub" / "models--org--cached" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    hub.ensure_available("org/cached")
+    assert fake_hub.asked == []
+
+
+def test_credentials_in_the_endpoint_stay_out_of_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
+    monkeypatch.setattr(hub, "_endpoint", lambda: "http://user:s3cret@hub.invalid")
+    with pytest.raises(ModelNotFoundError) as caught:
+        hub.ensure_available("org/model")
+    assert "s3cret" not in str(caught.value) and "http://hub.invalid" in str(caught.value)
