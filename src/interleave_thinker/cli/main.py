@@ -75,9 +75,9 @@ console = Console(stderr=True)
 
 def _print_version(value: bool) -> None:
     if value:
-        from interleave_thinker import __version__
+        from importlib.metadata import version
 
-        typer.echo(f"interleave-thinker {__version__}")
+        typer.echo(f"interleave-thinker {version('interleave-thinker')}")
         raise typer.Exit()
 
 
