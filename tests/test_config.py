@@ -74,7 +74,7 @@ def test_parse_spec() -> None:
 
 def test_docs_table_is_the_settings_model() -> None:
     """docs/configuration.md lists every key once, with the field's description (the flags' help too)."""
-    from interleave_thinker.core.config import config_table, documented_keys
+    from interleave_thinker.core.config_keys import config_table, documented_keys
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     table = text.split("<!-- keys:start -->\n")[1].split("\n<!-- keys:end -->")[0]
@@ -88,7 +88,7 @@ def test_flag_help_is_the_field_description() -> None:
     import typing
 
     from interleave_thinker.cli.options import PIPELINE_FLAGS, SETTINGS_FLAGS
-    from interleave_thinker.core.config import field_help
+    from interleave_thinker.core.config_keys import field_help
 
     for name, (key, declaration) in {**SETTINGS_FLAGS, **PIPELINE_FLAGS}.items():
         if name == "config":

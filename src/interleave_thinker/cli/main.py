@@ -31,7 +31,7 @@ from interleave_thinker.cli import (
 from interleave_thinker.cli import demo as demo_cli
 from interleave_thinker.cli import eval as eval_cli
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
-from interleave_thinker.core.config import field_help
+from interleave_thinker.core.config_keys import field_help
 from interleave_thinker.core.errors import (
     ConfigError,
     InputError,

@@ -17,7 +17,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from interleave_thinker.core.config import PipelineConfig, PlannerFallback, PresetName, TextSteps, field_help
+from interleave_thinker.core.config import PipelineConfig, PlannerFallback, PresetName, TextSteps
+from interleave_thinker.core.config_keys import field_help
 from interleave_thinker.core.errors import ConfigError
 
 PresetOption = Annotated[

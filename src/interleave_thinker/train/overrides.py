@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from interleave_thinker.core.config import documented_keys, format_validation_error, load_yaml
+from interleave_thinker.core.config import format_validation_error, load_yaml
+from interleave_thinker.core.config_keys import documented_keys
 from interleave_thinker.core.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
