@@ -29,7 +29,7 @@ from typing import Any
 from interleave_thinker.core.errors import TraceVersionError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.types import SCHEMA_VERSION, Trace
-from interleave_thinker.core.untrusted import load_json, read_bounded
+from interleave_thinker.core.untrusted import ImageLimits, check_image, inside, load_json, read_bounded
 
 TRACE_FILE = "trace.json"
 IMAGES_DIR = "images"
@@ -60,6 +60,15 @@ def trace_path(folder: Path) -> Path:
 
 def image_path(folder: Path, name: str) -> Path:
     return folder / IMAGES_DIR / name
+
+
+def run_image(run: Path, name: str, *, what: str, limits: ImageLimits | None = None) -> Path:
+    """The image ``name`` of a trace of the run folder ``run``, checked as data (`data build`, `data
+    export`): a relative name inside ``images/`` that stays in ``run`` with links followed, and a real
+    image within ``limits``; else :class:`~interleave_thinker.core.untrusted.UnsafeFile` naming ``what``."""
+    path = inside(run / IMAGES_DIR, name, what=what, root=run)
+    check_image(path, limits or ImageLimits(), what=what)
+    return path
 
 
 def has_pages(folder: Path) -> bool:

@@ -62,9 +62,10 @@ def is_within(path: Path, root: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
 
 
-def inside(folder: Path, name: str, *, what: str) -> Path:
-    """``folder / name`` when ``name`` is a relative path without ``..`` that stays inside ``folder`` with
-    every symbolic link followed; else :class:`UnsafeFile` (kind ``unsafe_path``) naming ``what``."""
+def inside(folder: Path, name: str, *, what: str, root: Path | None = None) -> Path:
+    """``folder / name`` when ``name`` is a relative path without ``..`` that stays inside ``root``
+    (default: ``folder``) with every symbolic link followed; else :class:`UnsafeFile` (kind
+    ``unsafe_path``) naming ``what``."""
     posix, windows = PurePosixPath(name), PureWindowsPath(name)
     if not name or "\x00" in name or posix.is_absolute() or windows.is_absolute() or windows.drive:
         raise UnsafeFile(
@@ -76,10 +77,10 @@ def inside(folder: Path, name: str, *, what: str) -> Path:
             f"{what}: {name!r} leaves {folder} through '..'; data may only name files in its folder.",
             "unsafe_path",
         )
-    path = folder / name
-    if not is_within(path, folder):
+    path, root = folder / name, root or folder
+    if not is_within(path, root):
         raise UnsafeFile(
-            f"{what}: {path} is a symbolic link (or inside one) leading out of {folder} to "
+            f"{what}: {path} is a symbolic link (or inside one) leading out of {root} to "
             f"{os.path.realpath(path)}; data may only name files in its folder.",
             "unsafe_path",
         )
