@@ -198,3 +198,19 @@ def test_json_depth_is_bounded_without_recursion_error() -> None:
     for depth in (250, 5_000, 200_000):
         with pytest.raises(ValueError, match="nested deeper than 200"):
             load_json("[" * depth + "]" * depth)
+
+
+@pytest.mark.parametrize("command", ["export", "build"])
+def test_an_output_that_cannot_be_written_is_one_line_naming_the_file(tmp_path: Path, command: str) -> None:
+    make_run(tmp_path / "runs", "good", STEPS)
+    out = tmp_path / "out"
+    (out / "images").mkdir(parents=True)
+    (out / "dataset_info.json").mkdir()  # in the way of a file the command writes
+    args = ["data", command, "--input", str(tmp_path / "runs"), "--out", str(out), "--no-trl", "-q"]
+    result = CliRunner().invoke(
+        app, [*args, *(["--format", "interleaved-easy"] if command == "export" else [])]
+    )
+    assert isinstance(result.exception, InputError), result.output
+    message = str(result.exception)
+    assert message.startswith(f"--out {out}: cannot write {out / 'dataset_info.json'} (Is a directory)")
+    assert ".tmp" not in message and "\n" not in message

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -153,6 +156,25 @@ def _gather(
     return trajectories, rules, judged, found.failed
 
 
+_PARTIAL = re.compile(r"^\.(.+)\.\d+\.\d+\.tmp$")
+
+
+@contextmanager
+def writing_to(out: Path) -> Iterator[None]:
+    """An OS error while the outputs are written is one line naming the file and the fix (not, say,
+    ``IsADirectoryError`` on a temporary file's name)."""
+    try:
+        yield
+    except OSError as exc:
+        target = Path(exc.filename2 or exc.filename or out)
+        partial = _PARTIAL.match(target.name)  # write_atomic's temporary file: name the file it makes
+        target = target.with_name(partial.group(1)) if partial else target
+        raise InputError(
+            f"--out {out}: cannot write {target} ({exc.strerror or type(exc).__name__}); choose a folder "
+            "you can write into, or remove what is in the way."
+        ) from None
+
+
 def _report_failed(failed: list[dict[str, str]]) -> None:
     """Each run or record left out, with its one-line reason, on stderr (at most :data:`MAX_ERRORS`)."""
     if not failed:
@@ -281,7 +303,8 @@ def build(
     from interleave_thinker.train.data.trl_format import datasets_bars
 
     cfg = _settings(settings, judge)
-    out.mkdir(parents=True, exist_ok=True)
+    with writing_to(out):
+        out.mkdir(parents=True, exist_ok=True)
     trajectories, build_rules, judged, failed = _gather(
         source, image_dir, rules, judge, out, cfg, judge_max_new_tokens, quiet, max_image_pixels
     )
@@ -291,7 +314,7 @@ def build(
         result = build_examples(
             trajectories, cfg.prompts.store().load(), canvas, rules=build_rules, seed=seed
         )
-        with datasets_bars(show=not quiet or no_trl):
+        with datasets_bars(show=not quiet or no_trl), writing_to(out):
             export(result, out, trl=not no_trl, failed=failed)
     _print_stats(result.stats)
     typer.echo(f"wrote {out}")

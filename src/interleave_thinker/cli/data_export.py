@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli.data import MaxPixelsOpt
+from interleave_thinker.cli.data import MaxPixelsOpt, writing_to
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS, ImageLimits
 from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
@@ -38,7 +38,7 @@ def export(
     with progress:
         task = progress.add_task("runs", total=len(runs))
         kept, stats = read_runs(runs, source, fmt, lambda: progress.advance(task), limits)
-    with datasets_bars(show=not quiet):
+    with datasets_bars(show=not quiet), writing_to(out):
         write_corpus(kept, stats, out, trl=not no_trl)
     typer.echo(f"runs: {stats.runs}, kept: {stats.kept}, images: {stats.images}")
     for reason, count in stats.dropped.items():

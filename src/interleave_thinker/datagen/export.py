@@ -84,7 +84,8 @@ def _one(run: Path, source: Path, fmt: Format, limits: ImageLimits) -> Interleav
     except UnsafeFile as exc:
         return REASON_OF_KIND[exc.kind], one_line(str(exc), MAX_DETAIL)
     except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
-        return "unreadable", one_line((str(exc).splitlines() or [type(exc).__name__])[0], MAX_DETAIL)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return "unreadable", one_line(f"{run / TRACE_FILE}: {first}", MAX_DETAIL)
     return (result, "") if isinstance(result, str) else result
 
 
