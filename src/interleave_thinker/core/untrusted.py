@@ -129,9 +129,12 @@ def load_json(data: bytes | str) -> Any:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
-def check_image(path: Path, limits: ImageLimits = ImageLimits(), *, what: str = "image") -> tuple[int, int]:
-    """Width and height of the image file ``path``, from its header only; :class:`UnsafeFile` when it
-    is missing, over the byte or pixel limit, or not an image Pillow can identify and verify."""
+def check_image(
+    path: Path, limits: ImageLimits = ImageLimits(), *, what: str = "image", verify: bool = True
+) -> tuple[int, int]:
+    """Width and height of the image file ``path``, from its header; :class:`UnsafeFile` when it is
+    missing, over the byte or pixel limit, or not an image Pillow can identify (and, with ``verify``,
+    whose structure Pillow cannot verify: this reads the whole file, still without decoding pixels)."""
     _size(path, limits.max_bytes, what)
     try:
         with warnings.catch_warnings():
@@ -144,7 +147,8 @@ def check_image(path: Path, limits: ImageLimits = ImageLimits(), *, what: str = 
                         f"{limits.max_pixels} (--max-image-pixels).",
                         "too_large",
                     )
-                image.verify()  # the file's structure (chunks, checksums), without decoding pixels
+                if verify:
+                    image.verify()  # the file's structure (chunks, checksums), without decoding pixels
     except Image.DecompressionBombError as exc:
         raise UnsafeFile(f"{what}: {path} is a decompression bomb ({exc}).", "too_large") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
