@@ -23,7 +23,7 @@ from tests.test_data_build import make_run
 STEPS = [[(False, 3.0), (True, 8.5)], [(True, 9.0)]]
 KEPT = "images/step01_attempt1.png"
 """The image step 1 kept: shown by both corpora and read by the build."""
-HOSTILE = ("absolute", "dotdot", "symlink", "notimage", "missing", "deep")
+HOSTILE = ("absolute", "dotdot", "symlink", "notimage", "missing", "deep", "linked")
 
 
 def edit_trace(run: Path, change: Any) -> None:
@@ -49,8 +49,9 @@ def hostile(tmp_path: Path) -> tuple[Path, bytes]:
     Image.new("RGB", (8, 8), (1, 2, 3)).save(secret_dir / "secret.png")
     secret = (secret_dir / "secret.png").read_bytes()
     root = tmp_path / "runs"
-    for name in ("good1", "good2", *HOSTILE):
+    for name in ("good1", "good2", *HOSTILE[:-1]):
         make_run(root, name, STEPS)
+    (root / "linked").symlink_to(make_run(tmp_path / "elsewhere", "linked", STEPS), target_is_directory=True)
     edit_trace(root / "absolute", set_kept(str(secret_dir / "secret.png")))
     edit_trace(root / "dotdot", set_kept("../../../secret/secret.png"))
     (root / "symlink" / KEPT).unlink()
@@ -86,7 +87,7 @@ def test_export_leaves_each_hostile_run_out_with_its_reason(
     result = CliRunner().invoke(app, [*args, "-q"])
     assert result.exit_code == 0, result.output
     stats = json.loads((out / "interleaved_hard_stats.json").read_text())
-    assert (stats["runs"], stats["kept"]) == (8, 2)
+    assert (stats["runs"], stats["kept"]) == (9, 2)
     reasons = {d["run"]: d["reason"] for d in stats["dropped_runs"]}
     assert reasons == {
         "absolute": "unsafe_path",
@@ -95,11 +96,13 @@ def test_export_leaves_each_hostile_run_out_with_its_reason(
         "notimage": "bad_image",
         "missing": "missing_image",
         "deep": "unreadable",
+        "linked": "unsafe_path",
     }
     details = {d["run"]: d["detail"] for d in stats["dropped_runs"]}
     assert "is not a relative path inside" in details["absolute"] and "through '..'" in details["dotdot"]
     assert "symbolic link" in details["symlink"] and "not an image" in details["notimage"]
     assert "does not exist" in details["missing"] and "nested deeper than 200" in details["deep"]
+    assert "symbolic link out of --input" in details["linked"]
     assert all("steps[0].attempts[1].image_file" in details[r] for r in ("absolute", "notimage", "missing"))
     assert [r["id"] for r in json.loads((out / "interleaved_hard.json").read_text())] == ["good1", "good2"]
     assert secret not in tree(out).values()  # the secret was never copied
@@ -123,8 +126,9 @@ def test_build_lists_each_hostile_run_as_failed_and_builds_the_rest(
     assert "is not a relative path inside" in failed["absolute"] and "through '..'" in failed["dotdot"]
     assert "symbolic link" in failed["symlink"] and "not an image" in failed["notimage"]
     assert "does not exist" in failed["missing"] and "nested deeper than 200" in failed["deep"]
+    assert "symbolic link out of --input" in failed["linked"]
     assert all("\n" not in reason and str(root) in reason for reason in failed.values())
-    assert "6 run(s) or record(s) could not be read" in result.output
+    assert "7 run(s) or record(s) could not be read" in result.output
     assert secret not in tree(out).values()
     before = tree(out)
     again = CliRunner().invoke(app, args)
