@@ -227,6 +227,30 @@ def test_bad_replies_are_retried_then_recorded_and_the_run_goes_on(tmp_path: Pat
     assert len(rows(out)) == 8
 
 
+def test_a_30_mb_teacher_reply_is_stored_cut_with_a_marker(tmp_path: Path) -> None:
+    tax = taxonomy_file(tmp_path / "tax.yaml", domains=1, subs=1)
+    out = tmp_path / "p.jsonl"
+    huge = "<think>" + "x" * 30_000_000 + "</think>"
+
+    def special(sub: str, batch: int, attempt: int) -> list[str] | str | None:
+        return huge if batch == 0 and attempt == 0 else None
+
+    with ScriptedServer(teacher(special)) as server:
+        run_cli(server, tax, out)
+    stored_path = tmp_path / "p.jsonl.teacher" / "domain-0" / "sub-0-0" / "lexicon.json"
+    assert stored_path.stat().st_size < 2 * 2**20  # was 30 MB
+    stored = json.loads(stored_path.read_text())
+    first, second = stored["replies"]
+    assert len(first) < 1_048_576 + 100 and first.startswith("<think>xxx")
+    assert first.endswith(f"[cut by interleave-thinker: {len(huge) - 1_048_576} more characters not stored]")
+    assert second == lexicon_reply("Topic 0.0") and stored["failed"] is None
+    assert "over the limit of 1048576" in stored["errors"][0]
+    assert len(rows(out)) == 4
+    with ScriptedServer(teacher()) as server:  # the stored call is read back and reused
+        run_cli(server, tax, out)
+        assert server.posts() == []
+
+
 def test_near_duplicates_across_subcategories_keep_the_first(tmp_path: Path) -> None:
     tax = taxonomy_file(tmp_path / "tax.yaml", domains=1, subs=2)
     first = made_up("Topic 0.0", 1, 2)

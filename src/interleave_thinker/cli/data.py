@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,6 +19,7 @@ from interleave_thinker.cli.scoring import JudgeTokensOption, load_judge
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS
 from interleave_thinker.train.data.issues import DatasetError
 
 app = typer.Typer(help="Validate, build and count training data.", no_args_is_help=True)
@@ -136,13 +140,17 @@ def _gather(
     cfg: PipelineConfig,
     judge_tokens: int = 1024,
     quiet: bool = False,
-) -> tuple[Any, Any, JudgePass]:
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
+) -> tuple[Any, Any, JudgePass, list[dict[str, str]]]:
+    from interleave_thinker.core.untrusted import ImageLimits
     from interleave_thinker.train.data.rules import BuildRules
     from interleave_thinker.train.data.scoring import apply_scores, load_cache, save_cache
-    from interleave_thinker.train.data.trajectories import discover
+    from interleave_thinker.train.data.trajectories import find_trajectories
 
     rules = BuildRules.load(rules_file)
-    trajectories = discover(source, image_dir=image_dir)
+    found = find_trajectories(source, image_dir=image_dir, limits=ImageLimits(max_pixels=max_image_pixels))
+    _report_failed(found.failed)
+    trajectories = found.trajectories
     if cache is not None:
         apply_scores(trajectories, load_cache(cache))
     judged = JudgePass()
@@ -150,7 +158,37 @@ def _gather(
         scores, judged = _score(trajectories, judge, cfg, judge_tokens, quiet)
         if cache is not None and scores:
             save_cache(cache, scores)
-    return trajectories, rules, judged
+    return trajectories, rules, judged, found.failed
+
+
+_PARTIAL = re.compile(r"^\.(.+)\.\d+\.\d+\.tmp$")
+
+
+@contextmanager
+def writing_to(out: Path) -> Iterator[None]:
+    """An OS error while the outputs are written is one line naming the file and the fix (not, say,
+    ``IsADirectoryError`` on a temporary file's name)."""
+    try:
+        yield
+    except OSError as exc:
+        target = Path(exc.filename2 or exc.filename or out)
+        partial = _PARTIAL.match(target.name)  # write_atomic's temporary file: name the file it makes
+        target = target.with_name(partial.group(1)) if partial else target
+        raise InputError(
+            f"--out {out}: cannot write {target} ({exc.strerror or type(exc).__name__}); choose a folder "
+            "you can write into, or remove what is in the way."
+        ) from None
+
+
+def _report_failed(failed: list[dict[str, str]]) -> None:
+    """Each run or record left out, with its one-line reason, on stderr (at most :data:`MAX_ERRORS`)."""
+    if not failed:
+        return
+    typer.echo(f"{len(failed)} run(s) or record(s) could not be read and are left out:", err=True)
+    for entry in failed[:MAX_ERRORS]:
+        typer.echo(f"  {entry['run']}: {entry['reason']}", err=True)
+    if len(failed) > MAX_ERRORS:
+        typer.echo(f"  ... and {len(failed) - MAX_ERRORS} more", err=True)
 
 
 def _report_judge(judged: JudgePass, errors_file: Path | None) -> None:
@@ -234,6 +272,13 @@ JudgeOpt = Annotated[
     str | None, typer.Option(help="VLM spec of a judge that scores attempts without scores.")
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (cuts, resampling).")]
+MaxPixelsOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Most pixels (width x height) of an image read from the runs; a run with a larger one is left out.",
+    ),
+]
 
 
 @app.command()
@@ -250,8 +295,12 @@ def build(
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the TRL save_to_disk copies.")] = False,
     judge_max_new_tokens: JudgeTokensOption = 1024,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
-    """Build planner SFT, critic SFT and critic RL data; write ShareGPT, EasyR1 and TRL copies."""
+    """Build planner SFT, critic SFT and critic RL data; write ShareGPT, EasyR1 and TRL copies.
+
+    A run or record that cannot be read is left out with its reason (on stderr and in stats.json's
+    failed_runs); the exit code is 1 only when no example was built."""
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
     from interleave_thinker.train.data.export import export
@@ -259,9 +308,10 @@ def build(
     from interleave_thinker.train.data.trl_format import datasets_bars
 
     cfg = _settings(settings, judge)
-    out.mkdir(parents=True, exist_ok=True)
-    trajectories, build_rules, judged = _gather(
-        source, image_dir, rules, judge, out, cfg, judge_max_new_tokens, quiet
+    with writing_to(out):
+        out.mkdir(parents=True, exist_ok=True)
+    trajectories, build_rules, judged, failed = _gather(
+        source, image_dir, rules, judge, out, cfg, judge_max_new_tokens, quiet, max_image_pixels
     )
     _report_judge(judged, save_errors(out, judged.errors) if judged.asked else None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -269,8 +319,8 @@ def build(
         result = build_examples(
             trajectories, cfg.prompts.store().load(), canvas, rules=build_rules, seed=seed
         )
-        with datasets_bars(show=not quiet or no_trl):
-            export(result, out, trl=not no_trl)
+        with datasets_bars(show=not quiet or no_trl), writing_to(out):
+            export(result, out, trl=not no_trl, failed=failed)
     _print_stats(result.stats)
     typer.echo(f"wrote {out}")
     _fail_if_useless(judged, sum(result.stats.examples.values()))
@@ -291,14 +341,15 @@ def stats(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
     judge_max_new_tokens: JudgeTokensOption = 1024,
+    max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
     """Count what `data build` would keep, per rule, without writing anything."""
     from interleave_thinker.train.data.builder import build as build_examples
     from interleave_thinker.train.data.builder import write_canvas
 
     cfg = _settings(settings, judge)
-    trajectories, build_rules, judged = _gather(
-        source, image_dir, rules, judge, scores, cfg, judge_max_new_tokens
+    trajectories, build_rules, judged, _ = _gather(
+        source, image_dir, rules, judge, scores, cfg, judge_max_new_tokens, max_image_pixels=max_image_pixels
     )
     _report_judge(judged, None)
     with tempfile.TemporaryDirectory() as tmp:

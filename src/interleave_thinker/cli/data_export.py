@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from interleave_thinker.cli.data import MaxPixelsOpt, writing_to
 from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS, ImageLimits
 from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
 from interleave_thinker.datagen.export_format import DROP_REASONS, Format
 from interleave_thinker.train.data.trl_format import datasets_bars
@@ -26,15 +28,17 @@ def export(
     out: Annotated[Path, typer.Option(help="Output folder (created; other exports in it are kept).")],
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the datasets save_to_disk copy.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
     """Write an interleaved corpus (ShareGPT JSON, a datasets copy, stats); exit 1 when nothing is kept."""
     console = Console(stderr=True)
     runs = find_traces(source)
     progress = counter_bar(console, "reading runs", quiet=quiet)
+    limits = ImageLimits(max_pixels=max_image_pixels)
     with progress:
         task = progress.add_task("runs", total=len(runs))
-        kept, stats = read_runs(runs, source, fmt, lambda: progress.advance(task))
-    with datasets_bars(show=not quiet):
+        kept, stats = read_runs(runs, source, fmt, lambda: progress.advance(task), limits)
+    with datasets_bars(show=not quiet), writing_to(out):
         write_corpus(kept, stats, out, trl=not no_trl)
     typer.echo(f"runs: {stats.runs}, kept: {stats.kept}, images: {stats.images}")
     for reason, count in stats.dropped.items():

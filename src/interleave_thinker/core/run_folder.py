@@ -22,7 +22,6 @@ reader that guessed could drop fields a newer writer relies on, and a resume wou
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 from interleave_thinker.core.errors import TraceVersionError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.types import SCHEMA_VERSION, Trace
+from interleave_thinker.core.untrusted import ImageLimits, check_image, inside, load_json, read_bounded
 
 TRACE_FILE = "trace.json"
 IMAGES_DIR = "images"
@@ -60,6 +60,15 @@ def trace_path(folder: Path) -> Path:
 
 def image_path(folder: Path, name: str) -> Path:
     return folder / IMAGES_DIR / name
+
+
+def run_image(run: Path, name: str, *, what: str, limits: ImageLimits | None = None) -> Path:
+    """The image ``name`` of a trace of the run folder ``run``, checked as data (`data build`, `data
+    export`): a relative name inside ``images/`` that stays in ``run`` with links followed, and a real
+    image within ``limits``; else :class:`~interleave_thinker.core.untrusted.UnsafeFile` naming ``what``."""
+    path = inside(run / IMAGES_DIR, name, what=what, root=run)
+    check_image(path, limits or ImageLimits(), what=what)
+    return path
 
 
 def has_pages(folder: Path) -> bool:
@@ -138,13 +147,17 @@ def migrate(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def load_trace(path: Path) -> Trace:
+def load_trace(path: Path, max_bytes: int | None = None) -> Trace:
     """The trace in ``path``, migrated to the current schema.
 
-    Raises OSError (missing, unreadable), ValueError (not JSON, or not a valid trace: pydantic's
-    ValidationError is one) or :class:`TraceVersionError` (a version this code does not read).
+    Raises OSError (missing, unreadable), ValueError (not JSON, nested deeper than
+    :data:`~interleave_thinker.core.untrusted.MAX_JSON_DEPTH`, or not a valid trace: pydantic's
+    ValidationError is one), :class:`TraceVersionError` (a version this code does not read) or, with
+    ``max_bytes`` (readers of data: `data build`, `data export`), an
+    :class:`~interleave_thinker.core.untrusted.UnsafeFile` for a larger file.
     """
-    data = json.loads(path.read_bytes())
+    raw = path.read_bytes() if max_bytes is None else read_bounded(path, max_bytes, what="trace")
+    data = load_json(raw)
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     return Trace.model_validate(migrate(path, data))

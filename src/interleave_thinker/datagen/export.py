@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.paths import confine, write_atomic
 from interleave_thinker.core.run_folder import TRACE_FILE, load_trace
-from interleave_thinker.datagen.export_format import Format, Interleaved, interleave
+from interleave_thinker.core.untrusted import MAX_JSON_BYTES, ImageLimits, UnsafeFile, is_within
+from interleave_thinker.datagen.export_format import REASON_OF_KIND, Format, Interleaved, interleave
+from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.train.data.examples import ChatTurn, SFTExample
 from interleave_thinker.train.data.export import (
     ImageCopier,
+    clear_folder,
     merge_dataset_info,
     relocate_sft,
     sharegpt_info,
@@ -68,19 +70,31 @@ def find_traces(source: Path) -> list[Path]:
     return runs
 
 
-def _one(run: Path, fmt: Format) -> Interleaved | tuple[str, str]:
-    """The run's trajectory, or (reason, detail) when it is left out."""
+def _one(run: Path, source: Path, fmt: Format, limits: ImageLimits) -> Interleaved | tuple[str, str]:
+    """The run's trajectory, or (reason, detail) when it is left out: a bad run fails alone."""
     try:
-        trace = load_trace(run / TRACE_FILE)  # a newer schema raises TraceVersionError: upgrade, not skip
-    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        if not is_within(run, source):
+            raise UnsafeFile(
+                f"{run} is a symbolic link out of --input {source}; pass the run folder itself.",
+                "unsafe_path",
+            )
+        # A newer schema raises TraceVersionError (not caught): upgrade, not skip.
+        trace = load_trace(run / TRACE_FILE, max_bytes=MAX_JSON_BYTES)
+        result = interleave(trace, run, fmt, limits)
+    except UnsafeFile as exc:
+        return REASON_OF_KIND[exc.kind], one_line(str(exc), MAX_DETAIL)
+    except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        return "unreadable", first[:MAX_DETAIL]
-    result = interleave(trace, run, fmt)
+        return "unreadable", one_line(f"{run / TRACE_FILE}: {first}", MAX_DETAIL)
     return (result, "") if isinstance(result, str) else result
 
 
 def read_runs(
-    runs: list[Path], source: Path, fmt: Format, on_run: Callable[[], None] | None = None
+    runs: list[Path],
+    source: Path,
+    fmt: Format,
+    on_run: Callable[[], None] | None = None,
+    limits: ImageLimits | None = None,
 ) -> tuple[list[tuple[str, SFTExample]], ExportStats]:
     """Each run's trajectory as a two-turn conversation keyed by the run's path below ``source``."""
     stats = ExportStats(format=fmt, runs=len(runs))
@@ -88,7 +102,7 @@ def read_runs(
     reasons: Counter[str] = Counter()
     for run in runs:
         key = run.relative_to(source).as_posix() if run != source else run.name
-        result = _one(run, fmt)
+        result = _one(run, source, fmt, limits or ImageLimits())
         if isinstance(result, Interleaved):
             turns = (ChatTurn("user", result.user), ChatTurn("assistant", result.assistant))
             kept.append((key, SFTExample(messages=turns, images=result.images)))
@@ -106,14 +120,14 @@ def _save_dataset(target: Path, examples: list[SFTExample]) -> None:
     """``save_to_disk`` into a hidden sibling, then swap it in, so no reader sees half a dataset."""
     staged, old = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
     for leftover in (staged, old):
-        shutil.rmtree(leftover, ignore_errors=True)
+        clear_folder(leftover)
     if examples:
         sft_dataset(examples).save_to_disk(str(staged))
-    if target.exists():
+    if target.exists() or target.is_symlink():
         target.rename(old)
     if examples:
         staged.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    clear_folder(old)
 
 
 def write_corpus(
@@ -122,6 +136,7 @@ def write_corpus(
     """Write the corpus files into ``out`` and return the examples as they now point into it."""
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    confine(out)
     name = corpus_name(stats.format)
     copy = ImageCopier(out)
     moved = [(key, relocate_sft(example, copy)) for key, example in kept]
@@ -142,8 +157,9 @@ def export_corpus(
     *,
     trl: bool = True,
     on_run: Callable[[], None] | None = None,
+    limits: ImageLimits | None = None,
 ) -> ExportStats:
     """Read every run below ``source`` and write the ``fmt`` corpus into ``out``."""
-    kept, stats = read_runs(find_traces(source), source, fmt, on_run)
+    kept, stats = read_runs(find_traces(source), source, fmt, on_run, limits)
     write_corpus(kept, stats, out, trl=trl)
     return stats

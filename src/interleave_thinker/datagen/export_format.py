@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Literal
 
 from interleave_thinker.agents.messages import count_image_markers
-from interleave_thinker.core.run_folder import IMAGES_DIR
+from interleave_thinker.core.run_folder import TRACE_FILE, run_image
 from interleave_thinker.core.types import Attempt, Plan, StepRecord, Trace, Verdict
+from interleave_thinker.core.untrusted import ImageLimits, Kind
 
 Format = Literal["interleaved-easy", "interleaved-hard"]
 FORMATS: tuple[Format, ...] = ("interleaved-easy", "interleaved-hard")
@@ -31,13 +32,17 @@ IMAGE = "<image>"
 _RESERVED = re.compile(r"<(/?)(" + "|".join(TAGS) + r")(?=[\s/>]|$)", re.IGNORECASE)
 
 DROP_REASONS: dict[str, str] = {
-    "unreadable": "trace.json could not be read, or its input images do not match its <image> markers",
+    "unreadable": "trace.json could not be read (not JSON, too large, nested too deep, not a trace), or "
+    "its input images do not match its <image> markers",
     "no_plan": "the planner gave no valid plan (planning failed or the single-step fallback was used)",
     "unfinished": "the run did not finish (status not 'succeeded', or fewer steps than planned)",
     "step_failed": "an image step kept no image",
     "step_not_approved": "an image step kept an image the critic did not approve (rejected, forced, no verdict)",
     "attempt_without_verdict": "hard only: an attempt's image has no critic verdict to follow it",
     "missing_image": "an image named by the trace is not in the run's images/ folder",
+    "unsafe_path": "the trace names a file outside its run folder (an absolute path, '..' or a symbolic "
+    "link out), or the run folder itself is a link out of --input",
+    "bad_image": "an image named by the trace is not an image file, or is over the byte or pixel limit",
 }
 """Every reason a trajectory is left out, as counted in the export's stats."""
 
@@ -86,8 +91,9 @@ def _info(record: StepRecord) -> str:
     return block("info", text) if text is not None and text.strip() not in ("", "None") else ""
 
 
-def _image_step(record: StepRecord, folder: Path, hard: bool) -> tuple[str, list[Path]] | str:
-    """The step's text and images, or why the trajectory is left out."""
+def _image_step(record: StepRecord, where: str, hard: bool) -> tuple[str, list[tuple[str, str]]] | str:
+    """The step's text and images (each name with the trace field naming it), or why the trajectory is
+    left out."""
     kept = next((a for a in record.attempts if a.accepted and a.image_file), None)
     if kept is None:
         return "step_failed"
@@ -103,7 +109,8 @@ def _image_step(record: StepRecord, folder: Path, hard: bool) -> tuple[str, list
         if hard and attempt.verdict is not None:
             parts.append(critic_block(attempt.verdict))
     parts.append(_info(record))
-    return "".join(parts), [folder / str(a.image_file) for a in shown]
+    named = [(str(a.image_file), f"{where}.attempts[{record.attempts.index(a)}].image_file") for a in shown]
+    return "".join(parts), named
 
 
 def _usable(trace: Trace) -> Plan | str:
@@ -118,23 +125,36 @@ def _usable(trace: Trace) -> Plan | str:
     return plan
 
 
-def interleave(trace: Trace, run: Path, fmt: Format) -> Interleaved | str:
-    """The trajectory of the run folder ``run`` in format ``fmt``, or a key of :data:`DROP_REASONS`."""
+def interleave(trace: Trace, run: Path, fmt: Format, limits: ImageLimits | None = None) -> Interleaved | str:
+    """The trajectory of the run folder ``run`` in format ``fmt``, or a key of :data:`DROP_REASONS`.
+
+    Every image the trajectory shows is checked as data (:func:`~interleave_thinker.core.run_folder.run_image`);
+    one that is not a plain image file inside the run raises
+    :class:`~interleave_thinker.core.untrusted.UnsafeFile` with its reason."""
     plan = _usable(trace)
     if isinstance(plan, str):
         return plan
-    folder = run / IMAGES_DIR
     parts = [block("gthink", plan.reasoning or "")]
-    images = [folder / name for name in trace.input_images]
-    for record in trace.steps:
+    named = [(name, f"input_images[{i}]") for i, name in enumerate(trace.input_images)]
+    for index, record in enumerate(trace.steps):
         if record.kind == "text":
             parts.append(block("info", record.text or record.step.auxiliary_text or ""))
             continue
-        step = _image_step(record, folder, fmt == "interleaved-hard")
+        step = _image_step(record, f"steps[{index}]", fmt == "interleaved-hard")
         if isinstance(step, str):
             return step
         parts.append(step[0])
-        images.extend(step[1])
-    if not all(path.is_file() for path in images):
-        return "missing_image"
-    return Interleaved(trace.request.text, "".join(parts).rstrip("\n"), tuple(images))
+        named.extend(step[1])
+    trace_file = run / TRACE_FILE
+    images = tuple(run_image(run, name, what=f"{trace_file} {field}", limits=limits) for name, field in named)
+    return Interleaved(trace.request.text, "".join(parts).rstrip("\n"), images)
+
+
+REASON_OF_KIND: dict[Kind, str] = {
+    "unsafe_path": "unsafe_path",
+    "missing": "missing_image",
+    "too_large": "bad_image",
+    "not_an_image": "bad_image",
+    "too_deep": "unreadable",
+}
+"""The drop reason of each :class:`UnsafeFile` kind an image check raises."""

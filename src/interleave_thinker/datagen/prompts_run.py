@@ -38,6 +38,7 @@ from interleave_thinker.datagen.prompts_store import (
     load_call,
     request_digest,
     save_call,
+    stored_reply,
 )
 from interleave_thinker.datagen.prompts_teacher import (
     Lexicon,
@@ -134,8 +135,9 @@ class TeacherJob:
             last = outcome.errors[-1] if outcome.errors else "no reply"
             failed = one_line(f"{name}: no usable reply after {len(outcome.errors)} attempt(s): {last}")
             result.failures.append(f"{result.domain.id}/{result.sub.id}: {failed}")
+        replies = [stored_reply(reply) for reply in outcome.raw_replies]  # bounded on disk
         record = CallRecord(
-            name.split("-")[0], request_digest(request), request, outcome.raw_replies, outcome.errors, failed
+            name.split("-")[0], request_digest(request), request, replies, outcome.errors, failed
         )
         record.input_tokens, record.output_tokens = usage.input_tokens, usage.output_tokens
         save_call(path, record)

@@ -7,6 +7,10 @@ one-line failure reason.
 A rerun reuses a stored call whose request is byte-identical and that did not fail, and reads its
 last reply again (so a file edited by hand is checked like a fresh reply); anything else (missing,
 unreadable, failed, a request that changed with the seed or the taxonomy) is asked again.
+
+A reply is stored cut at :data:`MAX_STORED_REPLY_CHARS` (the most the reply reader reads: a longer
+reply is refused unread anyway), with :data:`CUT_MARKER` saying how much was left out, so a teacher
+answering 30 MB cannot make a 30 MB file per attempt (nor one too large to be read back).
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.agents.reply import MAX_REPLY_CHARS
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.untrusted import load_json
 
 MAX_RECORD_BYTES = 8 * 1_048_576
+MAX_STORED_REPLY_CHARS = MAX_REPLY_CHARS
+"""Characters of a teacher reply kept on disk (1 MiB); the rest is replaced by :data:`CUT_MARKER`."""
+CUT_MARKER = "\n[cut by interleave-thinker: {count} more characters not stored]"
 
 
 @dataclass
@@ -52,12 +61,19 @@ def _strings(value: Any) -> list[str] | None:
     return None
 
 
+def stored_reply(reply: str) -> str:
+    """``reply`` as kept on disk: whole up to :data:`MAX_STORED_REPLY_CHARS`, else cut with a marker."""
+    if len(reply) <= MAX_STORED_REPLY_CHARS:
+        return reply
+    return reply[:MAX_STORED_REPLY_CHARS] + CUT_MARKER.format(count=len(reply) - MAX_STORED_REPLY_CHARS)
+
+
 def load_call(path: Path, request: str) -> CallRecord | None:
     """The stored call for ``request`` when it can be reused (present, readable, same request, not failed)."""
     try:
         if path.stat().st_size > MAX_RECORD_BYTES:
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("request_sha256") != request_digest(request):

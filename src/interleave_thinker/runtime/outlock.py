@@ -16,6 +16,7 @@ from pathlib import Path
 from filelock import Timeout, UnixFileLock
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.paths import confine
 from interleave_thinker.core.run_folder import LOCK_FILE
 
 
@@ -38,6 +39,11 @@ def folder_lock(folder: Path) -> Iterator[None]:
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
+    confine(folder)  # the command's files are never written through a link out of its folder
+    if path.is_symlink():  # the lock opens and truncates its file: never the file a link points at
+        raise InputError(
+            f"{path} is a symbolic link; remove it (the lock file is made anew) or use another --out."
+        )
     lock = UnixFileLock(path, blocking=False, preserve_lock_file=True, on_acquired=_write_pid)
     try:
         lock.acquire()

@@ -191,12 +191,15 @@ class BatchRunner:
         """Mark the request's trace failed with ``reason``: the one on disk when readable, else a new one."""
         if item.problem is not None:
             return
-        path = self.store.request_dir(item.id) / TRACE_FILE
-        trace = read_trace(path)
-        if trace is None or trace.request.id not in (None, item.id):
-            trace = failed_trace(item.id, item.prompt, reason, item.task)
-        trace.status, trace.error = "failed", one_line(f"{item.where}: {reason}" if item.where else reason)
-        try:
+        try:  # the folder may be what failed (a link out of OUT): then the journal alone says why
+            path = self.store.request_dir(item.id) / TRACE_FILE
+            trace = read_trace(path)
+            if trace is None or trace.request.id not in (None, item.id):
+                trace = failed_trace(item.id, item.prompt, reason, item.task)
+            trace.status, trace.error = (
+                "failed",
+                one_line(f"{item.where}: {reason}" if item.where else reason),
+            )
             write_atomic(path, trace_json(trace))
             write_documents(trace, path.parent)
         except Exception as exc:  # the journal line (and the summary) still say why

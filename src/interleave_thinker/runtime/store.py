@@ -5,6 +5,10 @@ made); ``OUT/journal.jsonl`` gets one appended, fsynced line per finished reques
 records the input order and the settings, so a restart with different settings is refused instead of
 silently mixing two runs. File names are the run folder's layout (``core/run_folder.py``); what a
 restart does with them is decided in ``runtime/resume.py``.
+
+Nothing is read, written or cleared through a symbolic link planted in ``OUT`` that leads out of it
+(:func:`~interleave_thinker.core.paths.confine`): such a request folder fails that request with one
+line, such a journal or manifest stops the batch before it starts.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from interleave_thinker.core.errors import TraceVersionError
-from interleave_thinker.core.paths import write_atomic
-from interleave_thinker.core.run_folder import JOURNAL, MANIFEST, REQUESTS, TRACE_FILE, read_trace
+from interleave_thinker.core.errors import InputError, TraceVersionError
+from interleave_thinker.core.paths import check_folder, confine, write_atomic
+from interleave_thinker.core.run_folder import IMAGES_DIR, JOURNAL, MANIFEST, REQUESTS, TRACE_FILE, read_trace
 from interleave_thinker.core.run_folder import request_dir as batch_request_dir
 from interleave_thinker.core.types import Request, Trace
 from interleave_thinker.runtime.failures import clean_text, one_line
@@ -28,15 +32,26 @@ from interleave_thinker.runtime.resume import merged_manifest
 class RunStore:
     def __init__(self, root: Path) -> None:
         self.root = root
+        confine(root)
         self._lock = threading.Lock()
         self._append_lock = threading.Lock()
         self._journal: tuple[tuple[int, int, int] | None, dict[str, dict[str, Any]]] | None = None
 
     def request_dir(self, request_id: str) -> Path:
-        return batch_request_dir(self.root, request_id)
+        """``OUT/requests/<id>/``; :class:`InputError` when it (or its ``images/``, or ``requests/``) is
+        a symbolic link out of ``OUT``, so nothing of the request is read, cleared or written there."""
+        folder = batch_request_dir(self.root, request_id)
+        check_folder(folder / IMAGES_DIR)
+        return folder
 
     def open(self, manifest: dict[str, Any], *, resume: bool) -> None:
         """Start or continue a batch in ``root``; a different manifest or ``resume=False`` on a used folder is an error."""
+        for name in (MANIFEST, JOURNAL):
+            if (self.root / name).is_symlink():
+                raise InputError(
+                    f"{self.root / name} is a symbolic link; a batch reads and writes its own {name} only: "
+                    "remove the link or choose another --out."
+                )
         path = self.root / MANIFEST
         write_atomic(
             path, json.dumps(merged_manifest(path, manifest, resume=resume), indent=2, ensure_ascii=False)
@@ -87,7 +102,8 @@ class RunStore:
         with self._append_lock:
             self.root.mkdir(parents=True, exist_ok=True)
             before = _identity(path)
-            with path.open("a", encoding="utf-8") as handle:
+            fd = os.open(path, _APPEND, 0o666)  # never through a link planted at the journal's name
+            with os.fdopen(fd, "a", encoding="utf-8") as handle:
                 handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -104,11 +120,19 @@ class RunStore:
         an id that cannot be a folder name), appears as a failed trace carrying the reason."""
         found: dict[str, Trace] = {}
         for path in sorted((self.root / REQUESTS).glob(f"*/{TRACE_FILE}")):
+            try:
+                check_folder(path.parent)
+            except InputError as exc:  # a link out of OUT: its files are not this batch's
+                found[path.parent.name] = failed_trace(path.parent.name, "", str(exc))
+                continue
             found[path.parent.name] = _trace_or_reason(path)
         for request_id, entry in self.journal().items():
             if request_id not in found and entry.get("status") == "failed":
                 found[request_id] = failed_trace(request_id, "", str(entry.get("error") or "unknown"))
         return found
+
+
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

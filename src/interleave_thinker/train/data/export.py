@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.paths import check_folder, confine, write_atomic
+from interleave_thinker.core.untrusted import MAX_IMAGE_BYTES, MAX_JSON_BYTES, load_json, read_bounded
 from interleave_thinker.train.data.builder import BuildResult
 from interleave_thinker.train.data.examples import CriticRLExample, SFTExample
 from interleave_thinker.train.data.trl_format import rl_dataset, sft_dataset
@@ -34,21 +35,34 @@ SHAREGPT_TAGS = {
 
 
 class ImageCopier:
-    """Copies each distinct image once into ``out/images`` and returns its new absolute path."""
+    """Copies each distinct image once into ``out/images`` and returns its new absolute path.
 
-    def __init__(self, out: Path) -> None:
-        self.out = out
+    The sources were checked when their runs were read (``core/run_folder.run_image``); the read is
+    bounded again here, and the copy is an atomic write, which replaces a link planted at its name
+    instead of writing through it (and refuses an ``images/`` that links out of ``out``)."""
+
+    def __init__(self, out: Path, max_bytes: int = MAX_IMAGE_BYTES) -> None:
+        self.out, self.max_bytes = out, max_bytes
         self.done: dict[Path, Path] = {}
 
     def __call__(self, path: Path) -> Path:
         if path not in self.done:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            data = read_bounded(path, self.max_bytes, what="image")
+            digest = hashlib.sha256(data).hexdigest()[:16]
             target = self.out / IMAGES / f"{digest}{path.suffix.lower() or '.png'}"
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
+            if target.is_symlink() or not target.is_file():
+                write_atomic(target, data)
             self.done[path] = target.resolve()
         return self.done[path]
+
+
+def clear_folder(target: Path) -> None:
+    """Remove the saved dataset ``target`` (never through a link out of the confined ``out``)."""
+    check_folder(target)
+    if target.is_symlink():
+        target.unlink()
+    elif target.exists():
+        shutil.rmtree(target)
 
 
 def relocate_sft(example: SFTExample, copy: ImageCopier) -> SFTExample:
@@ -73,7 +87,7 @@ def merge_dataset_info(out: Path, entries: dict[str, Any]) -> None:
     info: Any = {}
     if path.is_file():
         try:
-            info = json.loads(path.read_text(encoding="utf-8"))
+            info = load_json(read_bounded(path, MAX_JSON_BYTES, what=DATASET_INFO))
         except ValueError as exc:
             raise InputError(f"{path}: not JSON ({exc}); remove it or choose another --out.") from None
         if not isinstance(info, dict):
@@ -126,10 +140,14 @@ def easyr1_record(example: CriticRLExample, out: Path) -> dict[str, Any]:
     }
 
 
-def export(result: BuildResult, out: Path, *, trl: bool = True) -> BuildResult:
-    """Write every format into ``out`` and return the examples as they now point into it."""
+def export(
+    result: BuildResult, out: Path, *, trl: bool = True, failed: list[dict[str, str]] | None = None
+) -> BuildResult:
+    """Write every format into ``out`` and return the examples as they now point into it; ``failed``
+    (runs or records left out, each with its one-line reason) goes into ``stats.json`` as ``failed_runs``."""
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    confine(out)
     moved = _relocate(result, ImageCopier(out))
     info: dict[str, Any] = {}
     for name, examples in (("planner_sft", moved.planner_sft), ("critic_sft", moved.critic_sft)):
@@ -139,7 +157,8 @@ def export(result: BuildResult, out: Path, *, trl: bool = True) -> BuildResult:
     merge_dataset_info(out, info)
     lines = [json.dumps(easyr1_record(e, out), ensure_ascii=False) for e in moved.critic_rl]
     write_atomic(out / "critic_rl.jsonl", "".join(line + "\n" for line in lines))
-    write_atomic(out / "stats.json", json.dumps(dataclasses.asdict(moved.stats), indent=2) + "\n")
+    stats = {**dataclasses.asdict(moved.stats), "failed_runs": failed or []}
+    write_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")
     if trl:
         datasets = {
             "planner_sft": (len(moved.planner_sft), lambda: sft_dataset(moved.planner_sft)),
@@ -148,8 +167,7 @@ def export(result: BuildResult, out: Path, *, trl: bool = True) -> BuildResult:
         }
         for name, (count, make) in datasets.items():
             target = out / "trl" / name
-            if target.exists():
-                shutil.rmtree(target)
+            clear_folder(target)
             if count:  # datasets cannot load an empty saved dataset back, so none is written
                 make().save_to_disk(str(target))
     return moved

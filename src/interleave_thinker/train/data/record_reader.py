@@ -1,7 +1,8 @@
 """Reading one training record: each problem becomes an :class:`Issue` naming the file, line and field.
 
 Why a class of its own: every loader in :mod:`.loaders` reads its records through these checks
-(aliases, strings, booleans, 0-10 scores, image paths kept inside ``image_dir``), so a problem is
+(aliases, strings, booleans, 0-10 scores, image paths kept inside ``image_dir`` and naming real images
+within the limits), so a problem is
 reported the same way whatever the format, and all of a file's problems are collected at once.
 """
 
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.core.untrusted import ImageLimits, UnsafeFile, check_image
 from interleave_thinker.train.data.issues import Issue, PathPart, field_name, line_of, locate
 
 
@@ -20,6 +22,7 @@ class RecordReader:
     def __init__(self, label: str, text: str, start: int, first_line: int, image_dir: Path) -> None:
         self.label, self.text, self.start, self.first_line = label, text, start, first_line
         self.image_dir = image_dir
+        self.limits = ImageLimits()
         self.issues: list[Issue] = []
 
     def issue(self, parts: Sequence[PathPart], problem: str) -> None:
@@ -71,7 +74,8 @@ class RecordReader:
         return float(value)
 
     def image(self, value: Any, where: tuple[PathPart, ...]) -> Path | None:
-        """Resolve an image path inside ``image_dir``; refuse escapes and missing files."""
+        """Resolve an image path inside ``image_dir``; refuse escapes, missing files and files that are not
+        images within :attr:`limits` (bytes, pixels; read from the header only)."""
         if not isinstance(value, str) or not value.strip():
             self.issue(where, f"must be an image path, got {value!r}")
             return None
@@ -85,6 +89,11 @@ class RecordReader:
             return None
         if not path.is_file():
             self.issue(where, f"image file not found: {path}")
+            return None
+        try:
+            check_image(path, self.limits, what="image", verify=False)  # the header: a training set is large
+        except UnsafeFile as exc:  # a text file named .png, a bomb, a file over the limits
+            self.issue(where, str(exc).removeprefix("image: "))
             return None
         return path
 

@@ -6,15 +6,23 @@ used, its before/after images, the critic's label and refinement, and (when know
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interleave_thinker.core.errors import InputError
-from interleave_thinker.core.run_folder import IMAGES_DIR, TRACE_FILE, load_trace
+from interleave_thinker.core.errors import InputError, TraceVersionError
+from interleave_thinker.core.run_folder import TRACE_FILE, load_trace, run_image
+from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import WHITE_CANVAS, PlanStep
+from interleave_thinker.core.untrusted import (
+    MAX_JSON_BYTES,
+    ImageLimits,
+    UnsafeFile,
+    is_within,
+    load_json,
+    read_bounded,
+)
 from interleave_thinker.train.data.examples import TrajectoryRecord
 from interleave_thinker.train.data.issues import DatasetError
 from interleave_thinker.train.data.loaders import load_record
@@ -64,28 +72,37 @@ class Trajectory:
     steps: list[StepView]
 
 
-def from_trace(run_dir: Path, name: str | None = None) -> Trajectory:
-    """``name`` starts each attempt key (default: the folder's name; a batch's runs use ``requests/<id>``)."""
+def from_trace(run_dir: Path, name: str | None = None, limits: ImageLimits | None = None) -> Trajectory:
+    """``name`` starts each attempt key (default: the folder's name; a batch's runs use ``requests/<id>``).
+
+    The run is data: its trace is read bounded and every image it names is checked
+    (:func:`~interleave_thinker.core.run_folder.run_image`); any problem is an :class:`InputError`
+    naming the file and field (an :class:`~interleave_thinker.core.untrusted.UnsafeFile` for an image)."""
     path = run_dir / TRACE_FILE
     name = name or run_dir.name
     try:
-        trace = load_trace(path)  # an older schema is migrated; a newer one is refused with the fix
-    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        trace = load_trace(path, max_bytes=MAX_JSON_BYTES)  # an older schema is migrated; a newer one refused
+    except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{path}: not a readable trace ({first}).") from None
-    images = run_dir / IMAGES_DIR
+
+    def image(file: str, field: str) -> Path:
+        return run_image(run_dir, file, what=f"{path} {field}", limits=limits)
+
     plan = trace.planner.plan
     steps: list[StepView] = []
     for index, record in enumerate(trace.steps, start=1):
-        view = StepView(
-            index, record.step, accepted=images / record.accepted_image if record.accepted_image else None
-        )
+        where = f"steps[{index - 1}]"
+        accepted = image(record.accepted_image, f"{where}.accepted_image") if record.accepted_image else None
+        view = StepView(index, record.step, accepted=accepted)
         planned = record.planned_prompt  # None in a trace built by hand: the plan step's prompt
         planned = planned if planned is not None else record.step.generation_prompt or ""
-        for a in record.attempts:
+        for number, a in enumerate(record.attempts):
             if a.image_file is None:
                 continue
             verdict = a.verdict
+            field = f"{where}.attempts[{number}]"
+            before = a.before_image
             view.attempts.append(
                 AttemptView(
                     key=f"{name}#{index}#{a.attempt}",
@@ -93,8 +110,8 @@ def from_trace(run_dir: Path, name: str | None = None) -> Trajectory:
                     attempt=a.attempt,
                     planned_prompt=planned,
                     used_prompt=a.prompt,
-                    before=None if a.before_image == WHITE_CANVAS else images / a.before_image,
-                    after=images / a.image_file,
+                    before=None if before == WHITE_CANVAS else image(before, f"{field}.before_image"),
+                    after=image(a.image_file, f"{field}.image_file"),
                     label=verdict.success if verdict else None,
                     refine_prompt=verdict.refine_prompt if verdict else None,
                     reasoning=verdict.reasoning if verdict else None,
@@ -108,7 +125,7 @@ def from_trace(run_dir: Path, name: str | None = None) -> Trajectory:
     return Trajectory(
         source=str(run_dir),
         request=trace.request.text,
-        input_images=[images / name for name in trace.input_images],
+        input_images=[image(file, f"input_images[{i}]") for i, file in enumerate(trace.input_images)],
         reasoning=plan.reasoning if plan else None,
         plan=list(plan.steps) if usable and plan else None,
         steps=steps,
@@ -163,9 +180,9 @@ def read_scores(folder: Path) -> dict[str, tuple[float, float]]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(read_bounded(path, MAX_JSON_BYTES, what=SCORES_FILE))
         return {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
-    except (ValueError, TypeError, IndexError, AttributeError) as exc:
+    except (ValueError, TypeError, IndexError, AttributeError, KeyError) as exc:
         raise InputError(f"{path}: expected {{attempt key: [SC, PQ]}} ({exc}).") from None
 
 
@@ -181,12 +198,26 @@ def find_runs(source: Path) -> list[Path]:
     return []
 
 
-def discover(source: Path, *, image_dir: Path | None = None) -> list[Trajectory]:
-    """Run folders (``trace.json``: a run, a folder of runs, a batch) or trajectory records below ``source``."""
+@dataclass
+class Discovery:
+    """What a source holds: the trajectories read, and the runs or records that failed, each
+    ``{"run": path below the source, "reason": one line}`` (a bad run fails alone)."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+
+def find_trajectories(
+    source: Path, *, image_dir: Path | None = None, limits: ImageLimits | None = None
+) -> Discovery:
+    """Run folders (``trace.json``: a run, a folder of runs, a batch) or trajectory records below
+    ``source``; each one that cannot be read (a bad trace, an image path out of its folder, a missing
+    or non-image file, a nesting too deep) is listed in ``failed`` and the others are read. A trace of
+    a newer schema stops everything (:class:`TraceVersionError`): upgrade, rather than skip it."""
     if not source.exists():
         raise InputError(f"--input {source}: no such file or folder.")
     if source.is_file():
-        return [from_record(load_record(source, image_dir=image_dir), str(source))]
+        return Discovery([from_record(load_record(source, image_dir=image_dir), str(source))])
     traces = find_runs(source)
     # A record beside a trace.json (`data generate` writes both) is the same trajectory: read the trace.
     records = sorted(p for p in source.rglob(RECORD_FILE) if not (p.parent / TRACE_FILE).is_file())
@@ -195,22 +226,58 @@ def discover(source: Path, *, image_dir: Path | None = None) -> list[Trajectory]
             f"--input {source}: found no {TRACE_FILE} (a run folder, a folder of runs or a batch folder) "
             f"and no {RECORD_FILE}."
         )
-    found: list[Trajectory] = []
-    problems: list[str] = []
+    found = Discovery()
     for run in traces:
         relative = run.relative_to(source).as_posix()
-        trajectory = from_trace(run, relative if "/" in relative else None)
-        scores = read_scores(run)
-        for step in trajectory.steps:
-            for a in step.attempts:
-                if a.key in scores:
-                    a.sc, a.pq = scores[a.key]
-        found.append(trajectory)
+        try:
+            found.trajectories.append(_scored_run(source, run, relative, limits))
+        except TraceVersionError:
+            raise
+        except (InputError, OSError, ValueError, RecursionError) as exc:
+            found.failed.append({"run": relative or run.name, "reason": _reason(exc)})
     for path in records:
         try:
-            found.append(from_record(load_record(path, image_dir=image_dir), str(path)))
-        except DatasetError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise InputError("\n".join(problems))
+            if not is_within(path, source):
+                raise UnsafeFile(f"{path} is a symbolic link out of --input {source}.", "unsafe_path")
+            found.trajectories.append(from_record(load_record(path, image_dir=image_dir), str(path)))
+        except (InputError, OSError, ValueError, RecursionError) as exc:  # DatasetError is an InputError
+            found.failed.append({"run": path.relative_to(source).as_posix(), "reason": _reason(exc)})
     return found
+
+
+def _scored_run(source: Path, run: Path, relative: str, limits: ImageLimits | None) -> Trajectory:
+    if not is_within(run, source):
+        raise UnsafeFile(f"{run} is a symbolic link out of --input {source}.", "unsafe_path")
+    trajectory = from_trace(run, relative if "/" in relative else None, limits)
+    scores = read_scores(run)
+    for step in trajectory.steps:
+        for a in step.attempts:
+            if a.key in scores:
+                a.sc, a.pq = scores[a.key]
+    return trajectory
+
+
+MAX_REASON = 300
+
+
+def _reason(exc: BaseException) -> str:
+    """One bounded line: the error's own message (ours name the file and field), else its type too."""
+    if isinstance(exc, DatasetError) and exc.issues:
+        more = f" (and {len(exc.issues) - 1} more problem(s))" if len(exc.issues) > 1 else ""
+        text = f"{exc.issues[0]}{more}"
+    else:
+        message = str(exc)[: MAX_REASON * 4]
+        text = message if isinstance(exc, InputError) else f"{type(exc).__name__}: {message}"
+    flat = " ".join(clean_text(text).split())
+    return flat if len(flat) <= MAX_REASON else flat[: MAX_REASON - 1] + "…"
+
+
+def discover(
+    source: Path, *, image_dir: Path | None = None, limits: ImageLimits | None = None
+) -> list[Trajectory]:
+    """Every trajectory below ``source`` (:func:`find_trajectories`); any failed run or record is an
+    :class:`InputError` listing them all (the Python API's strict reading; the commands go on without them)."""
+    found = find_trajectories(source, image_dir=image_dir, limits=limits)
+    if found.failed:
+        raise InputError("\n".join(f"{f['run']}: {f['reason']}" for f in found.failed))
+    return found.trajectories
