@@ -49,8 +49,7 @@ def command(
     read_timeout: shared.ReadTimeoutOption = 30.0,
     log_level: shared.LogLevelOption = "info",
 ) -> None:
-    """Serve an image backend over "/edit" and OpenAI's images API, one worker process per device.
-    Routes: POST /edit; POST /v1/images/generations and POST /v1/images/edits (OpenAI's and vLLM-Omni's images API, for the `openai-images:` and `vllm-omni:` backends); GET /v1/models, /health, /metrics, /metrics.json.
+    """Serve an image backend over "/edit" and OpenAI's images API (POST /edit, /v1/images/generations, /v1/images/edits; GET /v1/models, /health, /metrics, /metrics.json), one worker process per device.
     SIGTERM or Ctrl-C stops accepting requests, finishes the ones in flight, stops the workers and exits 0."""
     cfg = _settings(settings, generator)
     from interleave_thinker.server.generator import ServiceSettings, api_key_from_env, serve
