@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ TINY_DIR = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
 
 
 class Engine:
-    """One server process on a free port: started at once, waited for apart, so two load in parallel."""
+    """One server process on a free port, started at once and waited for later, so several load side by side."""
 
     def __init__(self, name: str, argv: list[str], log: Path) -> None:
         self.name, self.log = name, log
@@ -75,13 +77,21 @@ class Engine:
             )
             time.sleep(0.2)
 
-    def stop(self) -> None:
-        self.process.terminate()
+    def reap(self) -> None:
+        """Wait for the process told to stop (killed after 20 s)."""
         try:
             self.process.wait(20)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
+
+
+def stop_all(servers: list[Engine]) -> None:
+    """Every server told first, then each waited for: they shut down side by side."""
+    for server in servers:
+        server.process.terminate()
+    for server in servers:
+        server.reap()
 
 
 def transformers_serve(folder: Path) -> list[str]:
@@ -156,50 +166,62 @@ def reasonings(trace: dict[str, Any]) -> list[str | None]:
     return [trace["planner"]["plan"]["reasoning"], *(v["reasoning"] for v in verdicts)]
 
 
+@dataclass
+class Setup:
+    folders: dict[str, Path]
+    servers: dict[str, dict[str, Engine]]
+    """Per engine that can run here, its planner and critic servers (started, maybe not ready yet)."""
+    trace: dict[str, Any]
+    images: dict[str, str]
+
+
 @pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, str]]:
-    """The local ``transformers:`` run, once for both engines, in a home of its own as every test has."""
-    with pytest.MonkeyPatch.context() as env:
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """Every server started first, then the local ``transformers:`` run while they load (once for both
+    engines, in a home of its own as every test has); the servers are stopped when the module ends."""
+    logs = tmp_path_factory.mktemp("logs")
+    with pytest.MonkeyPatch.context() as env, ExitStack() as stack:
         env.setenv("INTERLEAVE_THINKER_HOME", str(tmp_path_factory.mktemp("home")))
         env.setenv("INTERLEAVE_THINKER_TINY_DIR", TINY_DIR)
         env.setenv("INTERLEAVE_THINKER_OFFLINE", "1")
         env.setenv("HF_HUB_OFFLINE", "1")
         env.delenv("INTERLEAVE_THINKER_PROMPTS", raising=False)
         env.delenv("INTERLEAVE_THINKER_PROMPTS_URL", raising=False)
+        folders = {role: tiny_vlm_folder(f"{role}-sft") for role in ROLES}
+        servers: dict[str, dict[str, Engine]] = {}
+        started: list[Engine] = []
+        stack.callback(stop_all, started)
+        for engine in sorted(e for e in ENGINES if engine_unavailable(e) is None):
+            for role in ROLES:
+                server = Engine(
+                    f"{engine} ({role})", ENGINES[engine](folders[role]), logs / f"{engine}-{role}.log"
+                )
+                started.append(server)
+                servers.setdefault(engine, {})[role] = server
         trace, images = run({}, tmp_path_factory.mktemp("local"))
-    assert trace["planner"]["raw_replies"][0].startswith("<think>\n") and None not in reasonings(trace)
-    assert len(trace["steps"]) >= 2 and len(images) == len(trace["steps"])
-    return trace, images
+        assert trace["planner"]["raw_replies"][0].startswith("<think>\n") and None not in reasonings(trace)
+        assert len(trace["steps"]) >= 2 and len(images) == len(trace["steps"])
+        yield Setup(folders, servers, trace, images)
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_a_real_engine_gives_the_local_trace(
-    engine: str, local: tuple[dict[str, Any], dict[str, str]], tmp_path: Path
-) -> None:
+def test_a_real_engine_gives_the_local_trace(engine: str, setup: Setup, tmp_path: Path) -> None:
     reason = engine_unavailable(engine)
     if reason:
         pytest.skip(reason)
-    folders = {role: tiny_vlm_folder(f"{role}-sft") for role in ROLES}
-
-    with ExitStack() as stack:
-        servers = {}
-        for role in ROLES:
-            servers[role] = Engine(
-                f"{engine} ({role})", ENGINES[engine](folders[role]), tmp_path / f"{role}.log"
-            )
-            stack.callback(servers[role].stop)
-        for server in servers.values():
-            server.wait_ready(skip_if_it_exits=engine == "transformers-serve")
-        if engine == "transformers-serve":
-            check_the_engine_splits_the_reasoning(servers["planner"].url, folders["planner"])
-        specs = {role: f"openai:{servers[role].url}/v1#{folders[role]}" for role in ROLES}
-        served, served_images = run(specs, tmp_path / "served")
+    servers, folders = setup.servers[engine], setup.folders
+    for server in servers.values():
+        server.wait_ready(skip_if_it_exits=engine == "transformers-serve")
+    if engine == "transformers-serve":
+        check_the_engine_splits_the_reasoning(servers["planner"].url, folders["planner"])
+    specs = {role: f"openai:{servers[role].url}/v1#{folders[role]}" for role in ROLES}
+    served, images = run(specs, tmp_path / "served")
 
     assert served["backends"]["planner"] == specs["planner"]
-    assert served["planner"]["raw_replies"] == local[0]["planner"]["raw_replies"]  # the think block too
-    assert reasonings(served) == reasonings(local[0])
-    assert stable(served) == stable(local[0])  # raw replies with their reasoning, plan, verdicts, seeds
-    assert served_images == local[1]
+    assert served["planner"]["raw_replies"] == setup.trace["planner"]["raw_replies"]  # the think block too
+    assert reasonings(served) == reasonings(setup.trace)
+    assert stable(served) == stable(setup.trace)  # raw replies with their reasoning, plan, verdicts, seeds
+    assert images == setup.images
 
 
 def check_the_engine_splits_the_reasoning(url: str, folder: Path) -> None:
