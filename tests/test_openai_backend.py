@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from interleave_thinker.agents.critic import parse_verdict
+from interleave_thinker.agents.planner import parse_plan
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
@@ -380,3 +382,114 @@ def test_spec_with_pool_model_and_options() -> None:
 def test_bad_specs(target: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         load_vlm_backend(f"openai:{target}")
+
+
+# -- the reply the model wrote (issue 29) ----------------------------------------------------------
+
+THINK = "Three image steps."
+ANSWER = "<answer>\n{'previous_step_success': True, 'refine_prompt': 'a red cat'}\n</answer>"
+WRITTEN = f"<think>\n{THINK}\n</think>\n{ANSWER}"
+"""What the tiny critic writes, and so what a local ``transformers:`` run's raw reply holds."""
+
+
+def message_reply(message: dict[str, Any]) -> Reply:
+    """A chat completion around one ``message``, as the engines shape it."""
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "critic",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 30, "total_tokens": 39},
+    }
+    return Reply(200, body)
+
+
+ENGINE_MESSAGES = {
+    # transformers serve 5.24 (cli/serving/chat_completion.py): both parts stripped, tool_calls left out.
+    "transformers-serve": {"content": ANSWER, "role": "assistant", "reasoning_content": THINK},
+    # vLLM before the rename, --reasoning-parser qwen3: the text on either side of </think>, unstripped.
+    "vllm-reasoning_content": {
+        "role": "assistant",
+        "content": "\n" + ANSWER,
+        "reasoning_content": f"\n{THINK}\n",
+        "tool_calls": [],
+    },
+    # vLLM since the rename (`reasoning`), its other message fields null.
+    "vllm-reasoning": {
+        "role": "assistant",
+        "content": "\n" + ANSWER,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "tool_calls": [],
+        "reasoning": f"\n{THINK}\n",
+    },
+    # vLLM during the deprecation window: both fields, the same text.
+    "vllm-both-fields": {
+        "role": "assistant",
+        "content": "\n" + ANSWER,
+        "reasoning": f"\n{THINK}\n",
+        "reasoning_content": f"\n{THINK}\n",
+    },
+    # SGLang --reasoning-parser qwen3.
+    "sglang": {"role": "assistant", "content": ANSWER, "reasoning_content": THINK, "tool_calls": None},
+    # No parser (vLLM without --reasoning-parser, our serve vlm): the block inline, reasoning null.
+    "inline": {"role": "assistant", "content": WRITTEN, "reasoning": None, "reasoning_content": None},
+    # A parser on and the block inline as well: kept as sent, never doubled.
+    "inline-and-field": {"role": "assistant", "content": WRITTEN, "reasoning_content": THINK},
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_MESSAGES))
+def test_split_reasoning_is_put_back_as_the_model_wrote_it(serve: Any, backends: Any, engine: str) -> None:
+    server = serve(lambda i, call: message_reply(ENGINE_MESSAGES[engine]))
+    reply = backends(server.url, "critic").chat(user("check"))
+    assert reply == WRITTEN
+    verdict = parse_verdict(reply)
+    assert (verdict.reasoning, verdict.success, verdict.refine_prompt) == (THINK, True, "a red cat")
+
+
+def test_reply_cut_inside_its_think_block_keeps_the_reasoning(serve: Any, backends: Any) -> None:
+    """vLLM sends null content when nothing follows </think> (a reply cut at max_tokens, say)."""
+    message = {"role": "assistant", "content": None, "reasoning": f"\n{THINK}\n"}
+    server = serve(lambda i, call: message_reply(message))
+    assert backends(server.url, "m").chat(user("x")) == f"<think>\n{THINK}\n</think>"
+    assert len(server.calls) == 1
+
+
+@pytest.mark.parametrize("blank", ["", "  \n", None])
+def test_blank_reasoning_leaves_the_content(serve: Any, backends: Any, blank: str | None) -> None:
+    message = {"role": "assistant", "content": " " + ANSWER + "\n", "reasoning_content": blank}
+    server = serve(lambda i, call: message_reply(message))
+    assert backends(server.url, "m").chat(user("x")) == ANSWER
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [("reasoning_content", ["a"], "list"), ("reasoning", {"text": "a"}, "dict"), ("content", 7, "int")],
+)
+def test_reasoning_or_content_that_is_not_text_is_a_malformed_reply(
+    serve: Any, backends: Any, field: str, value: Any, kind: str
+) -> None:
+    message = {"role": "assistant", "content": ANSWER, field: value}
+    server = serve(lambda i, call: message_reply(message))
+    with pytest.raises(
+        BackendError, match=rf"reply with choices\[0\]\.message\.{field} of type {kind}, not text"
+    ):
+        backends(server.url, "m").chat(user("x"))
+    assert len(server.calls) == FAST.max_retries + 1
+
+
+def test_planner_reasoning_survives_a_split_reply(serve: Any, backends: Any) -> None:
+    plan = (
+        "<answer>\n{'execution_plan': [{'step_number': 1, 'step_name': 'Sketch', 'instruction': 'Sketch.', "
+        "'prompt': 'sketch a cat', 'auxiliary_text': None}]}\n</answer>"
+    )
+    server = serve(
+        lambda i, call: message_reply({"role": "assistant", "content": plan, "reasoning": "One step."})
+    )
+    reply = backends(server.url, "planner").chat(user("plan"))
+    assert reply == f"<think>\nOne step.\n</think>\n{plan}"
+    assert parse_plan(reply).reasoning == "One step."

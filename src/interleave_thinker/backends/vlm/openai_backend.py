@@ -5,6 +5,11 @@ of ``vllm serve`` processes on different hosts; listing them in the spec
 (``openai:http://a:8000/v1,http://b:8000/v1#planner``) spreads calls round-robin and rides over a
 replica that restarts, with no extra service to run. Transport, retries and deadlines live in
 :mod:`interleave_thinker.backends.remote`; this module only speaks the chat-completions dialect.
+
+The reply is the text the model wrote. An engine with a reasoning parser on (vLLM and SGLang with
+``--reasoning-parser qwen3``; ``transformers serve`` always for Qwen models) moves the ``<think>`` block
+out of ``content`` into ``reasoning_content`` or ``reasoning``; :func:`rebuild_reply` puts it back, so the
+trace, the parsers, the exports and the rewards read the same text as a local ``transformers:`` run.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ that the Qwen3-VL checkpoints ship in ``preprocessor_config.json``. (transformer
 ``Qwen2VLImageProcessor``, which Qwen3-VL uses, is 28*28*1280; the checkpoints override it.) The
 server's processor bounds the image again; this one only keeps request bodies sane."""
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where engines put a split-out think block: ``reasoning_content`` (SGLang, transformers serve, vLLM
+before its rename), ``reasoning`` (vLLM since the rename, OpenRouter-style servers). First non-blank wins."""
 
 
 class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
@@ -156,14 +164,16 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
         response = client.post(f"{url}/chat/completions", json=body, headers=self._headers(), timeout=timeout)
         self.check_reply(response)
         try:
-            content = response.json()["choices"][0]["message"]["content"]
+            reply = rebuild_reply(response.json()["choices"][0]["message"])
+        except MalformedReply as exc:
+            raise RetryableError(
+                f"reply with {exc} (HTTP {response.status_code}): {self._snippet(response.text)}"
+            ) from None
         except (ValueError, KeyError, IndexError, TypeError):
-            content = None
-        if not isinstance(content, str):
             raise RetryableError(
                 f"reply without choices[0].message.content (HTTP {response.status_code}): "
                 f"{self._snippet(response.text)}"
-            )
+            ) from None
         usage = response.json().get("usage")  # a dict: choices[0] was read from it
         if isinstance(usage, dict):
             self._usage.value = {
@@ -171,7 +181,7 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
                 for k, v in usage.items()
                 if k in ("prompt_tokens", "completion_tokens") and type(v) is int
             }
-        return content.strip()
+        return reply
 
     def _resolve_model(self) -> str:
         """The spec's ``#MODEL``, else the first model the first reachable server lists (asked once)."""
@@ -211,6 +221,43 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
 
     def _display_name(self) -> str:
         return f"openai:{','.join(self.pool.urls)}#{self.model or '?'}"
+
+
+class MalformedReply(ValueError):
+    """A reply field of a type the wire format does not allow; its text names the field and the type."""
+
+
+def rebuild_reply(message: Any) -> str:
+    """The text the model wrote, from one ``choices[i].message``: a split-out reasoning field goes back
+    in front of ``content`` as ``<think>\\n...\\n</think>\\n``.
+
+    Why this layout: it is what the release's models write and what a local run's raw reply holds (the
+    Qwen3-VL Instruct templates, and the tiny models', put no ``<think>`` in the prompt, so the model
+    writes the whole block). Engines trim the whitespace around the two parts differently (vLLM keeps
+    it, transformers serve strips it), so both are stripped and joined with exactly one newline on each
+    side. ``content`` that already holds the think block (no parser, or our own ``serve vlm``) is kept
+    as sent. Both fields are bounded the same way: text or null, anything else is a malformed reply;
+    the rebuilt reply is one text, bounded where every reply is (the agents' ``MAX_REPLY_CHARS``).
+    :class:`MalformedReply` for a field that is neither text nor null; ``KeyError``/``TypeError`` when
+    there is no ``content`` (null ``content`` is allowed only beside a reasoning field: a reply cut off,
+    or ended, inside or right after its think block).
+    """
+    content = message["content"]
+    reasoning = None
+    for field in ("content", *REASONING_FIELDS):
+        value = message.get(field)
+        if value is not None and not isinstance(value, str):
+            raise MalformedReply(f"choices[0].message.{field} of type {type(value).__name__}, not text")
+        if field != "content" and reasoning is None and value and value.strip():
+            reasoning = value.strip()
+    if reasoning is None:
+        if content is None:
+            raise KeyError("content")
+        return str(content).strip()
+    answer = (content or "").strip()
+    if answer[:7].lower() == "<think>":  # the engine sent the block inline as well: keep the reply as sent
+        return answer
+    return f"<think>\n{reasoning}\n</think>\n{answer}".strip()
 
 
 def _normalize_url(url: str) -> str:
