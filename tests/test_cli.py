@@ -129,7 +129,7 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(Path("run") / "index.html")
     trace = json.loads((tmp_path / "run" / "trace.json").read_text())
-    assert trace["schema_version"] == 3 and trace["status"] == "succeeded"
+    assert trace["schema_version"] == 4 and trace["status"] == "succeeded"
     assert trace["planner"]["plan"]["fallback"] is True and len(trace["planner"]["raw_replies"]) == 3
     attempts = trace["steps"][0]["attempts"]
     assert [a["seed"] for a in attempts] == [100, 101]

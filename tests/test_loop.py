@@ -13,6 +13,7 @@ from PIL import Image
 from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.agents.critic import format_verdict
 from interleave_thinker.agents.planner import format_plan
+from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.prompt_store import TemplateStore, builtin_templates
 from interleave_thinker.core.types import Plan, PlanStep, Verdict
@@ -203,7 +204,11 @@ def test_critic_garbage_every_time_never_crashes_or_reuses_verdicts(env: Env) ->
     assert all("no JSON" in (a.critic_error or "") for a in attempts[:2])
     assert [len(a.critic_raw) for a in attempts] == [3, 3, 0]
     assert [a.accepted for a in attempts] == [False, False, True]
-    assert env.built["critic"].temperatures == [0.0, 0.7, 0.7] * 2
+    # agents.decoding checkpoint (the default): every call, retries too, with the model's own decoding
+    assert env.built["critic"].temperatures == [None, None, None] * 2
+    expected = [[call_seed(0, "critic", 1, a, k) for k in range(3)] for a in (0, 1)]
+    assert [a.critic_seeds for a in attempts] == [*expected, []]
+    assert env.built["critic"].seeds == expected[0] + expected[1]
 
 
 def test_planner_garbage_then_success(env: Env) -> None:
@@ -217,7 +222,8 @@ def test_planner_garbage_then_success(env: Env) -> None:
     record = result.trace.planner
     assert len(record.raw_replies) == 3 and len(record.errors) == 2
     assert record.plan is not None and not record.plan.fallback and len(record.plan.steps) == 2
-    assert env.built["planner"].temperatures == [0.0, 0.7, 0.7]
+    assert env.built["planner"].temperatures == [None, None, None]
+    assert record.seeds == env.built["planner"].seeds == [call_seed(0, "planner", 0, 0, k) for k in range(3)]
 
 
 def test_planner_never_valid_fails_or_falls_back(env: Env, tmp_path: Path) -> None:

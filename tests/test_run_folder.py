@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.core.errors import InputError, TraceVersionError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import (
@@ -76,7 +77,7 @@ def v1_run(tmp_path: Path) -> Path:
 
 def test_the_fixture_is_a_schema_1_trace() -> None:
     raw = json.loads((FIXTURE / "trace.json").read_text(encoding="utf-8"))
-    assert raw["schema_version"] == 1 and SCHEMA_VERSION == 3 and SUPPORTED_VERSIONS == (1, 2, 3)
+    assert raw["schema_version"] == 1 and SCHEMA_VERSION == 4 and SUPPORTED_VERSIONS == (1, 2, 3, 4)
     assert all("planned_prompt" not in step for step in raw["steps"])
     assert not has_pages(FIXTURE)
 
@@ -84,7 +85,7 @@ def test_the_fixture_is_a_schema_1_trace() -> None:
 def test_a_schema_1_trace_is_migrated_on_read(v1_run: Path) -> None:
     raw = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
     trace = load_trace(trace_path(v1_run))
-    assert trace.schema_version == 3
+    assert trace.schema_version == 4
     assert [s.planned_prompt for s in trace.steps] == ["a cat sketch", "an orange cat on a mat"]
     # Nothing else changed: the migrated trace, without the new field, is the file as written.
     migrated = json.loads(trace_json(trace))
@@ -92,7 +93,9 @@ def test_a_schema_1_trace_is_migrated_on_read(v1_run: Path) -> None:
         del step["planned_prompt"]
         for attempt in step["attempts"]:
             assert attempt.pop("scores") is None  # schema 3: judge scores made in the run
-    assert migrated == {**raw, "schema_version": 3}
+            assert attempt.pop("critic_seeds") == []  # schema 4: the seed of every critic call
+    assert migrated["planner"].pop("seeds") == []  # schema 4: the seed of every planner call
+    assert migrated == {**raw, "schema_version": 4}
     # A trace without any version is the first schema.
     del raw["schema_version"]
     trace_path(v1_run).write_text(json.dumps(raw), encoding="utf-8")
@@ -106,7 +109,21 @@ def test_the_migration_gives_what_the_current_pipeline_writes(v1_run: Path, tmp_
     assert fresh.ok
     written = json.loads(trace_path(tmp_path / "now").read_text(encoding="utf-8"))
     migrated = json.loads(trace_json(load_trace(trace_path(v1_run))))
-    assert written["schema_version"] == 3
+    assert written["schema_version"] == 4
+    # Schema 4 records each planner and critic call's seed; a schema-1 run recorded none.
+    assert written["planner"].pop("seeds") == [call_seed(7, "planner", 0, 0, 0)]
+    for step in written["steps"]:
+        for attempt in step["attempts"]:
+            seeds = attempt.pop("critic_seeds")
+            assert seeds == (
+                [call_seed(7, "critic", attempt["step_number"], attempt["attempt"], 0)]
+                if attempt["critic_called"]
+                else []
+            )
+    for step in migrated["steps"]:
+        for attempt in step["attempts"]:
+            assert attempt.pop("critic_seeds") == []
+    assert migrated["planner"].pop("seeds") == []
     # What the run did (settings and template digests may be renamed or reworded by later versions).
     for key in ("request", "planner", "steps", "status", "input_images", "error", "warnings"):
         assert stable(written[key]) == stable(migrated[key]), key
@@ -131,8 +148,9 @@ def test_a_schema_1_run_resumes(v1_run: Path) -> None:
     # Step 1's verdicts were given before the interruption: the critic now sees step 2 only.
     resumed = fixture_pipeline(critic=(YES,))(FIXTURE_PROMPT, out_dir=v1_run, resume=True)
     final = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
-    assert resumed.ok and final["schema_version"] == 3 and len(final["steps"]) == 2
-    attempts1 = [{**a, "scores": None} for a in step1["attempts"]]  # schema 3 adds the judge scores
+    assert resumed.ok and final["schema_version"] == 4 and len(final["steps"]) == 2
+    # schema 3 adds the judge scores, schema 4 the critic calls' seeds (none recorded before the resume)
+    attempts1 = [{**a, "scores": None, "critic_seeds": []} for a in step1["attempts"]]
     assert stable(final["steps"][0]) == stable(
         {**step1, "planned_prompt": "a cat sketch", "attempts": attempts1}
     )
@@ -154,7 +172,7 @@ def test_data_building_reads_a_schema_1_run(v1_run: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "kind"),
-    [(4, "newer than"), (99, "newer than"), (0, "unknown to"), ("2", "unknown to"), (True, "unknown to")],
+    [(5, "newer than"), (99, "newer than"), (0, "unknown to"), ("2", "unknown to"), (True, "unknown to")],
 )
 def test_a_newer_or_unknown_version_is_refused_with_the_fix(v1_run: Path, version: object, kind: str) -> None:
     raw = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
@@ -165,7 +183,7 @@ def test_a_newer_or_unknown_version_is_refused_with_the_fix(v1_run: Path, versio
         load_trace(path)
     message = str(caught.value)
     assert str(path) in message and f"schema_version {version!r} is {kind}" in message
-    assert "reads versions 1, 2, 3" in message and "upgrade interleave-thinker" in message
+    assert "reads versions 1, 2, 3, 4" in message and "upgrade interleave-thinker" in message
     assert isinstance(caught.value, InputError)  # a usage error: exit 2 with this one line
     with pytest.raises(TraceVersionError):
         read_trace(path)  # never "unreadable" (None), which a resume would clear
@@ -173,14 +191,14 @@ def test_a_newer_or_unknown_version_is_refused_with_the_fix(v1_run: Path, versio
 
 def test_a_newer_trace_is_never_cleared_or_rewritten(v1_run: Path, tmp_path: Path) -> None:
     raw = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
-    raw.update(schema_version=4, status="failed", error="boom")
+    raw.update(schema_version=5, status="failed", error="boom")
     text = json.dumps(raw)
     trace_path(v1_run).write_text(text, encoding="utf-8")
     with pytest.raises(TraceVersionError):
         reopen_if_failed(v1_run)  # `run --resume` of a failed run
     with pytest.raises(TraceVersionError):
         fixture_pipeline()(FIXTURE_PROMPT, out_dir=v1_run, resume=True)
-    with pytest.raises(InputError, match="schema_version 4 is newer"):
+    with pytest.raises(InputError, match="schema_version 5 is newer"):
         discover(v1_run)
     assert trace_path(v1_run).read_text(encoding="utf-8") == text
     assert sorted(p.name for p in (v1_run / "images").iterdir()) == sorted(
@@ -191,7 +209,7 @@ def test_a_newer_trace_is_never_cleared_or_rewritten(v1_run: Path, tmp_path: Pat
     shutil.copytree(v1_run, batch / "requests" / "r1")
     trace = RunStore(batch).traces()["r1"]
     assert trace.status == "failed" and trace.error is not None
-    assert "schema_version 4 is newer" in trace.error and "upgrade" in trace.error
+    assert "schema_version 5 is newer" in trace.error and "upgrade" in trace.error
 
 
 def test_an_unreadable_trace_is_none_for_the_tolerant_reader(tmp_path: Path) -> None:
@@ -213,11 +231,11 @@ def test_a_batch_goes_on_and_leaves_a_newer_trace_as_it_is(tmp_path: Path) -> No
     folder = tmp_path / "out" / "requests" / "ok1"
     shutil.copytree(FIXTURE, folder)
     raw = json.loads(trace_path(folder).read_text(encoding="utf-8"))
-    text = json.dumps({**raw, "schema_version": 4})
+    text = json.dumps({**raw, "schema_version": 5})
     trace_path(folder).write_text(text, encoding="utf-8")
     summary = run_batch(tmp_path / "out", items, Switch({}))
     assert summary["requests"] == {"total": 6, "succeeded": 5, "failed": 1, "unfinished": 0}
-    assert any("schema_version 4 is newer" in reason for reason in summary["failure_reasons"])
+    assert any("schema_version 5 is newer" in reason for reason in summary["failure_reasons"])
     assert trace_path(folder).read_text(encoding="utf-8") == text
     assert sorted(p.name for p in (folder / "images").iterdir()) == sorted(
         p.name for p in (FIXTURE / "images").iterdir()

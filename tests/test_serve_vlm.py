@@ -148,12 +148,13 @@ def test_chat_completion_shape_and_conversion(http: httpx.Client, recording: Rec
     assert parts[2]["image"].tobytes() == picture.transpose(Image.Transpose.FLIP_LEFT_RIGHT).tobytes()
 
 
-def test_defaults_greedy_and_max_tokens(http: httpx.Client, recording: RecordingBackend) -> None:
+def test_defaults_checkpoint_decoding_and_max_tokens(http: httpx.Client, recording: RecordingBackend) -> None:
+    """No temperature: the checkpoint's own generation config (None), as vLLM and agents.decoding do."""
     response = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     assert response.status_code == 200
     [(messages, max_new_tokens, temperature)] = recording.calls
     assert messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
-    assert (max_new_tokens, temperature) == (4096, 0.0)
+    assert (max_new_tokens, temperature) == (4096, None)
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,9 @@
 
 An agent's module reads top down: the templates it uses, how it builds its messages, how it parses
 the reply (and writes one, the inverse), then the agent, a subclass of :class:`Agent` that asks with
-:meth:`Agent.ask` and wraps the outcome in its own result type. Sampling temperatures belong to the
-retry policy (greedy first, sampled retries).
+:meth:`Agent.ask` and wraps the outcome in its own result type. Decoding (the model's own, or greedy
+first and sampled retries) belongs to the retry policy; the seed of each call to the turn
+(``agents/seeds.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import ClassVar, TypeVar
 
 from interleave_thinker.agents.messages import Message
 from interleave_thinker.agents.retry import Outcome, RetryPolicy
-from interleave_thinker.backends.protocols import VLMBackend
+from interleave_thinker.agents.seeds import Turn
+from interleave_thinker.backends.protocols import VLMBackend, seed_kwargs
 from interleave_thinker.core.prompt_store import TemplateSet
 
 T = TypeVar("T")
@@ -23,6 +25,8 @@ class Agent:
     """A VLM backend asked with filled templates; unparsable replies are asked again by ``retry``."""
 
     DEFAULT_MAX_NEW_TOKENS: ClassVar[int] = 4096
+    ROLE: ClassVar[str] = "agent"
+    """Names the agent in its calls' seeds (``agents/seeds.py``)."""
 
     def __init__(
         self,
@@ -37,11 +41,23 @@ class Agent:
         self.retry = retry or RetryPolicy()
         self.max_new_tokens = self.DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
 
-    def ask(self, messages: list[Message], parse: Callable[[str], T]) -> Outcome[T]:
-        """One turn: call the backend, parse, and call again on a bad reply, as the retry policy says."""
-        return self.retry.run(
-            lambda temperature: self.backend.chat(
-                messages, max_new_tokens=self.max_new_tokens, temperature=temperature
-            ),
-            parse,
-        )
+    def ask(self, messages: list[Message], parse: Callable[[str], T], turn: Turn | None = None) -> Outcome[T]:
+        """One turn: call the backend, parse, and call again on a bad reply, as the retry policy says.
+
+        With ``turn``, every call carries its seed (``Turn.seed``), recorded in the outcome."""
+        seeds: list[int] = []
+
+        def call(temperature: float | None) -> str:
+            seed = None if turn is None else turn.seed(self.ROLE, len(seeds))
+            if seed is not None:
+                seeds.append(seed)
+            return self.backend.chat(
+                messages,
+                max_new_tokens=self.max_new_tokens,
+                temperature=temperature,
+                **seed_kwargs(self.backend, seed),
+            )
+
+        outcome = self.retry.run(call, parse)
+        outcome.seeds = seeds
+        return outcome

@@ -15,6 +15,7 @@ from PIL import Image
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.messages import Message, fill, image_part, text_part, user_turn
 from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -76,13 +77,23 @@ class CriticResult:
     raw_replies: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    seeds: list[int] = field(default_factory=list)
 
 
 class Critic(Agent):
+    ROLE = "critic"
+
     def review(
-        self, *, before: Image.Image, after: Image.Image, original_instruction: str, rewritten_prompt: str
+        self,
+        *,
+        before: Image.Image,
+        after: Image.Image,
+        original_instruction: str,
+        rewritten_prompt: str,
+        turn: Turn | None = None,
     ) -> CriticResult:
-        """A verdict on this attempt, or none (with the replies and errors) when every reply was unparsable."""
+        """A verdict on this attempt, or none (with the replies and errors) when every reply was unparsable;
+        with ``turn``, every call's seed too."""
         messages = critic_messages(
             self.templates,
             before=before,
@@ -90,5 +101,7 @@ class Critic(Agent):
             original_instruction=original_instruction,
             rewritten_prompt=rewritten_prompt,
         )
-        outcome = self.ask(messages, parse_verdict)
-        return CriticResult(outcome.value, outcome.raw_replies, outcome.errors, round(outcome.duration_s, 4))
+        outcome = self.ask(messages, parse_verdict, turn)
+        return CriticResult(
+            outcome.value, outcome.raw_replies, outcome.errors, round(outcome.duration_s, 4), outcome.seeds
+        )

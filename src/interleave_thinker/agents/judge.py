@@ -161,6 +161,7 @@ def judge_inputs(before: Image.Image, after: Image.Image) -> tuple[Image.Image, 
 
 class Judge(Agent):
     DEFAULT_MAX_NEW_TOKENS = 1024
+    ROLE = "judge"
 
     def _judgement(self, kind: Literal["sc", "pq"], messages: list[Message]) -> Judgement:
         """One judgement: the lowest of its scores, or an error carried in the result after the retries."""

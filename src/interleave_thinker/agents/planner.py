@@ -28,6 +28,7 @@ from interleave_thinker.agents.messages import (
     user_turn,
 )
 from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.core.errors import InputError, ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -187,14 +188,18 @@ def format_plan(plan: Plan) -> str:
 
 
 class Planner(Agent):
-    def plan(self, request_text: str, images: list[Image.Image]) -> PlannerRecord:
-        """Ask for a plan; the record holds the plan or, after all retries, only the raw replies and errors."""
-        outcome = self.ask(planner_messages(self.templates, request_text, images), parse_plan)
+    ROLE = "planner"
+
+    def plan(self, request_text: str, images: list[Image.Image], turn: Turn | None = None) -> PlannerRecord:
+        """Ask for a plan; the record holds the plan or, after all retries, only the raw replies and errors
+        (and, with ``turn``, every call's seed)."""
+        outcome = self.ask(planner_messages(self.templates, request_text, images), parse_plan, turn)
         return PlannerRecord(
             raw_replies=outcome.raw_replies,
             errors=outcome.errors,
             plan=outcome.value,
             duration_s=round(outcome.duration_s, 4),
+            seeds=outcome.seeds,
         )
 
 

@@ -1,8 +1,11 @@
-"""Bounded retries for model replies that cannot be parsed.
+"""Bounded retries for model replies that cannot be parsed, and the decoding settings of each call.
 
-Local retries never sleep: the model is right here, waiting only wastes time. A greedy model asked
-the same thing twice says the same thing twice, so retries after the first call sample with
-``retry_temperature`` (the released checkpoints' own generation config samples too).
+Local retries never sleep: the model is right here, waiting only wastes time. Decoding follows
+``agents.decoding`` (docs/configuration.md): ``temperature=None`` ("checkpoint", the default) asks every
+call of a turn, retries included, with the model's own generation settings, as the release asks again
+with the same ``generate`` call; the retry differs by its seed. ``temperature=0`` ("greedy") asks the
+first call greedily, and retries sample with ``retry_temperature``, since a greedy model asked the same
+thing twice says the same thing twice.
 """
 
 from __future__ import annotations
@@ -23,24 +26,32 @@ BACKEND_ERROR_PREFIX = "backend error: "
 
 @dataclass
 class Outcome(Generic[T]):
-    """What an agent turn produced: the value (or None), every raw reply and every error, in order."""
+    """What an agent turn produced: the value (or None), every raw reply and every error, in order, and
+    the seed of every call made, when the turn had seeds (a call that got no reply has a seed and no raw
+    reply; :meth:`Agent.ask` fills it)."""
 
     value: T | None
     raw_replies: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    seeds: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """``temperature`` None: the model's own decoding on every call; a number: that temperature on the
+    first call (0 = greedy) and at least ``retry_temperature`` on retries."""
+
     max_attempts: int = 3
-    temperature: float = 0.0
+    temperature: float | None = 0.0
     retry_temperature: float = 0.7
 
-    def temperature_for(self, attempt: int) -> float:
+    def temperature_for(self, attempt: int) -> float | None:
+        if self.temperature is None:
+            return None
         return self.temperature if attempt == 0 else max(self.temperature, self.retry_temperature)
 
-    def run(self, call: Callable[[float], str], parse: Callable[[str], T]) -> Outcome[T]:
+    def run(self, call: Callable[[float | None], str], parse: Callable[[str], T]) -> Outcome[T]:
         """Call, parse, and call again on a :class:`ParseError`, up to ``max_attempts`` times.
 
         A backend error ends the turn (recorded with :data:`BACKEND_ERROR_PREFIX`); any other exception

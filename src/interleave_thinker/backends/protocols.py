@@ -6,6 +6,7 @@ new model or service is one file. Agents and the runtime only ever see these pro
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -20,15 +21,48 @@ class VLMBackend(Protocol):
 
     name: str
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
-        """One reply to one conversation; ``temperature=0`` means greedy decoding."""
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
+        """One reply to one conversation.
+
+        ``temperature``: 0 is greedy, a number samples at it, None leaves the model's own generation
+        settings in charge (a checkpoint's ``generation_config.json``, a server's defaults). ``seed`` is
+        the call's seed (``agents/seeds.py``): a backend that can seed its sampling does, others ignore it
+        (a ``chat`` without the parameter still works: callers pass it through :func:`seed_kwargs`).
+        """
         ...
 
     def chat_batch(
-        self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
+        self,
+        conversations: list[list[Message]],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
     ) -> list[str]:
         """Replies to several independent conversations, in order."""
         ...
+
+
+def seed_kwargs(backend: object, seed: int | None) -> dict[str, int]:
+    """``{"seed": seed}`` for ``backend.chat`` when it takes a seed, else nothing.
+
+    Why: ``seed`` joined the protocol after backends were written to it without one (a user's object
+    with ``chat(messages, *, max_new_tokens, temperature)``); those keep working, unseeded.
+    """
+    if seed is None:
+        return {}
+    try:
+        parameters = inspect.signature(backend.chat).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return {}
+    takes = "seed" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    return {"seed": seed} if takes else {}
 
 
 @dataclass(frozen=True)
@@ -84,11 +118,22 @@ class Closeable:
 class VLMBatchMixin(Closeable):
     """Default ``chat_batch``: one ``chat`` call per conversation."""
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         raise NotImplementedError
 
     def chat_batch(
-        self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
+        self,
+        conversations: list[list[Message]],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
     ) -> list[str]:
         return [self.chat(c, max_new_tokens=max_new_tokens, temperature=temperature) for c in conversations]
 

@@ -27,6 +27,7 @@ PresetName = Literal[
 PlannerFallback = Literal["error", "single-step"]
 TextSteps = Literal["text", "generate"]
 FirstRewrittenPrompt = Literal["planned", "empty"]
+Decoding = Literal["checkpoint", "greedy"]
 """The choices of settings fields, also the choices of their flags (one spelling everywhere)."""
 PRESETS: tuple[str, ...] = get_args(PresetName)
 
@@ -55,14 +56,29 @@ class AgentOptions(_Section):
         default=3, ge=1, description="Model calls per planner/critic turn until a reply parses."
     )
     max_new_tokens: int = Field(default=4096, ge=1, description="Reply length bound for planner and critic.")
-    temperature: float = Field(
-        default=0.0, ge=0.0, description="Temperature of a turn's first call; 0 = greedy."
+    decoding: Decoding = Field(
+        default="checkpoint",
+        description="How planner and critic replies are decoded: 'checkpoint' (as released: the checkpoint's "
+        "generation_config.json unchanged, on every call and retry; served backends send no sampling fields) "
+        "or 'greedy' (first call greedy, retries sampled at agents.retry_temperature). Each call is seeded "
+        "from loop.seed_base (recorded in the trace).",
     )
     retry_temperature: float = Field(
         default=0.7,
         ge=0.0,
-        description="Sampling temperature of retries after an unparsable reply (greedy would repeat itself).",
+        description="With agents.decoding greedy: sampling temperature of retries after an unparsable reply "
+        "(greedy would repeat itself).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_temperature(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "temperature" in data:
+            raise ValueError(
+                "agents.temperature was replaced by agents.decoding: write 'decoding: greedy' for a greedy "
+                "first call (temperature 0), or drop it to decode with the checkpoint's own generation config"
+            )
+        return data
 
 
 class LoopOptions(_Section):

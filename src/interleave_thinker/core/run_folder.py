@@ -120,7 +120,17 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 records the seed of every planner and critic call (``PlannerRecord.seeds``,
+    ``Attempt.critic_seeds``); a schema-3 trace has none, which reads as empty lists."""
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+}
 """Version N -> the function that turns a version-N trace into version N + 1."""
 SUPPORTED_VERSIONS = (*sorted(MIGRATIONS), SCHEMA_VERSION)
 

@@ -12,10 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of ``trace.json``; older ones are migrated on read (``core/run_folder.py``).
 
 2: ``StepRecord.planned_prompt``. 3: ``Attempt.scores`` (the judge's SC/PQ, from `data generate`).
+4: ``PlannerRecord.seeds`` and ``Attempt.critic_seeds`` (the seed of every planner and critic call).
 """
 WHITE_CANVAS = "white-canvas"
 """Name recorded as the "before" image of a text-to-image attempt (the release's white canvas)."""
@@ -103,6 +104,10 @@ class Attempt(_Model):
     image_file: str | None = None
     critic_called: bool = False
     critic_raw: list[str] = Field(default_factory=list, description="Every raw critic reply, in order.")
+    critic_seeds: list[int] = Field(
+        default_factory=list,
+        description="The seed of every critic call, in order (agents/seeds.py; a call with no reply has one).",
+    )
     verdict: Verdict | None = None
     critic_error: str | None = None
     generation_error: str | None = None
@@ -135,6 +140,10 @@ class PlannerRecord(_Model):
     errors: list[str] = Field(default_factory=list)
     plan: Plan | None = None
     duration_s: float = 0.0
+    seeds: list[int] = Field(
+        default_factory=list,
+        description="The seed of every planner call, in order (agents/seeds.py; a call with no reply has one).",
+    )
 
 
 class TemplateInfo(_Model):

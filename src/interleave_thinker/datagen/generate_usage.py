@@ -24,6 +24,7 @@ from interleave_thinker.backends.protocols import (
     Message,
     VLMBackend,
     VLMBatchMixin,
+    seed_kwargs,
 )
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
@@ -87,10 +88,22 @@ class MeteredVLM(VLMBatchMixin):
     def __init__(self, inner: VLMBackend, usage: Usage) -> None:
         self.inner, self.usage, self.name = inner, usage, inner.name
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         self.usage.add(calls=1, images_in=_images_in(messages))
         try:
-            return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+            return self.inner.chat(
+                messages,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                **seed_kwargs(self.inner, seed),
+            )
         finally:
             tokens = reply_tokens(self.inner)
             if any(tokens.values()):

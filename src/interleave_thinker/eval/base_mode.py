@@ -31,7 +31,14 @@ class OneStepPlanner(VLMBatchMixin):
 
     name = BASE_PLANNER
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         text = " ".join(
             part["text"].strip()
             for message in messages
@@ -53,7 +60,14 @@ class NoCritic(VLMBatchMixin):
 
     name = BASE_CRITIC
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         raise BackendError("eval --mode base asks no critic; this call should not happen.")
 
 

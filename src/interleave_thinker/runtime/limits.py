@@ -36,6 +36,7 @@ from interleave_thinker.backends.protocols import (
     Message,
     VLMBackend,
     VLMBatchMixin,
+    seed_kwargs,
 )
 from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
@@ -173,12 +174,24 @@ class LimitedVLM(_Limited, VLMBatchMixin):
     ):
         super().__init__(inner, stats, micro_batch=micro_batch, max_wait=max_wait)
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         if self._batcher is not None and temperature == 0:
             return str(self._batcher.submit(max_new_tokens, messages))
         return str(
             self._call(
-                lambda: self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+                lambda: self.inner.chat(
+                    messages,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    **seed_kwargs(self.inner, seed),
+                )
             )
         )
 

@@ -3,7 +3,8 @@
 Defaults follow the released UEval runner: three attempts per step, the last accepted without a
 critic call ("forcing pass"), seeds ``step_number * 100 + attempt``, step 1 of a narrative request is
 text-to-image, every other step edits the latest image, and the critic's "before" image of a
-text-to-image attempt is a 1024x1024 white canvas.
+text-to-image attempt is a 1024x1024 white canvas. Every planner and critic call carries a seed derived
+from ``loop.seed_base``, its step and attempt (``agents/seeds.py``), recorded in the trace.
 
 The authors' data-generation loop is a choice of settings of this one loop (``loop.*``): the critic on
 every attempt, a budget of generator calls per request instead of a limit per step, an empty
@@ -21,6 +22,7 @@ from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.planner import Planner, single_step_plan
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
+from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
@@ -128,7 +130,7 @@ class StepLoop:
     def _plan(self, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
         trace = recorder.trace
         self.observer.on_planning()
-        record = self.planner.plan(trace.request.text, input_images)
+        record = self.planner.plan(trace.request.text, input_images, Turn(self.loop.seed_base))
         trace.planner = record
         if record.plan is None:
             # The fallback is for a planner that answered badly, never for one that did not answer.
@@ -218,7 +220,8 @@ class StepLoop:
             attempt.accepted = attempt.forced = True
         else:
             first_empty = attempt_index == 0 and self.loop.first_rewritten_prompt == "empty"
-            self._review(attempt, before, image, planned, "" if first_empty else prompt)
+            turn = Turn(self.loop.seed_base, index, attempt_index)
+            self._review(attempt, before, image, planned, "" if first_empty else prompt, turn)
         if self.judge is not None:
             attempt.scores = _scores(self.judge, before, image, planned)
         return attempt
@@ -244,14 +247,21 @@ class StepLoop:
             attempt.durations = Durations(generate_s=round(time.perf_counter() - start, 4))
 
     def _review(
-        self, attempt: Attempt, before: Image.Image, image: Image.Image, planned: str, rewritten: str
+        self,
+        attempt: Attempt,
+        before: Image.Image,
+        image: Image.Image,
+        planned: str,
+        rewritten: str,
+        turn: Turn,
     ) -> None:
         """The critic's verdict on the attempt; no verdict leaves it not accepted, with the errors."""
         result = self.critic.review(
-            before=before, after=image, original_instruction=planned, rewritten_prompt=rewritten
+            before=before, after=image, original_instruction=planned, rewritten_prompt=rewritten, turn=turn
         )
         attempt.critic_called = True
         attempt.critic_raw = result.raw_replies
+        attempt.critic_seeds = result.seeds
         attempt.verdict = result.verdict
         attempt.durations.critic_s = round(result.duration_s, 4)
         if result.verdict is None:

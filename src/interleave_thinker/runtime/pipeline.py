@@ -127,7 +127,8 @@ class Pipeline:
         self.templates = templates
         self.planner_backend, self.critic_backend, self.generator = planner, critic, generator
         agents = config.agents
-        retry = RetryPolicy(agents.max_parse_attempts, agents.temperature, agents.retry_temperature)
+        first = None if agents.decoding == "checkpoint" else 0.0  # None: the model's own decoding
+        retry = RetryPolicy(agents.max_parse_attempts, first, agents.retry_temperature)
         self.planner = Planner(planner, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
         self.critic = Critic(critic, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
         self.judge: Judge | None = None

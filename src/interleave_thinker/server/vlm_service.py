@@ -80,7 +80,9 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(
-        default=None, ge=0.0, description="Omitted means greedy, as the project's agents default to."
+        default=None,
+        ge=0.0,
+        description="Omitted means the checkpoint's own generation config, as vLLM and the local backend do.",
     )
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
@@ -133,7 +135,7 @@ def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None =
                 "(serve vlm --max-tokens); ask for fewer."
             )
         messages = await asyncio.to_thread(to_project_messages, body.messages, limits.max_pixels)
-        temperature = body.temperature or 0.0
+        temperature = body.temperature
 
         def call() -> str:
             return backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature)

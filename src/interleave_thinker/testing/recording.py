@@ -47,11 +47,20 @@ class ScriptedOverTiny(ScriptedVLMBackend):
             threading.Lock()
         )  # the real model (and our patch of its processor) serves one call at a time
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         with self._lock:
-            return self._chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+            return self._chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
 
-    def _chat(self, messages: list[Message], *, max_new_tokens: int, temperature: float) -> str:
+    def _chat(
+        self, messages: list[Message], *, max_new_tokens: int, temperature: float | None, seed: int | None
+    ) -> str:
         processor = self.real.processor
         original = processor.apply_chat_template
 
@@ -70,4 +79,4 @@ class ScriptedOverTiny(ScriptedVLMBackend):
         finally:
             processor.apply_chat_template = original
         assert isinstance(reply, str)
-        return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+        return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)

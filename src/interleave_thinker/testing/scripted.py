@@ -27,11 +27,20 @@ class ScriptedVLMBackend(VLMBatchMixin):
         self._replies = list(replies)
         self._repeat_last = repeat_last
         self.calls: list[list[Message]] = []
-        self.temperatures: list[float] = []
+        self.temperatures: list[float | None] = []
+        self.seeds: list[int | None] = []
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         self.calls.append(messages)
         self.temperatures.append(temperature)
+        self.seeds.append(seed)
         if not self._replies:
             raise BackendError(f"{self.name}: the script has no reply left for call {len(self.calls)}")
         reply = self._replies[0] if (self._repeat_last and len(self._replies) == 1) else self._replies.pop(0)

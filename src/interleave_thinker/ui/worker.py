@@ -120,13 +120,23 @@ class ReportingVLM(proto.VLMBatchMixin):
         self.name = getattr(inner, "name", "vlm")
 
     def chat(
-        self, messages: list[proto.Message], *, max_new_tokens: int = 4096, temperature: float = 0.0
+        self,
+        messages: list[proto.Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
     ) -> str:
         if self.event:
             self.sink.emit(self.event)
         else:
             self.sink.check()
-        return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+        return self.inner.chat(
+            messages,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            **proto.seed_kwargs(self.inner, seed),
+        )
 
 
 def run_pipeline(base: Pipeline, config: PipelineConfig) -> tuple[Pipeline, EventSink]:

@@ -77,9 +77,18 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
             concurrency=remote.concurrency,
         )
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         contents, system = self.to_gemini_contents(messages)
-        config: dict[str, Any] = {"temperature": float(temperature), "max_output_tokens": max_new_tokens}
+        config: dict[str, Any] = {"max_output_tokens": max_new_tokens}
+        if temperature is not None:  # None: the model's own defaults (agents.decoding checkpoint)
+            config = {"temperature": float(temperature), **config}
         if system:
             config["system_instruction"] = system
         self._usage.value = {}

@@ -96,14 +96,22 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
 
     # -- the protocol ---------------------------------------------------------------------------
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         model = self._resolve_model()
         body = {
             "model": model,
             "messages": self.to_openai_messages(messages),
             "max_tokens": max_new_tokens,
-            "temperature": float(temperature),
         }
+        if temperature is not None:  # None: the server's own defaults (agents.decoding checkpoint)
+            body["temperature"] = float(temperature)
         self._usage.value = {}
         return str(self._call(lambda client, url, timeout: self._complete(client, url, timeout, body)))
 
@@ -113,7 +121,11 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
         return dict(getattr(self._usage, "value", {}))
 
     def chat_batch(
-        self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
+        self,
+        conversations: list[list[Message]],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
     ) -> list[str]:
         """Concurrent calls (up to ``concurrency``): the server batches them, so a batch is not a loop."""
         if len(conversations) <= 1:

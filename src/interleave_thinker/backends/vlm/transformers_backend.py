@@ -1,7 +1,16 @@
-"""Local chat backend on transformers: any Qwen3-VL checkpoint (HF id or folder), as the release runs it."""
+"""Local chat backend on transformers: any Qwen3-VL checkpoint (HF id or folder), as the release runs it.
+
+Decoding: ``temperature=None`` leaves the checkpoint's ``generation_config.json`` in charge (sampling,
+temperature, top-p, top-k), as the release's ``generate(**inputs, max_new_tokens=...)``; 0 is greedy;
+a number samples at it. A sampled ``chat`` with a ``seed`` seeds torch first, so the same seed gives the
+same reply on the same machine.
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from interleave_thinker.backends._images import apply_max_pixels
@@ -9,9 +18,12 @@ from interleave_thinker.backends._loading import not_found, pick_device, pick_dt
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
 from interleave_thinker.core.errors import BackendError
 
+_SAMPLING_LOCK = threading.Lock()
+"""Held by a seeded sampled call from seeding to its last draw (``TransformersVLMBackend._seeded``)."""
+
 
 class TransformersVLMBackend(VLMBatchMixin):
-    """``AutoProcessor`` + ``AutoModelForImageTextToText``; greedy unless a temperature is asked for."""
+    """``AutoProcessor`` + ``AutoModelForImageTextToText``; decoding as :func:`decoding_kwargs` says."""
 
     def __init__(
         self,
@@ -53,13 +65,33 @@ class TransformersVLMBackend(VLMBatchMixin):
         processor.tokenizer.padding_side = "left"
         return processor, model
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
-        return self.chat_batch([messages], max_new_tokens=max_new_tokens, temperature=temperature)[0]
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
+        return self._generate([messages], max_new_tokens, temperature, seed)[0]
 
     def chat_batch(
-        self, conversations: list[list[Message]], *, max_new_tokens: int = 4096, temperature: float = 0.0
+        self,
+        conversations: list[list[Message]],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
     ) -> list[str]:
         """One ``generate`` over several conversations, left-padded so every reply starts at the same column."""
+        return self._generate(conversations, max_new_tokens, temperature, None)
+
+    def _generate(
+        self,
+        conversations: list[list[Message]],
+        max_new_tokens: int,
+        temperature: float | None,
+        seed: int | None,
+    ) -> list[str]:
         import torch
 
         prepared = [apply_max_pixels(m, self.pixel_factor) for m in conversations]
@@ -72,12 +104,8 @@ class TransformersVLMBackend(VLMBatchMixin):
                 return_tensors="pt",
                 processor_kwargs={"padding": len(prepared) > 1},
             ).to(self.model.device)
-            generation: dict[str, Any] = {"max_new_tokens": max_new_tokens}
-            if temperature > 0:
-                generation.update(do_sample=True, temperature=temperature)
-            else:
-                generation.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            with torch.inference_mode():
+            generation = {"max_new_tokens": max_new_tokens, **decoding_kwargs(temperature)}
+            with torch.inference_mode(), self._seeded(seed if self._samples(temperature) else None):
                 output = self.model.generate(**inputs, **generation)
         except (RuntimeError, ValueError) as exc:
             raise BackendError(f"{self.name}: generation failed: {exc}") from exc
@@ -85,3 +113,39 @@ class TransformersVLMBackend(VLMBatchMixin):
         return [
             str(text).strip() for text in self.processor.batch_decode(new_tokens, skip_special_tokens=True)
         ]
+
+    def _samples(self, temperature: float | None) -> bool:
+        """Whether a call with ``temperature`` samples: the checkpoint's ``do_sample`` when None."""
+        if temperature is None:
+            return bool(getattr(self.model.generation_config, "do_sample", False))
+        return temperature > 0
+
+    @contextmanager
+    def _seeded(self, seed: int | None) -> Iterator[None]:
+        """Torch's generators seeded with ``seed`` for one sampled call, and restored after it.
+
+        ``generate`` takes no generator, so sampling draws from torch's global one: the lock keeps two
+        sampled calls (on any model of this process) from interleaving their draws, and ``fork_rng``
+        leaves the global state as it was for everything else. A greedy call draws nothing: no lock.
+        """
+        if seed is None:
+            yield
+            return
+        import torch
+
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with _SAMPLING_LOCK, torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            yield
+
+
+def decoding_kwargs(temperature: float | None) -> dict[str, Any]:
+    """``generate`` keywords over the checkpoint's generation config: none for None (the config decides,
+    as the release calls ``generate(**inputs, max_new_tokens=...)``), greedy for 0 (sampling knobs
+    cleared so transformers does not warn about them), else sampling at ``temperature`` with the
+    config's other knobs (top-p, top-k)."""
+    if temperature is None:
+        return {}
+    if temperature > 0:
+        return {"do_sample": True, "temperature": temperature}
+    return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
