@@ -238,7 +238,7 @@ def test_grpo_two_processes_log_each_rollout_once_with_whole_groups_and_resume(
     assert sorted(digests) == list(range(steps + 1))
     assert all(d[0] == d[1] for d in digests.values())
     assert digests[steps][0] != digests[0][0]
-    assert (out / "final" / "model.safetensors").is_file()
+    assert (out / "model.safetensors").is_file()
     # Resume from the 2-process checkpoint: one more step, counted from where it stopped.
     settings = yaml.safe_load(config.read_text(encoding="utf-8"))
     settings["training"]["max_steps"] = steps + 1

@@ -283,4 +283,4 @@ def test_shipped_tiny_critic_config_trains_and_evaluates_from_the_cli(tmp_path: 
     assert [e["step"] for e in history if "eval_rewards/critic_accuracy/mean" in e] == [2, 4]
     # The format-trained tiny critic's rollouts differ, so GRPO has something to learn from.
     assert any(e.get("reward_std", 0) > 0 for e in history)
-    assert (out / "final" / "model.safetensors").is_file()
+    assert (out / "model.safetensors").is_file()

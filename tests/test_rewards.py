@@ -344,3 +344,37 @@ def test_the_instruction_is_stripped_before_it_is_filled_in() -> None:
     )
     text = ScriptedVLMBackend.text_in(judge_backend.calls[0])
     assert "a sitting cat" in text and "  a sitting cat" not in text and "a sitting cat \n" not in text
+
+
+def test_grpo_logs_stepwise_failures_apart_from_skips(tmp_path: Path) -> None:
+    """Both score 0.5/0.5; the logged counts tell a skipped part (ground truth success) from a failed one."""
+
+    class DownFor(ScriptedImageBackend):
+        def generate(self, request: ImageRequest) -> Image.Image:
+            if request.prompt == "down":
+                raise BackendError("generator down")
+            return super().generate(request)
+
+    paths = befores(tmp_path)
+    judge = Judge(
+        ScriptedVLMBackend(
+            [lambda m: SC_OK if len(ScriptedVLMBackend.images_in(m)) == 2 else PQ_OK], repeat_last=True
+        ),
+        builtin_templates(),
+    )
+    reward = CriticReward(StepwiseScorer(DownFor(), judge, deadline=10))
+    logged: list[tuple[str, float]] = []
+    truths = [True, False, False, False]
+    reward(
+        None,
+        [answer(True, ""), answer(False, "fine"), answer(False, "down"), answer(False, "down")],
+        ground_truth=[{"success": s, "semantics": 5, "quality": 8} for s in truths],
+        origin_prompt=["cat"] * 4,
+        origin_image_path=[str(paths["white"])] * 4,
+        previous_prompt=["cat"] * 4,
+        log_metric=lambda name, value: logged.append((name, value)),
+    )
+    parts = reward.last_components
+    assert [(p["semantic"], p["quality"]) for p in (parts[0], parts[2])] == [(0.5, 0.5), (0.5, 0.5)]
+    assert sorted(logged) == [("stepwise/failed", 2.0), ("stepwise/scored", 1.0), ("stepwise/skipped", 1.0)]
+    assert reward.last_counts == {"scored": 1, "skipped": 1, "failed": 2}

@@ -10,10 +10,14 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from typer.testing import CliRunner
 
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
+from interleave_thinker.cli.main import app
+from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.testing.doubles.judge import image_urls, judge_server
 from interleave_thinker.testing.recording import RecordingImage, ScriptedOverTiny
 from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
 
@@ -180,3 +184,36 @@ def test_stepwise_reward_with_a_judge_served_over_http(tmp_path: Path) -> None:
     ]  # images crossed HTTP and reached the real processor
     semantic, quality = ((4 - 1) / 10 + 1) / 2, ((5 - 6) / 10 + 1) / 2
     assert values == pytest.approx([0.5 + 0.5 * (0.2 + 0.6 * semantic + 0.2 * quality), 0.8, 0.7])
+
+
+def test_reward_cli_reads_the_release_critic_rl_rows_as_they_are(tmp_path: Path) -> None:
+    """The release's rows are prompts (no response): the tiny critic answers them, then they are scored."""
+    fixture = shared_path("fixtures", "train-data")
+    shutil.copytree(fixture / "images", tmp_path / "images")
+    path = tmp_path / "critic_rl.jsonl"
+    shutil.copy(fixture / "critic_rl.jsonl", path)
+    out = tmp_path / "scored.jsonl"
+    args = ["reward", "--input", str(path), "--generator", "tiny:generator", "--out", str(out)]
+    refused = CliRunner().invoke(app, [*args, "--judge", "tiny:judge"])
+    assert isinstance(refused.exception, InputError)
+    assert f"{path}:1: response: missing (3 row(s))" in str(refused.exception)
+    assert "pass --critic SPEC" in str(refused.exception)
+
+    def script(body: dict[str, object]) -> str:  # SC 6 over [before, after], PQ 7 over [after]
+        return '{"score": [6, 8]}' if len(image_urls(body)) == 2 else '{"score": [9, 7]}'
+
+    with judge_server(script) as server:
+        judge = f"openai:{server.url}#judge"
+        result = CliRunner().invoke(app, [*args, "--judge", judge, "--critic", "tiny:critic-sft"])
+        calls = len(server.bodies)
+    assert result.exit_code == 0, result.output
+    originals = [json.loads(line) for line in path.read_text().splitlines()]
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [{k: s[k] for k in o} for s, o in zip(scored, originals, strict=True)] == originals  # kept as is
+    assert all(isinstance(s["response"], str) and s["response"] for s in scored)  # the critic's replies
+    assert "ground_truth" not in scored[0]  # evaluation read under its release name, not copied
+    # row 1 failed (semantics 1, quality 6): regenerated and judged; rows 2 and 3 succeeded: skipped
+    assert scored[0]["semantic"] == pytest.approx(((6 - 1) / 10 + 1) / 2)
+    assert scored[0]["quality"] == pytest.approx(((7 - 6) / 10 + 1) / 2)
+    assert [s["reward_error"] for s in scored] == [None, None, None] and calls == 2
+    assert [(s["semantic"], s["quality"]) for s in scored[1:]] == [(0.5, 0.5), (0.5, 0.5)]

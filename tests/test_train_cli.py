@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -277,7 +278,13 @@ def test_tiny_sft_shows_progress_warns_nothing_of_ours_and_resume_of_it_is_a_no_
     ]
     result, caught = run_recording_warnings(args)
     assert result.exit_code == 0, result.output
-    assert "trained 2 steps" in result.stdout
+    # logging_steps 5 (the config's) > 2 steps: no loss was logged, and the summary says so and why
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("trained 2 steps")]
+    assert line.startswith(
+        "trained 2 steps; no loss logged (logging_steps 5, 2 step(s) in this run); mean loss "
+    )
+    [logged] = re.findall(r"'train_loss': '([0-9.e+-]+)'", result.stdout)  # transformers' own metrics line
+    assert float(line.rpartition(" ")[2]) == pytest.approx(float(logged), rel=1e-3)
     assert "2/2 [" in result.stderr  # tqdm's bar with elapsed time and ETA
     assert ours(caught) == []
     resume_is_a_no_op(args, out, out / "model.safetensors", 2)
@@ -300,4 +307,48 @@ def test_tiny_grpo_resume_of_a_finished_run_is_a_no_op(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "trained 1 steps" in result.stdout and "1/1 [" in result.stderr
     assert ours(caught) == []
-    resume_is_a_no_op(args, out, out / "final" / "model.safetensors", 1)
+    # TRL's read of transformers' deprecated alias, printed once per call site before: not shown
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
+    # one layout for SFT and GRPO: the final model in output_dir, beside checkpoint-N
+    assert f"model saved in {out}; use it with: --planner transformers:{out}" in result.stdout
+    assert not (out / "final").exists() and (out / "checkpoint-1" / "model.safetensors").is_file()
+    resume_is_a_no_op(args, out, out / "model.safetensors", 1)
+
+
+@pytest.mark.slow
+def test_tiny_grpo_summary_after_resume_counts_this_run_only(tmp_path: Path) -> None:
+    out = tmp_path / "grpo"
+    args = ["train", "grpo", "--config", str(REPO / "configs" / "grpo_planner_tiny.yaml"), "--out", str(out)]
+    for key, value in [
+        ("data.synthetic", 2),
+        ("training.num_generations", 2),
+        ("training.per_device_train_batch_size", 2),
+        ("training.max_completion_length", 8),
+        ("training.temperature", 1.5),
+        ("training.save_steps", 1),
+    ]:
+        args += ["--set", f"{key}={value}"]
+    first = CliRunner().invoke(app, [*args, "--set", "training.max_steps=1"])
+    assert first.exit_code == 0, first.output
+    resumed = CliRunner().invoke(app, [*args, "--set", "training.max_steps=2", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    history = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    [step_2] = [e["reward"] for e in history if e.get("step") == 2 and "reward" in e]
+    assert [e["step"] for e in history if "reward" in e] == [1, 2]  # the first run's entry is still there
+    expected = (
+        f"trained 2 steps (1 in this run, from step 1); mean reward {step_2:.4g} -> {step_2:.4g} (1 logged)"
+    )
+    assert expected in resumed.stdout.splitlines()
+
+
+def test_a_grpo_folder_in_the_old_layout_still_loads(tmp_path: Path) -> None:
+    from interleave_thinker.backends._loading import resolve_checkpoint
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    (old / "final").mkdir(parents=True)
+    (old / "final" / "config.json").write_text("{}")
+    (old / "checkpoint-2").mkdir()
+    (new / "final").mkdir(parents=True)  # a model folder that merely holds a "final" folder is itself
+    (new / "config.json").write_text("{}")
+    assert resolve_checkpoint(str(old)) == str(old / "final")
+    assert resolve_checkpoint(str(new)) == str(new)

@@ -22,7 +22,7 @@ def resolve_checkpoint(ref: str) -> str:
             raise ModelNotFoundError(
                 f"Checkpoint {path} is a file; point at the folder that holds config.json."
             )
-        return str(path)
+        return str(_old_grpo_layout(path))
     if _HUB_ID.match(ref) and not ref.startswith((".", "/", "~")):
         from interleave_thinker.backends.hub import ensure_available
 
@@ -32,6 +32,15 @@ def resolve_checkpoint(ref: str) -> str:
         f"Checkpoint path {ref} does not exist. Give an existing folder or a Hugging Face id such as "
         "'InterleaveThinker/InterleaveThinker-Planner-8B', or use --preset tiny to run offline."
     )
+
+
+def _old_grpo_layout(folder: Path) -> Path:
+    """``folder/final`` for a GRPO output folder saved before the final model moved to its root (as SFT's)."""
+    final = folder / "final"
+    markers = ("config.json", "adapter_config.json")
+    if not any((folder / m).is_file() for m in markers) and any((final / m).is_file() for m in markers):
+        return final
+    return folder
 
 
 def not_found(ref: str, exc: BaseException) -> ModelNotFoundError:

@@ -14,14 +14,13 @@ from interleave_thinker.cli.options import SettingsFlags, with_settings
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
-from interleave_thinker.core.errors import InputError
 
 console = Console(stderr=True)
-REQUIRED = ("response", "ground_truth", "origin_prompt", "origin_image_path", "previous_prompt")
 
 
-def load_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int) -> Any:
-    """A judge on the settings' device, transport and templates (shared with `data build`)."""
+def load_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int | None) -> Any:
+    """A judge on the settings' device, transport and templates (shared with `data build`); ``None``
+    tokens: the judge's own bound."""
     from interleave_thinker.agents.judge import Judge
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
 
@@ -58,59 +57,69 @@ def judge(
         raise typer.Exit(1)
 
 
-def read_rollouts(path: Path) -> list[dict[str, Any]]:
-    """JSONL rollouts; every problem names the file, the line and the field."""
-    if not path.is_file():
-        raise InputError(f"Rollout file {path} does not exist.")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{number}: each line must be a JSON object.")
-        if "ground_truth" not in row and "evaluation" in row:
-            row["ground_truth"] = row["evaluation"]
-        if "previous_prompt" not in row and "rewritten_prompt" in row:
-            row["previous_prompt"] = row["rewritten_prompt"]
-        for field in REQUIRED:
-            if field not in row:
-                raise InputError(f"{path}:{number}: {field}: missing (needed by the critic reward).")
-        truth = row["ground_truth"]
-        if not isinstance(truth, dict) or "success" not in truth:
-            raise InputError(f"{path}:{number}: ground_truth: needs success, semantics and quality.")
-        rows.append(row)
-    return rows
+RewardInputOption = Annotated[
+    Path,
+    typer.Option(
+        "--input", help="JSONL of critic rollouts, or the release's critic_rl rows (docs/training.md)."
+    ),
+]
+CriticSpecOption = Annotated[
+    str | None,
+    typer.Option(help="VLM backend spec that answers rows without a response (release critic_rl rows)."),
+]
+RewardJudgeTokensOption = Annotated[
+    int | None, typer.Option(min=1, help="Judge reply length bound (tokens) \\[default: the judge's, 1024].")
+]
+
+
+def answer_missing(
+    rows: list[Any], critic: str | None, cfg: PipelineConfig, base_dir: Path, batch: int
+) -> None:
+    """Rows without a ``response`` (the release's ``critic_rl`` prompts) answered by ``--critic``."""
+    from interleave_thinker.agents.critic import Critic
+    from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
+    from interleave_thinker.cli.reward_rows import answer_rows, unanswered
+
+    to_answer = unanswered(rows, critic)
+    if not to_answer or critic is None:
+        return
+    with LoadingDisplay(console, f"loading the critic {critic}"):
+        backend = load_vlm_backend(critic, BackendOptions.from_config(cfg), role="critic")
+    with LoadingDisplay(console, f"asking the critic about {len(to_answer)} row(s) without a response"):
+        answer_rows(
+            backend, to_answer, base_dir, max_new_tokens=Critic.DEFAULT_MAX_NEW_TOKENS, batch_size=batch
+        )
+    getattr(backend, "close", lambda: None)()
 
 
 @with_settings()
 def reward(
     settings: SettingsFlags,
-    input: Annotated[
-        Path, typer.Option("--input", help="JSONL of critic rollouts (release reward-input fields).")
-    ],
+    input: RewardInputOption,
     generator: Annotated[str, typer.Option(help="Image backend spec used for regeneration.")],
     judge: Annotated[str, typer.Option("--judge", help="VLM backend spec of the judge.")],
     out: Annotated[Path, typer.Option(help="Output JSONL: each input line plus overall and its components.")],
+    critic: CriticSpecOption = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Rollouts scored concurrently.")] = 64,
     deadline: Annotated[float, typer.Option(help="Seconds per sample before it scores 0.5/0.5.")] = 70.0,
-    max_new_tokens: JudgeTokensOption = 1024,
+    max_new_tokens: RewardJudgeTokensOption = None,
 ) -> None:
     """Score saved critic rollouts offline with the release's critic reward, in input order."""
     from interleave_thinker.backends.specs import BackendOptions, load_image_backend
+    from interleave_thinker.cli.reward_rows import read_reward_rows, score_rows
     from interleave_thinker.core.paths import write_atomic
     from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
 
     check_spec("--generator", generator, "image")
     check_spec("--judge", judge, "vlm")
+    if critic is not None:
+        check_spec("--critic", critic, "vlm")
     cfg = settings.resolve()
-    rows = read_rollouts(input)
+    rows = read_reward_rows(input)
     if not rows:
         console.print(escape(f"error: {input} holds no rollouts; nothing to score."))
         raise typer.Exit(1)
+    answer_missing(rows, critic, cfg, input.parent, batch_size)
     with LoadingDisplay(console, f"loading the generator {generator} and the judge {judge}"):
         scorer = StepwiseScorer(
             load_image_backend(generator, BackendOptions.from_config(cfg)),
@@ -118,23 +127,16 @@ def reward(
             deadline=deadline,
             base_dir=input.parent,
         )
-    reward_fn = CriticReward(scorer)
-    lines: list[str] = []
-    judged = failed = 0
     progress = counter_bar(console, "scoring")
     with progress:
         task = progress.add_task("score", total=len(rows))
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            columns = {field: [r[field] for r in batch] for field in REQUIRED[1:]}
-            reward_fn(None, [r["response"] for r in batch], **columns)
-            for row, parts in zip(batch, reward_fn.last_components, strict=True):
-                asked = parts["error"] is not None or parts["sc_new"] is not None  # successes are skipped
-                judged, failed = judged + asked, failed + (asked and parts["error"] is not None)
-                keep = {k: parts[k] for k in ("overall", "format", "accuracy", "semantic", "quality")}
-                lines.append(json.dumps(row | keep | {"reward_error": parts["error"]}, ensure_ascii=False))
-            progress.advance(task, len(batch))
+        lines, counts = score_rows(
+            CriticReward(scorer), rows, batch_size, lambda n: progress.advance(task, n)
+        )
+    judged, failed = counts["scored"] + counts["failed"], counts["failed"]
     scorer.close()
+    for backend in (scorer.generator, scorer.judge.backend):  # a served judge holds connections
+        getattr(backend, "close", lambda: None)()
     write_atomic(out, "\n".join(lines) + ("\n" if lines else ""))
     mean = sum(json.loads(line)["overall"] for line in lines) / max(1, len(lines))
     console.print(escape(f"scored {len(lines)} rollouts, mean overall {mean:.4f} -> {out}"))
@@ -142,4 +144,9 @@ def reward(
         console.print(escape(f"{failed} of {judged} step-wise scoring(s) failed (reward_error in {out})."))
     if judged and failed == judged:
         console.print("error: every step-wise scoring failed; semantic and quality are all 0.5.")
+        if judge.startswith("tiny:"):  # its SC reply breaks on long instructions, whatever the token bound
+            console.print(
+                "The tiny judge learnt short instructions only; judge real rows with a served judge "
+                "(--judge openai:URL or gemini:MODEL), see docs/training.md (Rows `reward` reads)."
+            )
         raise typer.Exit(1)

@@ -79,6 +79,18 @@ def already_finished(flags: TrainFlags, output_dir: Path, max_steps: int, num_tr
     return True
 
 
+def summary(global_step: int, start_step: int, name: str, values: list[float], logging_steps: int) -> str:
+    """``trained N steps`` and the first and last ``name`` logged by *this* run (a resumed run's log
+    history starts with the earlier run's entries), or why none was: fewer steps than ``logging_steps``."""
+    ran = global_step - start_step
+    line = f"trained {global_step} steps" + (
+        f" ({ran} in this run, from step {start_step})" if start_step else ""
+    )
+    if values:
+        return f"{line}; {name} {values[0]:.4g} -> {values[-1]:.4g} ({len(values)} logged)"
+    return f"{line}; no {name} logged (logging_steps {logging_steps}, {ran} step(s) in this run)"
+
+
 CONFIG_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 """Click settings of the train commands: any config key is also a flag, as in TRL (``--learning_rate 1e-5``)."""
 CONFIG_FLAGS_HELP = (
@@ -119,8 +131,10 @@ def sft(
     leave_process_group()
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports
-    first, last = (result.losses[0], result.losses[-1]) if result.losses else (None, None)
-    typer.echo(f"trained {result.global_step} steps; loss {first} -> {last}")
+    mean = f"; mean loss {result.train_loss:.4g}" if result.train_loss is not None else ""
+    typer.echo(
+        summary(result.global_step, result.start_step, "loss", result.losses, result.logging_steps) + mean
+    )
     typer.echo(f"{'adapter' if result.adapter else 'model'} saved in {result.output_dir}")
     if result.merged_dir:
         typer.echo(f"merged model saved in {result.merged_dir}")

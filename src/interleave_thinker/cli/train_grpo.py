@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from interleave_thinker.cli.specs import check_spec
-from interleave_thinker.cli.train import TrainFlags, already_finished, config_sets, with_train_flags
+from interleave_thinker.cli.train import TrainFlags, already_finished, config_sets, summary, with_train_flags
 
 
 @with_train_flags
@@ -40,11 +40,10 @@ def grpo(
     leave_process_group()
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports
-    rewards = [e["reward"] for e in result.log_history if "reward" in e]
-    typer.echo(
-        f"trained {result.global_step} steps; mean reward {rewards[0] if rewards else None} -> {rewards[-1] if rewards else None}"
-    )
-    held_out = [e["eval_reward"] for e in result.log_history if "eval_reward" in e]
+    this_run = [e for e in result.log_history if e.get("step", 0) > result.start_step]
+    rewards = [e["reward"] for e in this_run if "reward" in e]
+    typer.echo(summary(result.global_step, result.start_step, "mean reward", rewards, result.logging_steps))
+    held_out = [e["eval_reward"] for e in this_run if "eval_reward" in e]
     if held_out:
         typer.echo(f"held-out mean reward {held_out[0]} -> {held_out[-1]} ({len(held_out)} evaluations)")
     typer.echo(

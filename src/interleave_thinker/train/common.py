@@ -97,6 +97,11 @@ def last_checkpoint(output_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
+def checkpoint_step(checkpoint: Path | None) -> int:
+    """The step a run resumed from ``checkpoint-N`` starts at (0 without one): what the summary counts from."""
+    return int(checkpoint.name.rpartition("-")[2]) if checkpoint is not None else 0
+
+
 def finished_at(output_dir: Path, max_steps: int, num_train_epochs: float) -> int | None:
     """The step at which the run in ``output_dir`` finished, or None when its newest checkpoint has more to do.
 

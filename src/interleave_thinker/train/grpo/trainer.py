@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
+    checkpoint_step,
     last_checkpoint,
     load_policy,
     report_targets,
@@ -43,15 +45,22 @@ from interleave_thinker.train.rewards import (
     planner_score_reward,
 )
 
+TRL_CHECKPOINTING_ALIAS = r"`is_gradient_checkpointing` is deprecated"
+"""The start of the FutureWarning TRL's generation helpers cause (see :func:`run_grpo`)."""
+
 
 @dataclass
 class GRPOResult:
     output_dir: Path
     global_step: int
     final_model: Path
+    """``output_dir`` itself, as in SFT and TRL's scripts (runs before this layout saved to ``output_dir/final``)."""
     log_history: list[dict[str, Any]]
     main_process: bool = True
     """False on the other ranks of a multi-process run (they print and write nothing)."""
+    start_step: int = 0
+    """The step this run started from (the checkpoint's with ``--resume``); earlier log entries are not this run's."""
+    logging_steps: int = 0
 
 
 def _role(config: GRPORunConfig, role: Role | None) -> Role:
@@ -276,18 +285,25 @@ def run_grpo(config: GRPORunConfig, role: Role | None = None, *, resume: bool = 
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint-N folder in {config.output_dir}.")
     try:
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        with warnings.catch_warnings():
+            # TRL 1.16 reads transformers 5's deprecated `model.is_gradient_checkpointing` around every
+            # generation, a FutureWarning printed once per call site (twice) that no argument of ours causes
+            # or can avoid; only this one message is hidden, only while training.
+            warnings.filterwarnings("ignore", message=TRL_CHECKPOINTING_ALIAS, category=FutureWarning)
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         for closer in closers:
             closer.close()
-    final = config.output_dir / "final"
-    trainer.save_model(str(final))  # collective; writes on the main process only
+    # The final model beside the checkpoint-N folders, as SFT and TRL's own scripts save it.
+    trainer.save_model(str(config.output_dir))  # collective; writes on the main process only
     if trainer.args.should_save:
-        trainer.processing_class.save_pretrained(str(final))
+        trainer.processing_class.save_pretrained(str(config.output_dir))
     return GRPOResult(
         config.output_dir,
         trainer.state.global_step,
-        final,
+        config.output_dir,
         list(trainer.state.log_history),
         main_process=trainer.is_world_process_zero(),
+        start_step=checkpoint_step(checkpoint),
+        logging_steps=int(trainer.state.logging_steps or trainer.args.logging_steps),
     )

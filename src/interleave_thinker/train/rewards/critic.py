@@ -113,6 +113,8 @@ class CriticRewardWeights:
 
 @dataclass
 class StepwiseOutcome:
+    """One sample's step-wise part: scored, skipped (ground truth success) or failed (0.5 each, ``error`` set)."""
+
     semantic: float = 0.5
     quality: float = 0.5
     regenerated: bool = False
@@ -121,6 +123,13 @@ class StepwiseOutcome:
     pq_new: float | None = None
     error: str | None = None
     seconds: float = 0.0
+    skipped: bool = False
+    """True when the recorded attempt succeeded: nothing is generated and 0.5 each is the rule, not a failure."""
+
+    @property
+    def status(self) -> str:
+        """``skipped``, ``failed`` or ``scored`` (the counts GRPO logs as ``stepwise/<status>``)."""
+        return "skipped" if self.skipped else "failed" if self.error is not None else "scored"
 
 
 @dataclass
@@ -166,6 +175,7 @@ class StepwiseScorer:
     ) -> StepwiseOutcome:
         outcome = StepwiseOutcome()
         if truth.success:
+            outcome.skipped = True
             return outcome
         start = time.monotonic()
         try:
@@ -237,6 +247,9 @@ def refine_prompt_of(completion: Any, previous_prompt: str) -> str:
     return refine if isinstance(refine, str) and refine.strip() else previous_prompt
 
 
+STEPWISE_STATUSES = ("scored", "skipped", "failed")
+
+
 class CriticReward:
     """The release's total critic reward as one TRL reward function; components kept for logging."""
 
@@ -246,6 +259,7 @@ class CriticReward:
         self.scorer = scorer
         self.weights = weights or CriticRewardWeights()
         self.last_components: list[dict[str, Any]] = []
+        self.last_counts: dict[str, int] = dict.fromkeys(STEPWISE_STATUSES, 0)
         self.last_seconds = 0.0
 
     def __call__(self, prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
@@ -274,6 +288,11 @@ class CriticReward:
                 }
                 | {k: v for k, v in asdict(step).items() if k not in ("semantic", "quality")}
             )
+        self.last_counts = {name: sum(s.status == name for s in stepwise) for name in STEPWISE_STATUSES}
+        log_metric = columns.get("log_metric")
+        if callable(log_metric):  # TRL's GRPOTrainer: averaged over the logging steps, like its own metrics
+            for name, count in self.last_counts.items():
+                log_metric(f"stepwise/{name}", float(count))
         self.last_seconds = time.monotonic() - start
         return rewards
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
+    checkpoint_step,
     last_checkpoint,
     load_policy,
     report_targets,
@@ -44,6 +45,10 @@ class SFTResult:
     log_history: list[dict[str, Any]] = field(default_factory=list)
     main_process: bool = True
     """False on the other ranks of a multi-process run (they print and write nothing)."""
+    start_step: int = 0
+    """The step this run started from (the checkpoint's with ``--resume``): ``losses`` are this run's only."""
+    logging_steps: int = 0
+    """The loss is logged every this many steps (the checkpoint's value when resumed, as the Trainer uses it)."""
 
 
 def load_training_data(
@@ -217,7 +222,8 @@ def run_sft(
         from interleave_thinker.train.sft.checkpoints import merge_adapter
 
         merged = merge_adapter(config.output_dir, config.output_dir / "merged")
-    losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    start = checkpoint_step(checkpoint)
+    losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h and h.get("step", 0) > start]
     return SFTResult(
         output_dir=config.output_dir,
         global_step=trainer.state.global_step,
@@ -227,4 +233,6 @@ def run_sft(
         merged_dir=merged,
         log_history=list(trainer.state.log_history),
         main_process=trainer.is_world_process_zero(),
+        start_step=start,
+        logging_steps=int(trainer.state.logging_steps or trainer.args.logging_steps),
     )
