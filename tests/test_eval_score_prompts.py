@@ -123,6 +123,24 @@ def test_download_extracts_verifies_and_caches(raw_server: tuple[str, Path], tmp
     assert again.origin.startswith("cache") and again.digests() == {n: PROMPTS[n].sha256 for n in again.texts}
 
 
+def test_eval_prompts_download_fills_the_cache_for_offline_scoring(
+    raw_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+
+    url, _ = raw_server
+    monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS_URL", url)
+    first = CliRunner().invoke(app, ["eval", "prompts", "download", "rise", "wise"])
+    assert first.exit_code == 0, first.output
+    assert f"rise: {len(RISE_PROMPTS)} prompts, download {url}" in first.output
+    assert f"wise: {len(WISE_VERIFIED_PROMPTS)} prompts, download {url}" in first.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline now: the cache alone serves a scoring run
+    cached = EvalPromptStore().load(RISE_PROMPTS, "rise")
+    assert cached.origin.startswith("cache") and cached.texts == {n: _shared(n) for n in RISE_PROMPTS}
+
+
 def test_tampered_download_and_cache_are_refused(raw_server: tuple[str, Path], tmp_path: Path) -> None:
     url, root = raw_server
     commit = PROMPTS["rise_prompt_consist"].repo.commit

@@ -7,7 +7,7 @@ list here: a new benchmark module appears in every command.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +19,7 @@ from interleave_thinker.cli.batch import FreshOption, parse_limits
 from interleave_thinker.cli.eval_generate import (
     BenchmarkArgument,
     IdsOption,
+    ModeOption,
     generate_locked,
     plan_generation,
     say_generated,
@@ -36,7 +37,6 @@ app.command("score")(eval_score.score)
 app.command("run")(eval_run.run)
 app.add_typer(prompts_app, name="prompts")
 console = Console(stderr=True)
-Mode = Literal["agentic", "base"]
 
 
 @app.command("generate")
@@ -48,9 +48,7 @@ def generate(
         str, typer.Option(help="The benchmark's official local files (folder or file), or hf:ID[:split].")
     ],
     out: Annotated[Path, typer.Option(help="Run folder: official layout, requests/<id>/, eval.json.")],
-    mode: Annotated[
-        Mode, typer.Option(help="agentic: planner + critic; base: the generator alone.")
-    ] = "agentic",
+    mode: ModeOption = "agentic",
     limit: flags.LimitOption = None,
     ids: IdsOption = None,
     shard: flags.ShardOption = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -28,6 +28,8 @@ console = Console(stderr=True)
 logger = logging.getLogger("interleave_thinker.eval")
 BenchmarkName = enum.Enum("BenchmarkName", [(n, n) for n in benchmarks.names()], type=str)  # type: ignore[misc]
 """The registry's benchmarks, as the CLI's choices."""
+Mode = Literal["agentic", "base"]
+ModeOption = Annotated[Mode, typer.Option(help="agentic: planner + critic; base: the generator alone.")]
 BenchmarkArgument = Annotated[BenchmarkName, typer.Argument(help="The benchmark (see docs/evaluation.md).")]
 IdsOption = Annotated[
     list[str] | None,

@@ -83,8 +83,6 @@ def run(
 
     # 1. Everything cheap first: specs, the protocol, the items.
     check_spec("--judge", judge, "vlm")
-    if mode not in ("agentic", "base"):
-        raise ConfigError(f"--mode {mode!r}: choose agentic or base.")
     bench = benchmarks.get(benchmark.value)
     chosen = bench.protocols[0] if protocol is None else benchmarks.find_protocol(protocol.value)[1]
     if chosen not in bench.protocols:
