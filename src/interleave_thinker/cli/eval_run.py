@@ -23,6 +23,7 @@ from interleave_thinker.cli.batch import FreshOption, parse_limits
 from interleave_thinker.cli.eval_generate import (
     BenchmarkArgument,
     IdsOption,
+    ModeOption,
     generate_locked,
     plan_generation,
     say_generated,
@@ -34,6 +35,7 @@ from interleave_thinker.cli.eval_score import (
     ScorerVersion,
     UEvalMode,
     exit_if_nothing_scored,
+    score_options,
     score_with_progress,
 )
 from interleave_thinker.cli.options import SettingsFlags, with_settings
@@ -57,9 +59,7 @@ def run(
     protocol: Annotated[
         ProtocolName | None, typer.Option(help="Scoring protocol (default: the benchmark's first).")
     ] = None,
-    mode: Annotated[
-        str, typer.Option(help="agentic: planner + critic; base: the generator alone.")
-    ] = "agentic",
+    mode: ModeOption = "agentic",
     limit: flags.LimitOption = None,
     ids: IdsOption = None,
     concurrency: flags.ConcurrencyOption = 16,
@@ -77,9 +77,7 @@ def run(
     fresh: FreshOption = False,
 ) -> None:
     """Generate, score and report a benchmark (or a slice of it: --limit/--ids are scored as a slice)."""
-    from interleave_thinker.backends.specs import BackendOptions
     from interleave_thinker.eval.report import write_report
-    from interleave_thinker.eval.score_run import ScoreOptions
 
     # 1. Everything cheap first: specs, the protocol, the items.
     check_spec("--judge", judge, "vlm")
@@ -99,16 +97,10 @@ def run(
 
     # 3. Score exactly the generated items (a slice stays a slice).
     outputs = out / "submission.json" if bench.layout.submission else out
-    options = ScoreOptions(chosen.name, outputs, data, judge, out / f"scores-{chosen.name}", scorer_version)
+    where = out / f"scores-{chosen.name}"
+    options = score_options(chosen.name, outputs, data, judge, where, cfg, scorer_version, judge_concurrency)
     options = dataclasses.replace(
-        options,
-        judge_concurrency=judge_concurrency,
-        judge_attempts=judge_attempts,
-        ueval_mode=ueval_mode,
-        backend_options=BackendOptions.from_config(cfg),
-        limits=cfg.eval,
-        limit=limit,
-        ids=selected,
+        options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, limit=limit, ids=selected
     )
     summary = score_with_progress(options, quiet)
 

@@ -19,6 +19,7 @@ from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.eval import benchmarks
 
 if TYPE_CHECKING:
+    from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.eval.score_run import ScoreOptions
 
 console = Console(stderr=True)
@@ -74,23 +75,36 @@ def score(
     the benchmark's own, obtained at run time, so `prompts.*` does not apply."""
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
-    from interleave_thinker.backends.specs import BackendOptions
-    from interleave_thinker.eval.score_run import ScoreOptions
-
-    options = ScoreOptions(protocol.value, outputs, data, judge, out, scorer_version, judge_concurrency)
+    options = score_options(protocol.value, outputs, data, judge, out, cfg, scorer_version, judge_concurrency)
     options = dataclasses.replace(
         options,
         judge_attempts=judge_attempts,
         ueval_mode=ueval_mode,
         judge_cache=judge_cache,
-        backend_options=BackendOptions.from_config(cfg),
-        limits=cfg.eval,
         limit=limit,
         ids=split_ids(ids),
     )
     summary = score_with_progress(options, quiet)
     typer.echo(json.dumps(_headline(summary), indent=2))
     exit_if_nothing_scored(summary, out)
+
+
+def score_options(
+    protocol: str,
+    outputs: Path,
+    data: str,
+    judge: str,
+    out: Path,
+    cfg: PipelineConfig,
+    scorer_version: str,
+    judge_concurrency: int,
+) -> ScoreOptions:
+    """A scoring run on the settings' device, transport (``model.*``, ``remote.*``) and ``eval.*`` bounds."""
+    from interleave_thinker.backends.specs import BackendOptions
+    from interleave_thinker.eval.score_run import ScoreOptions
+
+    options = ScoreOptions(protocol, outputs, data, judge, out, scorer_version, judge_concurrency)
+    return dataclasses.replace(options, backend_options=BackendOptions.from_config(cfg), limits=cfg.eval)
 
 
 def score_with_progress(options: ScoreOptions, quiet: bool) -> dict[str, Any]:

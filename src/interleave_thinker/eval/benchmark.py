@@ -104,11 +104,9 @@ class Benchmark:
     """A benchmark: its items, where generation writes its outputs, how they are scored and compared."""
 
     name: str
-    title: str
     load: Callable[[str], list[EvalItem]]
     """Items from ``--data`` (a local path or ``hf:ID[:split]``), validated."""
     layout: Layout
     protocols: tuple[Protocol, ...]
     """The first is the default of ``eval run``."""
     published: tuple[Published, ...] = ()
-    data_help: str = "The benchmark's data: local files or hf:ID[:split]."

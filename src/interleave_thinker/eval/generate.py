@@ -3,12 +3,14 @@
 One run folder ``OUT`` holds everything: the batch run store (``requests/<id>/trace.json`` and images,
 ``journal.jsonl``, ``batch.json``; resumable like ``interleave-thinker batch``), the benchmark's official
 layout (see :mod:`interleave_thinker.eval.layouts`) and ``eval.json`` (benchmark, mode, data, backends,
-settings, which items have an output and which are missing), which ``eval report`` reads.
+settings, which items have an output and which are missing, and the ``ids`` of a slice), which ``eval
+report`` and ``eval score`` read. A run with nothing left to do loads no model (:func:`unfinished`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from interleave_thinker.runtime.store import RunStore
 if TYPE_CHECKING:
     from interleave_thinker.eval.benchmark import Benchmark
 
+logger = logging.getLogger(__name__)
 EVAL_MANIFEST = "eval.json"
 MODES = ("agentic", "base")
 
@@ -97,8 +100,8 @@ def finish_without_models(run: GenerationRun, store: RunStore) -> dict[str, Any]
     for item in run.items:
         try:
             restore_pages(store.request_dir(item.id), run.effective_config.notice)
-        except Exception:  # as the scheduler does: a page not rebuilt does not stop the layout
-            continue
+        except Exception as exc:  # as the scheduler does: a page not rebuilt does not stop the layout
+            logger.warning("pages of %s not rebuilt: %s", item.id, exc)
     return finish(run, store)
 
 

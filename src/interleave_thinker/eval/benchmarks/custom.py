@@ -64,9 +64,7 @@ PROTOCOL = Protocol(
 
 BENCHMARK = Benchmark(
     name=NAME,
-    title="custom rubric",
     load=load,
     layout=Layout(),
     protocols=(PROTOCOL,),
-    data_help="A JSONL file of {id, prompt, category, text_rubrics, image_rubrics} (your own questions).",
 )

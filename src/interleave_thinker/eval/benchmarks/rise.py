@@ -50,7 +50,6 @@ PROTOCOL = Protocol(
 
 BENCHMARK = Benchmark(
     name="rise",
-    title="RISEBench",
     load=load_rise,
     layout=Layout(
         lambda out, item_id, category, suffix: out / "images" / category / f"{item_id}.{suffix}",
@@ -63,5 +62,4 @@ BENCHMARK = Benchmark(
             ("rise",), "InterleaveThinker + FLUX.2-klein (4 steps)", "RISEBench accuracy", "28.9%", PAPER
         ),
     ),
-    data_help="RISEBench: the folder holding data_total.json / data_sample.json / data.json, the file, or hf:ID[:split].",
 )

@@ -58,7 +58,6 @@ PROTOCOL = Protocol(
 
 BENCHMARK = Benchmark(
     name="ueval",
-    title="UEval",
     load=load_ueval,
     layout=Layout(),
     protocols=(PROTOCOL,),
@@ -66,5 +65,4 @@ BENCHMARK = Benchmark(
         Published(("ueval",), "FLUX.2-klein alone", "UEval average", "18.2", PAPER),
         Published(("ueval",), "InterleaveThinker + FLUX.2-klein", "UEval average", "66.3", PAPER),
     ),
-    data_help="UEval items: a JSON list, JSONL or Parquet file, or hf:zlab-princeton/UEval.",
 )

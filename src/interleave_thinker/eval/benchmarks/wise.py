@@ -67,7 +67,6 @@ LEGACY = _protocol(
 
 BENCHMARK = Benchmark(
     name="wise",
-    title="WISE",
     load=load_wise,
     layout=Layout(lambda out, item_id, category, suffix: out / f"{item_id}.{suffix}"),
     protocols=(VERIFIED, LEGACY),
@@ -82,5 +81,4 @@ BENCHMARK = Benchmark(
             "WISE legacy leaderboard (PKU-YuanGroup/WISE); with the undated 'gpt-4o' judge the same images give 0.54",
         ),
     ),
-    data_help="WISE prompt files: a folder of *_verified.json (or the legacy three), one file, or hf:ID[:split].",
 )
