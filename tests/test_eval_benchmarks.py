@@ -198,6 +198,15 @@ def test_eval_run_wise_limit_3_is_scored_and_reported_as_a_slice(
 # --- prompts, UEval average -----------------------------------------------------------------------
 
 
+def test_eval_run_without_judge_prompts_stops_before_generating(tmp_path: Path) -> None:
+    data = str(shared_path("benchmarks", "wise"))
+    out = tmp_path / "wise"
+    result = invoke("eval", "run", "wise", "--data", data, "--out", str(out), "--judge", "openai:http://127.0.0.1:9/v1#j",
+                    "--limit", "1", "--preset", "tiny")  # fmt: skip
+    assert isinstance(result.exception, TemplateError) and not out.exists()
+    assert FOLDER_ENV in str(result.exception) and f"{DOWNLOAD_COMMAND} wise" in str(result.exception)
+
+
 def test_the_prompts_error_names_the_variable_and_the_download_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

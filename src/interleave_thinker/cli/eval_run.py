@@ -86,6 +86,7 @@ def run(
     if chosen not in bench.protocols:
         names = ", ".join(p.name for p in bench.protocols)
         raise ConfigError(f"--protocol {chosen.name} does not score {bench.name}; choose {names}.")
+    chosen.prompts()  # judge prompts that cannot be had stop the run now, not after hours of generation
     cfg = settings.resolve()
     selected = split_ids(ids)
     gen = plan_generation(bench.name, cfg, data, out, mode, limit=limit, ids=selected)
