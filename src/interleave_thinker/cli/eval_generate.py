@@ -15,6 +15,7 @@ from rich.markup import escape
 from interleave_thinker.cli.batch import start_fresh
 from interleave_thinker.cli.options import quiet_diffusers
 from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
 if TYPE_CHECKING:
@@ -41,7 +42,10 @@ def split_ids(values: list[str] | None) -> tuple[str, ...] | None:
     """``--ids a,b --ids c`` -> ``("a", "b", "c")``; None when the flag was not given."""
     if not values:
         return None
-    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+    ids = tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+    if not ids:
+        raise InputError("--ids: no id given; name item ids, e.g. --ids 1,2,3.")
+    return ids
 
 
 def _run_with_progress(

@@ -116,20 +116,20 @@ def choose(options: ScoreOptions, items: list[EvalItem]) -> Selection:
     total = len(items)
     if options.ids is not None or options.limit is not None:
         chosen = choose_items(items, ids=options.ids, limit=options.limit)
-        how = " ".join(
-            part
-            for part in (
-                f"--ids ({len(options.ids)})" if options.ids is not None else "",
-                f"--limit {options.limit}" if options.limit is not None else "",
-            )
-            if part
-        )
-        return Selection(chosen, total, how)
+        flags = [f"--ids ({len(options.ids)})"] if options.ids is not None else []
+        flags += [f"--limit {options.limit}"] if options.limit is not None else []
+        return Selection(chosen, total, " ".join(flags))
     recorded = _generated_ids(options.outputs)
-    if recorded is not None:
-        keep = set(recorded)
-        return Selection([item for item in items if item.id in keep], total, f"the ids in {GENERATION}")
-    return Selection(items, total, None)
+    if recorded is None:
+        return Selection(items, total, None)
+    keep = set(recorded)
+    chosen = [item for item in items if item.id in keep]
+    if not chosen:
+        raise InputError(
+            f"{options.outputs}: its {GENERATION} names {len(keep)} generated ids, none of them in --data "
+            f"{options.data}: score with the data it was generated from, or choose items with --ids/--limit."
+        )
+    return Selection(chosen, total, f"the ids in {GENERATION}")
 
 
 def run_score(
