@@ -37,8 +37,8 @@ import httpx
 from PIL import Image
 
 from interleave_thinker.eval import score_wise
-from interleave_thinker.eval.datasets import load_items
-from interleave_thinker.eval.prompts import EvalPromptStore
+from interleave_thinker.eval.benchmarks import load_items
+from interleave_thinker.eval.prompts import WISE_VERIFIED_PROMPTS, EvalPromptStore
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def ensure_prompts() -> None:
         return
     shared = ROOT.parent / "shared" / "reference" / "eval"
     try:
-        EvalPromptStore(download=False).load("wise")
+        EvalPromptStore(download=False).load(WISE_VERIFIED_PROMPTS, "wise")
     except Exception:
         if not shared.is_dir():
             raise
@@ -101,7 +101,7 @@ def ours(url: str, data: Path, images: Path, out: Path, capacity: int) -> tuple[
 
 
 def pool_bodies(data: Path, images: Path) -> list[dict[str, Any]]:
-    prompts = EvalPromptStore().load("wise")
+    prompts = EvalPromptStore().load(WISE_VERIFIED_PROMPTS, "wise")
     bodies = []
     for item in load_items("wise", str(data)):
         image = (images / f"{item.id}.png").read_bytes()

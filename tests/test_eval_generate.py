@@ -19,7 +19,8 @@ from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.types import Plan, PlanStep, Trace
 from interleave_thinker.eval.base_mode import OneStepPlanner
-from interleave_thinker.eval.datasets import EvalItem, load_items
+from interleave_thinker.eval.benchmarks import load_items
+from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.layouts import release_text_answer
 from interleave_thinker.runtime.batch_inputs import parse_shard, select
 from interleave_thinker.runtime.store import RunStore

@@ -17,13 +17,23 @@ import pytest
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.eval.prompts import (
     PROMPTS,
-    PROTOCOL_PROMPTS,
+    RISE_PROMPTS,
+    UEVAL_PROMPTS,
     WISE_EXPLANATION_FIELD,
+    WISE_LEGACY_PROMPTS,
     WISE_PROMPT_FIELD,
+    WISE_VERIFIED_PROMPTS,
     EvalPromptStore,
     fill_wise,
 )
 from tests.conftest import REPO, shared_path
+
+PROTOCOL_PROMPTS = {
+    "wise": WISE_VERIFIED_PROMPTS,
+    "wise-legacy": WISE_LEGACY_PROMPTS,
+    "rise": RISE_PROMPTS,
+    "ueval": UEVAL_PROMPTS,
+}
 
 
 def _shared(name: str) -> str:
@@ -105,12 +115,30 @@ def test_download_extracts_verifies_and_caches(raw_server: tuple[str, Path], tmp
     url, root = raw_server
     store = EvalPromptStore(base_url=url, cache_dir=tmp_path / "cache")
     for protocol, names in PROTOCOL_PROMPTS.items():
-        loaded = store.load(protocol)
+        loaded = store.load(names, protocol)
         assert loaded.origin.startswith("download")
         assert loaded.texts == {n: _shared(n) for n in names}, protocol  # CRLF sources give LF texts
     shutil.rmtree(root)  # the server has nothing now: everything comes from the cache
-    again = EvalPromptStore(base_url=url, cache_dir=tmp_path / "cache").load("rise")
+    again = EvalPromptStore(base_url=url, cache_dir=tmp_path / "cache").load(PROTOCOL_PROMPTS["rise"], "rise")
     assert again.origin.startswith("cache") and again.digests() == {n: PROMPTS[n].sha256 for n in again.texts}
+
+
+def test_eval_prompts_download_fills_the_cache_for_offline_scoring(
+    raw_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+
+    url, _ = raw_server
+    monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS_URL", url)
+    first = CliRunner().invoke(app, ["eval", "prompts", "download", "rise", "wise"])
+    assert first.exit_code == 0, first.output
+    assert f"rise: {len(RISE_PROMPTS)} prompts, download {url}" in first.output
+    assert f"wise: {len(WISE_VERIFIED_PROMPTS)} prompts, download {url}" in first.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline now: the cache alone serves a scoring run
+    cached = EvalPromptStore().load(RISE_PROMPTS, "rise")
+    assert cached.origin.startswith("cache") and cached.texts == {n: _shared(n) for n in RISE_PROMPTS}
 
 
 def test_tampered_download_and_cache_are_refused(raw_server: tuple[str, Path], tmp_path: Path) -> None:
@@ -119,30 +147,30 @@ def test_tampered_download_and_cache_are_refused(raw_server: tuple[str, Path], t
     source = root / "PhoenixZ810/RISEBench" / commit / "utils.py"
     source.write_bytes(source.read_bytes().replace(b"image evaluator", b"image  evaluator", 1))
     with pytest.raises(TemplateError, match="SHA-256"):
-        EvalPromptStore(base_url=url, cache_dir=tmp_path / "c1").load("rise")
+        EvalPromptStore(base_url=url, cache_dir=tmp_path / "c1").load(PROTOCOL_PROMPTS["rise"], "rise")
     store = EvalPromptStore(base_url=url, cache_dir=tmp_path / "c2")
-    store.load("ueval")
+    store.load(PROTOCOL_PROMPTS["ueval"], "ueval")
     cached = tmp_path / "c2" / PROMPTS["ueval_text_template"].repo.commit / "ueval_text_template.txt"
     cached.write_text(cached.read_text() + " ")
     with pytest.raises(TemplateError, match="edited"):
-        EvalPromptStore(base_url=url, cache_dir=tmp_path / "c2").load("ueval")
+        EvalPromptStore(base_url=url, cache_dir=tmp_path / "c2").load(PROTOCOL_PROMPTS["ueval"], "ueval")
 
 
 def test_offline_without_cache_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="INTERLEAVE_THINKER_EVAL_PROMPTS"):
-        EvalPromptStore(cache_dir=tmp_path / "empty").load("wise")
+        EvalPromptStore(cache_dir=tmp_path / "empty").load(PROTOCOL_PROMPTS["wise"], "wise")
 
 
 def test_folder_is_checked(tmp_path: Path) -> None:
     folder = tmp_path / "p"
     shutil.copytree(shared_path("reference", "eval"), folder)
-    assert EvalPromptStore(folder=folder).load("wise-legacy").texts["wise_legacy_user"] == _shared(
+    assert EvalPromptStore(folder=folder).load(PROTOCOL_PROMPTS["wise-legacy"], "wise-legacy").texts[
         "wise_legacy_user"
-    )
+    ] == _shared("wise_legacy_user")
     (folder / "wise_legacy_user.txt").chmod(0o644)
     (folder / "wise_legacy_user.txt").write_bytes(_shared("wise_legacy_user").replace("  \n", "\n").encode())
     with pytest.raises(TemplateError, match="SHA-256"):
-        EvalPromptStore(folder=folder).load("wise-legacy")
+        EvalPromptStore(folder=folder).load(PROTOCOL_PROMPTS["wise-legacy"], "wise-legacy")
 
 
 def test_wise_fill_is_the_fstring_value() -> None:

@@ -173,7 +173,7 @@ def test_ueval_rates_cached_then_direct(tmp_path: Path) -> None:
             3,
         )
         assert summary["counts"] == {"items": 4, "scored": 2, "failed": 1, "missing_outputs": 1}
-        assert summary["judge"]["official"] is True
+        assert summary["judge"]["name_matches_official"] is True
     rows = {
         r["id"]: r for r in map(json.loads, (tmp_path / "cached" / "scores.jsonl").read_text().splitlines())
     }

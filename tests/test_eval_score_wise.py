@@ -188,7 +188,8 @@ def test_wise_verified_scores_exactly_and_resumes(tmp_path: Path, eval_prompts: 
         assert summary["overall"] == pytest.approx(0.4 * 0.5 + 0.12 * 4)
         assert summary["counts"] == {"items": 1000, "scored": 9, "failed": 3, "missing_outputs": 988}
         assert summary["complete"] is False
-        assert summary["judge"]["official"] is True and "note" not in summary["judge"]
+        assert summary["judge"]["name_matches_official"] is True and "note" not in summary["judge"]
+        assert summary["judge"]["verified"] is False
         assert summary["prompts"]["sha256"]["wise_verified_user"].startswith("b72932ce")
         rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
         assert [r["id"] for r in rows[:3]] == ["1", "2", "3"]

@@ -1,73 +1,56 @@
-"""`interleave-thinker eval`: generate benchmark outputs in the official layouts, score them, compare runs."""
+"""`interleave-thinker eval`: generate benchmark outputs in the official layouts, score them, compare runs.
+
+The benchmark choices come from the registry (:mod:`interleave_thinker.eval.benchmarks`), never from a
+list here: a new benchmark module appears in every command.
+"""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli import eval_score
+from interleave_thinker.cli import eval_run, eval_score
 from interleave_thinker.cli import options as flags
-from interleave_thinker.cli.batch import FreshOption, parse_limits, start_fresh
-from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
-from interleave_thinker.cli.progress import counter_bar
-
-if TYPE_CHECKING:
-    from interleave_thinker.core.config import PipelineConfig
-    from interleave_thinker.eval.generate import GenerationRun
-    from interleave_thinker.runtime.pipeline import Pipeline
-    from interleave_thinker.runtime.scheduler import BatchSettings
-    from interleave_thinker.runtime.store import RunStore
+from interleave_thinker.cli.batch import FreshOption, parse_limits
+from interleave_thinker.cli.eval_generate import (
+    BenchmarkArgument,
+    IdsOption,
+    ModeOption,
+    generate_locked,
+    plan_generation,
+    say_generated,
+    split_ids,
+)
+from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.eval import benchmarks
 
 app = typer.Typer(
     help="Benchmarks: generate outputs in the official layouts, score them, compare runs.",
     no_args_is_help=True,
 )
+prompts_app = typer.Typer(help="The benchmarks' official judge prompts (fetched at run time, never shipped).")
 app.command("score")(eval_score.score)
+app.command("run")(eval_run.run)
+app.add_typer(prompts_app, name="prompts")
 console = Console(stderr=True)
-logger = logging.getLogger("interleave_thinker.eval")
-GenBenchmark = Literal["ueval", "wise", "rise"]
-Mode = Literal["agentic", "base"]
-
-
-def _run_with_progress(
-    run: GenerationRun, store: RunStore, pipeline: Pipeline, settings: BatchSettings, quiet: bool
-) -> dict[str, Any]:
-    from interleave_thinker.eval.generate import execute
-
-    already = store.finished()
-    progress = counter_bar(console, quiet=quiet)
-    task = progress.add_task("items", total=len(run.items), completed=sum(i.id in already for i in run.items))
-    counts = {"succeeded": 0, "failed": 0}
-
-    def on_done(item_id: str, status: str) -> None:
-        counts[status if status in counts else "failed"] += 1
-        ok, failed = counts["succeeded"], counts["failed"]
-        progress.update(task, advance=1, description=f"items (ok {ok}, failed {failed})")
-        if quiet:
-            logger.warning("item %s %s", item_id, status)
-
-    with progress:
-        return execute(run, store, pipeline, settings, on_done)
 
 
 @app.command("generate")
 @with_settings(pipeline=True)
 def generate(
-    benchmark: Annotated[GenBenchmark, typer.Argument(help="ueval, wise or rise.")],
+    benchmark: BenchmarkArgument,
     settings: SettingsFlags,
     data: Annotated[
         str, typer.Option(help="The benchmark's official local files (folder or file), or hf:ID[:split].")
     ],
     out: Annotated[Path, typer.Option(help="Run folder: official layout, requests/<id>/, eval.json.")],
-    mode: Annotated[
-        Mode, typer.Option(help="agentic: planner + critic; base: the generator alone.")
-    ] = "agentic",
+    mode: ModeOption = "agentic",
     limit: flags.LimitOption = None,
+    ids: IdsOption = None,
     shard: flags.ShardOption = None,
     concurrency: flags.ConcurrencyOption = 16,
     per_backend_limit: flags.PerBackendLimitOption = None,
@@ -77,51 +60,14 @@ def generate(
     fresh: FreshOption = False,
 ) -> None:
     """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
-    from interleave_thinker.backends.specs import check_specs
-    from interleave_thinker.eval.datasets import load_items
-    from interleave_thinker.eval.generate import GenerationRun, open_store
-    from interleave_thinker.runtime.batch_inputs import parse_shard, select
-    from interleave_thinker.runtime.outlock import folder_lock
-
     # 1. Check everything cheap before loading a model.
     cfg = settings.resolve()
-    items = select(load_items(benchmark, data), limit=limit, shard=parse_shard(shard) if shard else None)
+    run = plan_generation(benchmark.value, cfg, data, out, mode, limit=limit, ids=split_ids(ids), shard=shard)
     limits = parse_limits(per_backend_limit or [], micro_batch or [])
-    run = GenerationRun(benchmark, mode, data, out, items, cfg)
-    check_specs(cfg, roles=("planner", "critic", "generator") if mode == "agentic" else ("generator",))
-    with folder_lock(out):  # one process per --out, as `batch`
-        start_fresh(out, fresh)
-        store = open_store(run, resume=resume)
-        _generate(run, store, cfg, limits, concurrency, micro_batch, quiet)
-
-
-def _generate(
-    run: GenerationRun,
-    store: RunStore,
-    cfg: PipelineConfig,
-    limits: dict[str, int],
-    concurrency: int,
-    micro_batch: list[str] | None,
-    quiet: bool,
-) -> None:
-    from interleave_thinker.eval.generate import load_pipeline
-    from interleave_thinker.runtime.scheduler import BatchSettings
-
-    mode = run.mode
-    # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
-    quiet_diffusers(cfg.generator)
-    with console.status(f"loading models ({mode} mode)"):
-        pipeline = load_pipeline(run)
-    scheduling = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))
-    record = _run_with_progress(run, store, pipeline, scheduling, quiet)
-
-    # 3. Say where the outputs are and what is missing.
-    missing = record["missing"]
-    shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-    console.print(
-        f"{record['written']} of {record['items']} items have an output; {len(missing)} missing"
-        + (f" ({escape(shown)})" if missing else "")
+    record = generate_locked(
+        run, cfg, limits, concurrency, micro_batch, quiet=quiet, resume=resume, fresh=fresh
     )
+    say_generated(record)
     typer.echo(str(run.out))
 
 
@@ -138,3 +84,20 @@ def report(
 
     typer.echo(write_report(list(dirs), out))
     console.print(escape(f"wrote {out}"))
+
+
+@prompts_app.command("download")
+def prompts_download(
+    protocols: Annotated[
+        list[eval_score.ProtocolName] | None,
+        typer.Argument(help="The protocols whose judge prompts to fetch (default: all)."),
+    ] = None,
+) -> None:
+    """Fetch the judge prompts at their pinned commits, check their SHA-256 and cache them, so scoring
+    works offline afterwards (or copy the cache folder to an offline machine)."""
+    chosen = (
+        [benchmarks.find_protocol(p.value)[1] for p in protocols] if protocols else benchmarks.protocols()
+    )
+    for protocol in chosen:
+        prompts = protocol.prompts()
+        typer.echo(f"{protocol.name}: {len(prompts.texts)} prompts, {prompts.origin}")

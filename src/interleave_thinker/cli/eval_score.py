@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.eval_generate import IdsOption, split_ids
+from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_settings
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.eval import benchmarks
+
+if TYPE_CHECKING:
+    from interleave_thinker.core.config import PipelineConfig
+    from interleave_thinker.eval.score_run import ScoreOptions
 
 console = Console(stderr=True)
 JudgeAttemptsOption = Annotated[
     int | None,
     typer.Option(min=1, help="Attempts per question on unparsable replies (default: official; UEval 500)."),
 ]
-Protocol = Literal["ueval", "wise", "wise-legacy", "rise"]
+ProtocolName = enum.Enum("ProtocolName", [(n, n) for n in benchmarks.protocol_names()], type=str)  # type: ignore[misc]
+"""The registry's scoring protocols, as the CLI's choices."""
 ScorerVersion = Literal["current", "pre-2026-04-13"]
 UEvalMode = Literal["cached", "direct"]
 MAX_SHOWN_FAILURES = 20
@@ -29,7 +37,9 @@ MAX_SHOWN_FAILURES = 20
 @with_settings()
 def score(
     settings: SettingsFlags,
-    protocol: Annotated[Protocol, typer.Argument(help="ueval, wise (WISE_Verified), wise-legacy or rise.")],
+    protocol: Annotated[
+        ProtocolName, typer.Argument(help="The scoring protocol: wise is WISE_Verified (docs/evaluation.md).")
+    ],
     outputs: Annotated[
         Path,
         typer.Option(
@@ -53,6 +63,8 @@ def score(
         Path | None,
         typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),
     ] = None,
+    limit: LimitOption = None,
+    ids: IdsOption = None,
     quiet: Annotated[
         bool, typer.Option(help="No progress bar (the summary is printed all the same).")
     ] = False,
@@ -63,37 +75,77 @@ def score(
     the benchmark's own, obtained at run time, so `prompts.*` does not apply."""
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
-    from interleave_thinker.backends.specs import BackendOptions
-    from interleave_thinker.eval.score_run import ScoreOptions, run_score
-
-    options = ScoreOptions(protocol, outputs, data, judge, out, scorer_version, judge_concurrency)
+    options = score_options(protocol.value, outputs, data, judge, out, cfg, scorer_version, judge_concurrency)
     options = dataclasses.replace(
         options,
         judge_attempts=judge_attempts,
         ueval_mode=ueval_mode,
         judge_cache=judge_cache,
-        backend_options=BackendOptions.from_config(cfg),
-        limits=cfg.eval,
+        limit=limit,
+        ids=split_ids(ids),
     )
+    summary = score_with_progress(options, quiet)
+    typer.echo(json.dumps(_headline(summary), indent=2))
+    exit_if_nothing_scored(summary, out)
+
+
+def score_options(
+    protocol: str,
+    outputs: Path,
+    data: str,
+    judge: str,
+    out: Path,
+    cfg: PipelineConfig,
+    scorer_version: str,
+    judge_concurrency: int,
+) -> ScoreOptions:
+    """A scoring run on the settings' device, transport (``model.*``, ``remote.*``) and ``eval.*`` bounds."""
+    from interleave_thinker.backends.specs import BackendOptions
+    from interleave_thinker.eval.score_run import ScoreOptions
+
+    options = ScoreOptions(protocol, outputs, data, judge, out, scorer_version, judge_concurrency)
+    return dataclasses.replace(options, backend_options=BackendOptions.from_config(cfg), limits=cfg.eval)
+
+
+def score_with_progress(options: ScoreOptions, quiet: bool) -> dict[str, Any]:
+    """Score under a counted bar, then say what was scored (the counts, failures, the judge's note)."""
+    from interleave_thinker.eval.score_run import run_score
+
     progress = counter_bar(console, quiet=quiet)
-    task = progress.add_task(escape(f"scoring {protocol} with {judge}"), total=None)
+    task = progress.add_task(escape(f"scoring {options.protocol} with {options.judge}"), total=None)
 
     def on_scored(done: int, total: int) -> None:
         progress.update(task, completed=done, total=total)
 
     with progress:
         summary = run_score(options, on_scored=on_scored)
-    _report(summary, out)
+    _report(summary, options.out)
+    return summary
+
+
+def counts_line(summary: dict[str, Any]) -> str:
+    """``3 of 3 scored (a 3-item slice of 1000), 0 failed, 0 missing outputs``."""
+    counts = summary["counts"]
+    part = summary.get("slice")
+    of = f" (a {part['items']}-item slice of {part['of']})" if isinstance(part, dict) else ""
+    return (
+        f"{counts['scored']} of {counts['items']} scored{of}, {counts['failed']} failed, "
+        f"{counts['missing_outputs']} missing outputs"
+    )
 
 
 def _report(summary: dict[str, Any], out: Path) -> None:
-    """The counts and the headline; exit 1 when nothing was scored (a summary of nothing is no result)."""
-    note = summary["judge"].get("note")
+    """The counts, the failures and the judge as given (its name was not verified)."""
+    judge = summary["judge"]
+    note = judge.get("note")
     if note:
         console.print(f"[yellow]{escape(note)}[/yellow]")
-    counts = summary["counts"]
     console.print(
-        f"{counts['scored']} scored, {counts['failed']} failed, {counts['missing_outputs']} missing outputs; "
+        escape(f"judge {judge['spec']} (serving '{judge['model']}'); {judge['verification']}"),
+        highlight=False,
+    )
+    console.print(
+        f"{counts_line(summary)}; "
         f"{summary['judge_calls']['this_run']} judge calls, {summary['judge_calls']['cache_hits']} cache hits"
     )
     failed = summary.get("failed_items") or []
@@ -104,8 +156,12 @@ def _report(summary: dict[str, Any], out: Path) -> None:
     rescored = summary.get("scored_inputs", {}).get("rescored_changed", 0)
     if rescored:
         console.print(f"{rescored} stored scores were replaced: their data or output changed since")
-    typer.echo(json.dumps(_headline(summary), indent=2))
-    if not counts["scored"]:  # a summary of nothing is not a result: say so, exit non-zero
+
+
+def exit_if_nothing_scored(summary: dict[str, Any], out: Path) -> None:
+    """Exit 1 when nothing was scored: a summary of nothing is not a result."""
+    counts = summary["counts"]
+    if not counts["scored"]:
         console.print(
             escape(
                 f"error: no output was scored ({counts['failed']} judgements failed, "
@@ -120,6 +176,8 @@ def _headline(summary: dict[str, Any]) -> dict[str, Any]:
         "protocol",
         "scorer_version",
         "overall",
+        "average",
+        "slice",
         "categories",
         "text_avg_rate",
         "image_avg_rate",

@@ -1,6 +1,5 @@
-"""Benchmark evaluation: UEval, WISE and RISEBench items, generation in the official layouts, scoring, reports.
+"""Benchmark evaluation: UEval, WISE, RISEBench and custom rubric items, generation in the official
+layouts, scoring, reports. Each benchmark is one module of :mod:`interleave_thinker.eval.benchmarks`.
 
 Imported only by the CLI; every module imports its heavy dependencies inside functions.
 """
-
-BENCHMARKS = ("ueval", "wise", "rise")

@@ -2,8 +2,8 @@
 
 API (what generation and the scorers use)::
 
-    items = load_items("wise", "../shared/benchmarks/wise")      # or "ueval" / "rise"; data "hf:ID[:split]"
-    item.benchmark   # "ueval" | "wise" | "rise"
+    items = load_wise("../shared/benchmarks/wise")   # or load_ueval / load_rise; data "hf:ID[:split]"
+    item.benchmark   # the benchmark's name (its loader sets it)
     item.id          # str: UEval ``id``, WISE ``prompt_id``, RISEBench ``index`` (safe as a file name)
     item.category    # UEval ``task`` (``task_type`` in older copies), WISE ``Category``, RISEBench ``category``
     item.prompt      # UEval ``prompt``, WISE ``Prompt`` (never ``Explanation``), RISEBench ``instruction``
@@ -13,6 +13,8 @@ API (what generation and the scorers use)::
     item.protocol    # WISE: "verified" | "legacy" (which protocol the data belongs to); else None
     item.path("reference_img")   # a path field of ``raw`` resolved against ``root`` (None when absent/null)
     select(items, limit=N, shard=(i, n))          # runtime.batch_inputs, as ``batch`` selects
+
+By name: ``eval.benchmarks.load_items(name, data)``, through the registry.
 
 Local layouts: WISE a folder of ``*_verified.json`` (WISE_Verified, ``data_verified/``) or of the legacy
 ``cultural_common_sense.json``, ``spatio-temporal_reasoning.json``, ``natural_science.json``
@@ -37,7 +39,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import cache_home, write_atomic
-from interleave_thinker.runtime.batch_inputs import read_json_list, read_records
+from interleave_thinker.runtime.batch_inputs import read_json_list, read_records, select
 
 RISE_FILES = ("data_total.json", "data_sample.json", "data.json")
 WISE_LEGACY_FILES = ("cultural_common_sense.json", "spatio-temporal_reasoning.json", "natural_science.json")
@@ -166,15 +168,17 @@ def _records(data: str) -> tuple[list[tuple[str, dict[str, Any]]], Path | None]:
 # --- per benchmark --------------------------------------------------------------------------------
 
 
-def load_ueval(data: str) -> list[EvalItem]:
-    """UEval: ``id``, ``prompt``, ``task`` (or ``task_type``), rubrics and ``question_type`` kept in ``raw``."""
+def load_ueval(data: str, name: str = "ueval", category: str = "task") -> list[EvalItem]:
+    """UEval: ``id``, ``prompt``, ``task`` (or ``task_type``), rubrics and ``question_type`` kept in ``raw``.
+    Another rubric benchmark reads its rows the same way under its own ``name`` and ``category`` field."""
     rows, root = _records(data)
     items = []
     for where, row in rows:
-        task = row.get("task") if row.get("task") not in (None, "") else row.get("task_type")
+        fallback = f"{category}_type"
+        task = row.get(category) if row.get(category) not in (None, "") else row.get(fallback)
         items.append(
             EvalItem(
-                benchmark="ueval",
+                benchmark=name,
                 id=_safe_name(row.get("id"), where, "id"),
                 category=str(task or ""),
                 prompt=_text(row, ("prompt",), where),
@@ -288,12 +292,20 @@ def _unique(items: list[EvalItem], data: str) -> list[EvalItem]:
     return items
 
 
-LOADERS = {"ueval": load_ueval, "wise": load_wise, "rise": load_rise}
-
-
-def load_items(benchmark: str, data: str) -> list[EvalItem]:
-    """Every item of ``benchmark`` in ``data`` (a local path or ``hf:ID[:split]``), validated."""
-    loader = LOADERS.get(benchmark)
-    if loader is None:
-        raise InputError(f"Unknown benchmark '{benchmark}'; choose one of: {', '.join(LOADERS)}.")
-    return loader(data)
+def choose_items(
+    items: list[EvalItem],
+    *,
+    ids: tuple[str, ...] | None = None,
+    limit: int | None = None,
+    shard: tuple[int, int] | None = None,
+) -> list[EvalItem]:
+    """``--ids`` (in the data's order; an unknown id is an error), then ``--limit`` and ``--shard`` as
+    ``batch`` selects."""
+    if ids is not None:
+        known = {item.id for item in items}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise InputError(f"--ids: {', '.join(unknown[:5])}: not an item id of --data.")
+        wanted = set(ids)
+        items = [item for item in items if item.id in wanted]
+    return select(items, limit=limit, shard=shard)

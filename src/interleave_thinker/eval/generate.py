@@ -3,16 +3,18 @@
 One run folder ``OUT`` holds everything: the batch run store (``requests/<id>/trace.json`` and images,
 ``journal.jsonl``, ``batch.json``; resumable like ``interleave-thinker batch``), the benchmark's official
 layout (see :mod:`interleave_thinker.eval.layouts`) and ``eval.json`` (benchmark, mode, data, backends,
-settings, which items have an output and which are missing), which ``eval report`` reads.
+settings, which items have an output and which are missing, and the ``ids`` of a slice), which ``eval
+report`` and ``eval score`` read. A run with nothing left to do loads no model (:func:`unfinished`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.core.config import PipelineConfig
@@ -24,23 +26,30 @@ from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.layouts import write_item_image, write_layout
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.pipeline import Pipeline
+from interleave_thinker.runtime.resume import pending, restore_pages
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
 
+if TYPE_CHECKING:
+    from interleave_thinker.eval.benchmark import Benchmark
+
+logger = logging.getLogger(__name__)
 EVAL_MANIFEST = "eval.json"
 MODES = ("agentic", "base")
 
 
 @dataclass(frozen=True)
 class GenerationRun:
-    """What to generate and where; ``config`` is the agentic config (base mode derives its own)."""
+    """What to generate and where; ``config`` is the agentic config (base mode derives its own).
+    ``total`` is the number of items in ``data`` before ``--limit``/``--ids``/``--shard`` chose ``items``."""
 
-    benchmark: str
+    benchmark: Benchmark
     mode: str
     data: str
     out: Path
     items: list[EvalItem]
     config: PipelineConfig
+    total: int | None = None
 
     @property
     def effective_config(self) -> PipelineConfig:
@@ -65,7 +74,7 @@ def settings_record(run: GenerationRun) -> dict[str, Any]:
     """What a resumed run must share with the first one (else RunStore refuses to mix them)."""
     cfg = run.effective_config.model_dump(mode="json")
     record = {k: cfg[k] for k in ("planner", "critic", "generator", "loop", "generation")}
-    record["eval"] = {"benchmark": run.benchmark, "mode": run.mode}
+    record["eval"] = {"benchmark": run.benchmark.name, "mode": run.mode}
     return record
 
 
@@ -79,6 +88,21 @@ def open_store(run: GenerationRun, *, resume: bool) -> RunStore:
     for leftover in [*run.out.glob(".*.tmp"), *run.out.glob("images/*/.*.tmp")]:
         leftover.unlink()  # a layout file whose write a kill interrupted (the rename never happened)
     return store
+
+
+def unfinished(run: GenerationRun, store: RunStore) -> int:
+    """Items still to run (as the scheduler will choose them): 0 means nothing to load a model for."""
+    return len(pending(batch_items(run.items), store.finished(), retry_failed=False))
+
+
+def finish_without_models(run: GenerationRun, store: RunStore) -> dict[str, Any]:
+    """A finished run again: pages a kill left unwritten, the layout and ``eval.json``; no model loaded."""
+    for item in run.items:
+        try:
+            restore_pages(store.request_dir(item.id), run.effective_config.notice)
+        except Exception as exc:  # as the scheduler does: a page not rebuilt does not stop the layout
+            logger.warning("pages of %s not rebuilt: %s", item.id, exc)
+    return finish(run, store)
 
 
 def load_pipeline(run: GenerationRun) -> Pipeline:
@@ -98,9 +122,10 @@ def execute(
     def done(item_id: str, status: str) -> None:
         # The layout grows as items finish, so a killed run already has its finished outputs in place.
         trace_path = store.request_dir(item_id) / TRACE_FILE
-        if run.benchmark != "ueval" and status == "succeeded" and trace_path.is_file():
+        layout = run.benchmark.layout
+        if not layout.submission and status == "succeeded" and trace_path.is_file():
             trace = load_trace(trace_path)
-            write_item_image(run.out, store, by_id[item_id], trace)
+            write_item_image(layout, run.out, store, by_id[item_id], trace)
         if on_done is not None:
             on_done(item_id, status)
 
@@ -115,10 +140,11 @@ def execute(
 def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = None) -> dict[str, Any]:
     """Write the full layout and ``eval.json`` from the traces on disk (earlier runs' included)."""
     traces = store.traces()
-    layout = write_layout(run.out, store, run.items, traces, mode=run.mode)
+    layout = write_layout(run.benchmark.layout, run.out, store, run.items, traces, mode=run.mode)
     cfg = run.effective_config
+    total = run.total if run.total is not None else len(run.items)
     record: dict[str, Any] = {
-        "benchmark": run.benchmark,
+        "benchmark": run.benchmark.name,
         "mode": run.mode,
         "data": run.data,
         "protocol": run.items[0].protocol if run.items else None,
@@ -127,6 +153,8 @@ def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = N
         "loop": cfg.loop.model_dump(mode="json"),
         "preset": run.config.preset,
         "items": len(run.items),
+        "items_in_data": total,
+        "ids": [item.id for item in run.items] if len(run.items) < total else None,
         "written": len(layout["written"]),
         "missing": layout["missing"],
         "wall_s": round(outcome.wall_s, 3) if outcome is not None else None,

@@ -1,11 +1,15 @@
 """The benchmarks' official output layouts, written from the traces of a generation run.
 
-- WISE: ``OUT/{prompt_id}.png`` (what ``vllm_eval.py`` / ``gpt_eval.py`` read as ``IMAGE_DIR``);
-- RISEBench: ``OUT/images/{category}/{index}.png`` (``gpt_eval.py --output OUT``);
-- UEval: ``OUT/submission.json``, ``[{"id", "prompt", "task", "text_answer", "image_answer": [paths]}]``
-  as the release's runner writes it, image paths absolute so the official scorer finds them from any
-  working directory (score with ``--outputs OUT/submission.json``; the name is not ``results.json``,
-  which ``interleave-thinker report`` rewrites in the batch format).
+A :class:`Layout` is one of two shapes; each benchmark module says which, and where:
+
+- one image per item at ``image(out, id, category, suffix)``: WISE ``OUT/{prompt_id}.png`` (what
+  ``vllm_eval.py`` / ``gpt_eval.py`` read as ``IMAGE_DIR``), RISEBench
+  ``OUT/images/{category}/{index}.png`` (``gpt_eval.py --output OUT``);
+- a submission (``image`` None): ``OUT/submission.json``,
+  ``[{"id", "prompt", "task", "text_answer", "image_answer": [paths]}]`` as UEval's release runner writes
+  it, image paths absolute so the official scorer finds them from any working directory (score with
+  ``--outputs OUT/submission.json``; the name is not ``results.json``, which ``interleave-thinker
+  report`` rewrites in the batch format).
 
 Single-image benchmarks take the last accepted image of a finished (succeeded) trace; a failed or
 unfinished item gets no file and is listed as missing, which the scorers count.
@@ -14,6 +18,8 @@ unfinished item gets no file and is listed as missing, which the scorers count.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,27 @@ from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.runtime.store import RunStore
 
 SUBMISSION = "submission.json"
+ImagePath = Callable[[Path, str, str, str], Path]
+"""``(out, item id, category, suffix) -> path`` of an item's single output image."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a benchmark's outputs go: one image per item (``image``) or a submission JSON (None)."""
+
+    image: ImagePath | None = None
+    suffixes: tuple[str, ...] = ("png",)
+    """Suffixes the scorer accepts, in the order it looks (generation writes the first)."""
+
+    @property
+    def submission(self) -> bool:
+        return self.image is None
+
+    def candidates(self, out: Path, item_id: str, category: str) -> list[Path]:
+        """Where an item's output image may be (one per accepted suffix); none for a submission."""
+        if self.image is None:
+            return []
+        return [self.image(out, item_id, category, suffix) for suffix in self.suffixes]
 
 
 def final_image(store: RunStore, item_id: str, trace: Trace) -> Path | None:
@@ -34,21 +61,19 @@ def final_image(store: RunStore, item_id: str, trace: Trace) -> Path | None:
     return store.request_dir(item_id) / IMAGES_DIR / accepted[-1] if accepted else None
 
 
-def layout_path(out: Path, item: EvalItem) -> Path:
-    """Where the official layout puts the single image of ``item`` (WISE and RISEBench)."""
-    if item.benchmark == "wise":
-        return out / f"{item.id}.png"
-    if item.benchmark == "rise":
-        return out / "images" / item.category / f"{item.id}.png"
-    raise ValueError(f"{item.benchmark} has no single-image layout")
+def layout_path(layout: Layout, out: Path, item: EvalItem) -> Path:
+    """Where ``layout`` puts the single image of ``item``."""
+    if layout.image is None:
+        raise ValueError(f"{item.benchmark} writes a submission, not one image per item")
+    return layout.image(out, item.id, item.category, layout.suffixes[0])
 
 
-def write_item_image(out: Path, store: RunStore, item: EvalItem, trace: Trace) -> Path | None:
+def write_item_image(layout: Layout, out: Path, store: RunStore, item: EvalItem, trace: Trace) -> Path | None:
     """Copy the item's final image into the layout (unchanged bytes: the recorder already wrote PNG)."""
     source = final_image(store, item.id, trace)
     if source is None or not source.is_file():
         return None
-    target = layout_path(out, item)
+    target = layout_path(layout, out, item)
     data = source.read_bytes()
     if not target.is_file() or target.read_bytes() != data:
         write_atomic(target, data)
@@ -85,7 +110,7 @@ def ueval_entry(store: RunStore, item: EvalItem, trace: Trace, *, mode: str) -> 
 
 
 def write_layout(
-    out: Path, store: RunStore, items: list[EvalItem], traces: dict[str, Trace], *, mode: str
+    layout: Layout, out: Path, store: RunStore, items: list[EvalItem], traces: dict[str, Trace], *, mode: str
 ) -> dict[str, Any]:
     """Write the whole layout for ``items``; returns which items have an output and which are missing."""
     written: list[str] = []
@@ -96,13 +121,13 @@ def write_layout(
         if trace is None or trace.status != "succeeded":
             missing.append(item.id)
             continue
-        if item.benchmark == "ueval":
+        if layout.submission:
             entries.append(ueval_entry(store, item, trace, mode=mode))
             written.append(item.id)
-        elif write_item_image(out, store, item, trace) is not None:
+        elif write_item_image(layout, out, store, item, trace) is not None:
             written.append(item.id)
         else:
             missing.append(item.id)
-    if items and items[0].benchmark == "ueval":
+    if layout.submission:
         write_atomic(out / SUBMISSION, json.dumps(entries, ensure_ascii=False, indent=2) + "\n")
     return {"written": written, "missing": missing}

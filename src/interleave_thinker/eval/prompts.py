@@ -99,12 +99,20 @@ _UEVAL_DIGESTS = {
 for _short, _sha in _UEVAL_DIGESTS.items():
     PROMPTS[f"ueval_{_short}"] = _p(UEVAL_REPO, "ueval_eval.py", "strip", _short.upper(), _sha)
 
-PROTOCOL_PROMPTS: dict[str, tuple[str, ...]] = {
-    "wise": ("wise_verified_system", "wise_verified_user"),
-    "wise-legacy": ("wise_legacy_system", "wise_legacy_user"),
-    "rise": tuple(f"rise_prompt_{s}" for s in _RISE_DIGESTS),
-    "ueval": tuple(f"ueval_{s}" for s in _UEVAL_DIGESTS),
-}
+WISE_VERIFIED_PROMPTS = ("wise_verified_system", "wise_verified_user")
+WISE_LEGACY_PROMPTS = ("wise_legacy_system", "wise_legacy_user")
+RISE_PROMPTS = tuple(f"rise_prompt_{s}" for s in _RISE_DIGESTS)
+UEVAL_PROMPTS = tuple(f"ueval_{s}" for s in _UEVAL_DIGESTS)
+DOWNLOAD_COMMAND = "interleave-thinker eval prompts download"
+"""The command that fetches, checks and caches the judge prompts (run it once where the network is)."""
+
+
+def how_to_get(protocol: str) -> str:
+    """The two ways to give a scoring run its judge prompts, for an error message."""
+    return (
+        f"run `{DOWNLOAD_COMMAND} {protocol}` once where github.com is reachable (it fills the cache), "
+        f"or set {FOLDER_ENV} to a folder of <name>.txt files"
+    )
 
 
 @dataclass(frozen=True)
@@ -211,8 +219,8 @@ class EvalPromptStore(pinned.PinnedStore):
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
     CACHE_NAME = "eval-prompts"
 
-    def load(self, protocol: str) -> PromptSet:
-        names = PROTOCOL_PROMPTS[protocol]
+    def load(self, names: tuple[str, ...], protocol: str) -> PromptSet:
+        """The prompts ``names`` of ``protocol`` (its name is only for messages)."""
         if self.folder is not None:
             return PromptSet({n: self._read(self.folder / f"{n}.txt", n) for n in names}, str(self.folder))
         cached = self._cache_paths(names)
@@ -221,9 +229,17 @@ class EvalPromptStore(pinned.PinnedStore):
         if not self.download_allowed:
             raise TemplateError(
                 f"The {protocol} judge prompts are not in the cache {self.cache_dir} and downloads are off "
-                f"(offline mode). Go online once, or name a folder of <name>.txt files with {FOLDER_ENV}."
+                f"(offline mode): {how_to_get(protocol)}."
             )
-        return PromptSet(self._download(names), f"download {self.base_url}")
+        try:
+            texts = self._download(names)
+        except TemplateError as exc:
+            if "Could not download" not in str(exc):
+                raise
+            raise TemplateError(
+                f"{exc}. Scoring {protocol} needs its judge prompts: {how_to_get(protocol)}."
+            ) from None
+        return PromptSet(texts, f"download {self.base_url}")
 
     def _cache_paths(self, names: tuple[str, ...]) -> dict[str, Path]:
         return {n: self.cache_dir / PROMPTS[n].repo.commit / f"{n}.txt" for n in names}

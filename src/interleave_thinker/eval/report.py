@@ -85,14 +85,10 @@ def output_images(run: Run, item_id: str, category: str, submission: dict[str, l
     folder = run.generation_folder
     if folder is None:
         return []
-    if run.protocol == "ueval":
+    if run.layout.submission:
         paths = [Path(p) if Path(p).is_absolute() else folder / p for p in submission.get(item_id, [])]
         return [p for p in paths if p.is_file()]
-    if run.protocol == "rise":
-        candidates = [folder / "images" / category / f"{item_id}.{ext}" for ext in ("png", "jpg", "jpeg")]
-    else:
-        candidates = [folder / f"{item_id}.png"]
-    return [p for p in candidates if p.is_file()][:1]
+    return [p for p in run.layout.candidates(folder, item_id, category) if p.is_file()][:1]
 
 
 def _attempt_html(run: Run, item_id: str, attempt: Attempt, page_dir: Path) -> str:

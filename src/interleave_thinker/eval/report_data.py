@@ -5,9 +5,11 @@ the summary) lead to the generation folder of ``eval generate`` (``eval.json``, 
 the official layout), which supplies the images and the agentic traces. A generation folder holding
 exactly one scoring folder is accepted in its place.
 
-Pass/fail of one item, per protocol (used only to pick the paired gallery): WISE_Verified score 1;
+How a protocol's numbers are shown and whether one item passed (used only to pick the paired gallery)
+are the protocol's own :class:`~interleave_thinker.eval.benchmark.ReportRules`: WISE_Verified score 1;
 WISE legacy consistency 2; RISEBench "accurate"; UEval item score (mean of its text and image rates)
-at least 0.5. A judgement that failed or an output that is missing is a fail.
+at least 0.5. A judgement that failed or an output that is missing is a fail. A summary of a slice
+(``summary["slice"]``) says so in its Overall cell.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from typing import Any
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.sanitize import clean_text
-from interleave_thinker.eval.published import PUBLISHED, Published
+from interleave_thinker.eval import benchmarks
+from interleave_thinker.eval.benchmark import ReportRules
+from interleave_thinker.eval.layouts import Layout
+from interleave_thinker.eval.published import Published
 
 SUMMARY = "summary.json"
 SCORES = "scores.jsonl"
@@ -53,9 +58,27 @@ class Run:
 
     @property
     def judge(self) -> str:
+        """The judge as given and as named by its server, never "official": nothing verified it."""
         judge = self.summary.get("judge") or {}
-        text = str(judge.get("model") or judge.get("spec") or "unknown judge")
-        return text if judge.get("official", False) else f"{text} (not the official judge)"
+        spec, model = judge.get("spec"), judge.get("model")
+        text = str(spec or model or "unknown judge")
+        if model and spec and str(model) not in str(spec):
+            text += f" (serving '{model}')"
+        official = judge.get("official_model")
+        if judge.get("name_matches_official", judge.get("official", False)):
+            return f"{text}, named as the official judge {official}; not verified"
+        if official:
+            return f"{text}, not the official judge {official}; not verified"
+        return f"{text}; no official judge; not verified"
+
+    @property
+    def rules(self) -> ReportRules:
+        return rules(self.protocol)
+
+    @property
+    def layout(self) -> Layout:
+        found = benchmarks.find_protocol_or_none(self.protocol)
+        return found[0].layout if found is not None else FALLBACK_LAYOUT
 
     @property
     def generation_folder(self) -> Path | None:
@@ -150,53 +173,38 @@ def load_runs(paths: list[Path]) -> list[Run]:
 
 # --- the table -----------------------------------------------------------------------------------
 
-
-def _fmt(value: Any, scale: float = 1.0, digits: int = 4) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "–"
-    return f"{value * scale:.{digits}f}"
+FALLBACK_RULES = ReportRules()
+"""A summary of a protocol this version does not know: its ``score`` entries, shown plainly."""
+FALLBACK_LAYOUT = Layout(lambda out, item_id, category, suffix: out / f"{item_id}.{suffix}")
 
 
-def _cell(protocol: str, entry: Any) -> str:
-    """One number (or pair) of a category or the overall, in the protocol's published unit."""
-    if not isinstance(entry, dict):
-        return _fmt(entry)
-    if protocol == "rise":
-        return f"{_fmt(entry.get('accuracy'), 100, 1)}% acc · {_fmt(entry.get('score'), 1, 2)} (n={entry.get('n', '?')})"
-    if protocol == "ueval":
-        text, image = _fmt(entry.get("text_avg_rate"), 100, 1), _fmt(entry.get("image_avg_rate"), 100, 1)
-        return f"text {text} · image {image} (n={entry.get('n', entry.get('num_items', '?'))})"
-    return f"{_fmt(entry.get('score'))} (n={entry.get('n', '?')})"
+def rules(protocol: str) -> ReportRules:
+    found = benchmarks.find_protocol_or_none(protocol)
+    return found[1].report if found is not None else FALLBACK_RULES
 
 
-def _categories(protocol: str, summary: dict[str, Any]) -> dict[str, Any]:
-    key = "tasks" if protocol == "ueval" else "categories"
-    value = summary.get(key)
+def _categories(rules: ReportRules, summary: dict[str, Any]) -> dict[str, Any]:
+    value = summary.get(rules.categories_key)
     return value if isinstance(value, dict) else {}
 
 
-def _overall(protocol: str, summary: dict[str, Any]) -> str:
-    if protocol == "ueval":
-        return _cell(protocol, summary)
-    overall = summary.get("overall")
-    if protocol.startswith("wise") and overall is None:
-        return "incomplete (not all 1000 ids scored)"
-    if protocol.startswith("wise") and summary.get("complete") is False:
-        return f"{_fmt(overall)} (incomplete: not all 1000 ids scored)"
-    return _cell(protocol, overall)
+def _overall(rules: ReportRules, summary: dict[str, Any]) -> str:
+    text = rules.overall(summary) if rules.overall is not None else rules.cell(summary.get("overall"))
+    part = summary.get("slice")
+    if isinstance(part, dict):
+        text += f" (on a {part.get('items', '?')}-item slice of {part.get('of', '?')})"
+    return text
 
 
 def table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: one row per category (in first-seen order), then "Overall"."""
-    protocol = runs[0].protocol
+    shown = runs[0].rules
     names: list[str] = []
     for run in runs:
-        names += [n for n in _categories(protocol, run.summary) if n not in names]
+        names += [n for n in _categories(shown, run.summary) if n not in names]
     header = ["category", *[run.label for run in runs]]
-    body = [
-        [name, *[_cell(protocol, _categories(protocol, r.summary).get(name)) for r in runs]] for name in names
-    ]
-    body.append(["Overall", *[_overall(protocol, r.summary) for r in runs]])
+    body = [[name, *[shown.cell(_categories(shown, r.summary).get(name)) for r in runs]] for name in names]
+    body.append(["Overall", *[_overall(shown, r.summary) for r in runs]])
     return header, body
 
 
@@ -213,7 +221,7 @@ def markdown_table(runs: list[Run]) -> str:
 
 
 def published(protocol: str) -> list[Published]:
-    return [p for p in PUBLISHED if protocol in p.protocols]
+    return benchmarks.published(protocol)
 
 
 # --- pass/fail and pairs -------------------------------------------------------------------------
@@ -222,14 +230,7 @@ def published(protocol: str) -> list[Published]:
 def passed(protocol: str, row: dict[str, Any] | None) -> bool:
     if row is None or row.get("status") not in (None, "ok"):
         return False
-    score = row.get("score")
-    if protocol == "wise":
-        return score == 1 or score == 1.0
-    if protocol == "wise-legacy":
-        return row.get("consistency") == 2
-    if protocol == "rise":
-        return bool(row.get("accuracy"))
-    return isinstance(score, int | float) and score >= 0.5
+    return rules(protocol).passed(row)
 
 
 def paired_ids(first: Run, other: Run) -> list[str]:

@@ -5,21 +5,20 @@ This is what ``interleave-thinker eval score`` calls; tests and the benchmark ca
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.core.config import EvalOptions
 from interleave_thinker.core.errors import ConfigError, InputError
-from interleave_thinker.eval import score_rise, score_ueval, score_wise
-from interleave_thinker.eval.datasets import EvalItem, load_items
+from interleave_thinker.eval import benchmarks, score_ueval
+from interleave_thinker.eval.benchmark import Benchmark, Protocol, ScoreContext
+from interleave_thinker.eval.datasets import EvalItem, choose_items
 from interleave_thinker.eval.judging import JudgeClient, JudgeTransport, load_transport
 from interleave_thinker.eval.outputs import Limits
-from interleave_thinker.eval.prompts import RISE_REPO, UEVAL_REPO, WISE_REPO, EvalPromptStore
+from interleave_thinker.eval.prompts import PromptSet
 from interleave_thinker.eval.scoring import (
-    ItemResult,
     RunFolder,
     ScoredHook,
     judge_metadata,
@@ -31,10 +30,7 @@ from interleave_thinker.runtime.outlock import folder_lock
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
-BENCHMARK_OF = {"wise": "wise", "wise-legacy": "wise", "rise": "rise", "ueval": "ueval"}
-DEFAULT_ATTEMPTS = {"wise": score_wise.ATTEMPTS, "wise-legacy": score_wise.ATTEMPTS, "rise": 1}
-DEFAULT_ATTEMPTS["ueval"] = score_ueval.ATTEMPTS
-REPOS = {"wise": WISE_REPO, "wise-legacy": WISE_REPO, "rise": RISE_REPO, "ueval": UEVAL_REPO}
+GENERATION = "eval.json"
 
 
 @dataclass
@@ -53,69 +49,87 @@ class ScoreOptions:
     """The settings' device and transport for the judge (``--config``); None = defaults."""
     limits: EvalOptions = field(default_factory=EvalOptions)
     """The settings' ``eval.*``: what one image may weigh, how many judge calls an item and a run make."""
+    limit: int | None = None
+    """Score the first N items only (``--limit``): a slice, scored and reported as one."""
+    ids: tuple[str, ...] | None = None
+    """Score these item ids only (``--ids``); with neither, the ids a sliced ``eval generate`` recorded
+    in the outputs' ``eval.json`` (else every item)."""
 
 
-def _check(options: ScoreOptions) -> None:
-    if options.protocol not in BENCHMARK_OF:
-        raise ConfigError(f"Unknown protocol {options.protocol!r}; choose one of {', '.join(BENCHMARK_OF)}.")
-    if options.scorer_version not in score_rise.SCORER_VERSIONS:
-        raise ConfigError(f"--scorer-version {options.scorer_version!r}: use current or pre-2026-04-13.")
-    if options.scorer_version != "current" and options.protocol != "rise":
-        raise ConfigError("--scorer-version pre-2026-04-13 exists only for rise (RISEBench's accuracy fix).")
+@dataclass(frozen=True)
+class Selection:
+    """The items to score and how they were chosen (a slice is reported as one)."""
+
+    items: list[EvalItem]
+    total: int
+    how: str | None
+
+    @property
+    def sliced(self) -> bool:
+        return len(self.items) < self.total
+
+    def record(self) -> dict[str, Any] | None:
+        if not self.sliced:
+            return None
+        return {"items": len(self.items), "of": self.total, "chosen_by": self.how}
+
+
+def _check(options: ScoreOptions) -> tuple[Benchmark, Protocol]:
+    benchmark, protocol = benchmarks.find_protocol(options.protocol)
+    versions = {v for p in benchmarks.protocols() for v in p.scorer_versions}
+    if options.scorer_version not in versions:
+        raise ConfigError(
+            f"--scorer-version {options.scorer_version!r}: use {' or '.join(sorted(versions))}."
+        )
+    if options.scorer_version not in protocol.scorer_versions:
+        owners = [p.name for p in benchmarks.protocols() if options.scorer_version in p.scorer_versions]
+        raise ConfigError(
+            f"--scorer-version {options.scorer_version} exists only for {', '.join(owners)} "
+            f"(this is {protocol.name})."
+        )
     if options.ueval_mode not in score_ueval.MODES:
         raise ConfigError(f"--ueval-mode {options.ueval_mode!r}: use cached or direct.")
     if options.judge_attempts is not None and options.judge_attempts < 1:
         raise ConfigError("--judge-attempts must be at least 1.")
-    if options.protocol != "ueval" and not options.outputs.is_dir():
+    if options.limit is not None and options.limit < 1:
+        raise ConfigError("--limit must be at least 1.")
+    if not benchmark.layout.submission and not options.outputs.is_dir():
         raise InputError(f"--outputs {options.outputs}: no such folder.")
+    return benchmark, protocol
 
 
-@dataclass(frozen=True)
-class Scorer:
-    """A protocol's per-item function, summariser, extra metadata and what binds a stored score."""
+def _generated_ids(outputs: Path) -> list[str] | None:
+    """The ids a sliced ``eval generate`` recorded beside the outputs (None: not a slice, or no record)."""
+    folder = outputs if outputs.is_dir() else outputs.parent
+    path = folder / GENERATION
+    if not path.is_file() or path.stat().st_size > 64 * 2**20:
+        return None
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8")).get("ids")
+    except (ValueError, AttributeError, UnicodeDecodeError, RecursionError):
+        return None
+    return [str(i) for i in ids] if isinstance(ids, list) else None
 
-    score: Callable[[EvalItem], ItemResult]
-    summarize: Callable[[list[dict[str, Any]]], dict[str, Any]]
-    extra: dict[str, Any]
-    digest: Callable[[EvalItem], str]
 
-
-def _scorer(options: ScoreOptions, items: list[EvalItem], prompts: Any, client: JudgeClient) -> Scorer:
-    attempts = options.judge_attempts or DEFAULT_ATTEMPTS[options.protocol]
-    limits = Limits.from_options(options.limits)
-    if options.protocol in score_wise.PROTOCOLS:
-        protocol = score_wise.PROTOCOLS[options.protocol]
-        score_wise.check_data(protocol, items)
-        one = functools.partial(score_wise.score_item, protocol, prompts, client, options.outputs)
-        return Scorer(
-            lambda item: one(item, attempts, limits),
-            functools.partial(score_wise.summarize, protocol),
-            {},
-            functools.partial(score_wise.output_digest, options.outputs, limits),
+def choose(options: ScoreOptions, items: list[EvalItem]) -> Selection:
+    """``--ids``, then ``--limit`` (as ``eval generate`` selects), else a generation's recorded slice."""
+    total = len(items)
+    if options.ids is not None or options.limit is not None:
+        chosen = choose_items(items, ids=options.ids, limit=options.limit)
+        flags = [f"--ids ({len(options.ids)})"] if options.ids is not None else []
+        flags += [f"--limit {options.limit}"] if options.limit is not None else []
+        return Selection(chosen, total, " ".join(flags))
+    recorded = _generated_ids(options.outputs)
+    if recorded is None:
+        return Selection(items, total, None)
+    keep = set(recorded)
+    chosen = [item for item in items if item.id in keep]
+    if not chosen:
+        raise InputError(
+            f"{options.outputs}: its {GENERATION} names {len(keep)} generated ids, none of them in --data "
+            f"{options.data}: score with the data it was generated from, or choose items with --ids/--limit."
         )
-    if options.protocol == "rise":
-        columns: set[str] = set().union(*(item.raw.keys() for item in items))
-        for item in items:  # bad samples (category, references) fail now, before any judge call
-            score_rise.plan_judges(item, columns, prompts)
-        scorer = functools.partial(
-            score_rise.score_item, prompts, client, options.outputs, columns, options.scorer_version
-        )
-        return Scorer(
-            lambda item: scorer(item, limits),
-            score_rise.summarize,
-            {"data_columns": sorted(columns)},
-            functools.partial(score_rise.output_digest, options.outputs, limits),
-        )
-    submission, folder = score_ueval.load_submission(options.outputs)
-    ueval = functools.partial(
-        score_ueval.score_item, prompts, client, submission, folder, options.ueval_mode, attempts
-    )
-    return Scorer(
-        lambda item: ueval(item, limits),
-        score_ueval.summarize,
-        {"ueval_mode": options.ueval_mode},
-        functools.partial(score_ueval.output_digest, submission, folder, limits),
-    )
+    return Selection(chosen, total, f"the ids in {GENERATION}")
 
 
 def run_score(
@@ -123,20 +137,23 @@ def run_score(
 ) -> dict[str, Any]:
     """Score ``options.outputs``; returns the summary written to ``summary.json``. ``on_scored(done, total)``
     follows the items (see :func:`score_items`)."""
-    _check(options)
-    items = load_items(BENCHMARK_OF[options.protocol], options.data)
-    prompts = EvalPromptStore().load(options.protocol)
+    benchmark, protocol = _check(options)
+    selection = choose(options, benchmark.load(options.data))
+    prompts = protocol.prompts()
     with folder_lock(options.out):  # two runs on one --out would both pay the judge
-        return _run_locked(options, items, prompts, transport, on_scored)
+        return _run_locked(options, protocol, selection, prompts, transport, on_scored)
 
 
 def _run_locked(
     options: ScoreOptions,
-    items: list[EvalItem],
-    prompts: Any,
+    protocol: Protocol,
+    selection: Selection,
+    prompts: PromptSet,
     transport: JudgeTransport | None,
     on_scored: ScoredHook | None,
 ) -> dict[str, Any]:
+    items = selection.items
+    attempts = options.judge_attempts or protocol.attempts
     transport = transport or load_transport(options.judge, options.judge_concurrency, options.backend_options)
     client = JudgeClient(
         transport,
@@ -147,16 +164,27 @@ def _run_locked(
         calls_per_run=options.limits.judge_calls_per_run,
     )
     try:
-        scorer = _scorer(options, items, prompts, client)
-        meta = run_metadata(
-            options.protocol,
-            options.scorer_version,
-            judge_metadata(options.protocol, options.judge, client.model),
+        context = ScoreContext(
+            items,
             prompts,
-            REPOS[options.protocol],
+            client,
+            options.outputs,
+            attempts,
+            Limits.from_options(options.limits),
+            options.scorer_version,
+            options.ueval_mode,
+            selection.sliced,
+        )
+        scorer = protocol.scorer(context)
+        meta = run_metadata(
+            protocol.name,
+            options.scorer_version,
+            judge_metadata(protocol.official_judge, options.judge, client.model),
+            prompts,
+            protocol.code,
             data=options.data,
             outputs=str(options.outputs),
-            judge_attempts=options.judge_attempts or DEFAULT_ATTEMPTS[options.protocol],
+            judge_attempts=attempts,
             limits=options.limits.model_dump(mode="json"),
             **scorer.extra,
         )
@@ -173,6 +201,7 @@ def _run_locked(
         order = [item.id for item in items]
         wanted = set(order)
         rows = [row for key, row in folder.done().items() if key in wanted]
-        return folder.write_summary(scorer.summarize(rows), client, order, rescored)
+        summary = {**scorer.summarize(rows), "slice": selection.record()}
+        return folder.write_summary(summary, client, order, rescored)
     finally:
         client.close()

@@ -223,29 +223,38 @@ def _request(system: str, context: str, rubric: str, images: list[JudgeImage], c
 
 
 def build_questions(
-    prompts: PromptSet, item: EvalItem, text: str, images: list[JudgeImage], mode: str, attempts: int
+    prompts: PromptSet,
+    item: EvalItem,
+    text: str,
+    images: list[JudgeImage],
+    mode: str,
+    attempts: int,
+    prefix: str = "ueval_",
 ) -> list[Question]:
-    t, raw = prompts.texts, item.raw
+    """One question per rubric; ``prefix`` names the prompt set's roles (UEval's, or another rubric
+    benchmark's own texts with the same placeholders)."""
+    t = {name.removeprefix(prefix): value for name, value in prompts.texts.items()}
+    raw = item.raw
     question = str(raw.get("prompt", ""))
-    system = t["ueval_system_instruction"]
+    system = t["system_instruction"]
     out: list[Question] = []
     text_rubrics = rubrics(item, "text_rubrics")
     if text_rubrics:
-        context = fill_ueval(t["ueval_text_template"], question, text)
+        context = fill_ueval(t["text_template"], question, text)
         cached = mode == "cached" and len(text_rubrics) > 1
         for rubric in text_rubrics:
-            prompt = fill_ueval(t["ueval_text_rubric_template"], question, rubric=_criterion(rubric))
+            prompt = fill_ueval(t["text_rubric_template"], question, rubric=_criterion(rubric))
             out.append(
                 Question(_request(system, context, prompt, [], cached), parse_rubric, attempts, "text")
             )
     image_rubrics = rubrics(item, "image_rubrics")
     if image_rubrics:
         open_task = question_type(raw.get("task")) == "open"
-        template = t["ueval_image_template_open"] if open_task else t["ueval_image_template_closed"]
+        template = t["image_template_open"] if open_task else t["image_template_closed"]
         context = fill_ueval(template, question, text)
         cached = mode == "cached" and bool(images)
         for rubric in image_rubrics:
-            prompt = fill_ueval(t["ueval_image_rubric_template"], question, rubric=_criterion(rubric))
+            prompt = fill_ueval(t["image_rubric_template"], question, rubric=_criterion(rubric))
             out.append(
                 Question(_request(system, context, prompt, images, cached), parse_rubric, attempts, "image")
             )
@@ -270,6 +279,7 @@ def score_item(
     attempts: int,
     item: EvalItem,
     limits: Limits | None = None,
+    prefix: str = "ueval_",
 ) -> ItemResult:
     missing = item.id not in submission
     text, paths = submission.get(item.id, ("", []))
@@ -282,7 +292,7 @@ def score_item(
             f"{submission_dir}: item {item.id}: image_answer names {len(paths)} images, more than {MAX_IMAGES}."
         )
     images, problems = load_images(paths, submission_dir, limits)
-    questions = build_questions(prompts, item, text, images, mode, attempts)
+    questions = build_questions(prompts, item, text, images, mode, attempts, prefix)
     judgements = client.ask_all(item.id, questions)
     results = {"text": [], "image": []}  # type: dict[str, list[dict[str, Any] | None]]
     replies: dict[str, list[str]] = {"text": [], "image": []}
@@ -304,8 +314,22 @@ def score_item(
     return ItemResult(item.id, item.category, mean(rates), status, dims, replies, errors, extra)
 
 
+AVERAGE_FORMULA = (
+    "per task: 100 x the mean of its text_avg_rate and image_avg_rate (the rates it has); "
+    "average: the unweighted mean of the task scores (as UEval's leaderboard 'Avg' is the mean of its "
+    "8 task columns)"
+)
+
+
+def task_score(text_rate: float | None, image_rate: float | None) -> float | None:
+    """A task's score in the leaderboard's unit (0-100): the mean of the rates it has, times 100."""
+    rates = [r for r in (text_rate, image_rate) if r is not None]
+    return 100 * sum(rates) / len(rates) if rates else None
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The official averages of item rates (missing outputs included, as judged), plus per task (ours)."""
+    """The official averages of item rates (missing outputs included, as judged), plus per task and the
+    single average the published numbers use (ours: :data:`AVERAGE_FORMULA`)."""
 
     def rates(subset: list[dict[str, Any]], kind: str) -> list[float]:
         # an item that failed before its judgements (a refused image, bad rubrics) has no rates at all
@@ -315,17 +339,22 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     tasks: dict[str, Any] = {}
     for task in sorted({str(r["category"]) for r in rows}):
         subset = [r for r in rows if str(r["category"]) == task]
+        text, image = mean(rates(subset, "text_score")), mean(rates(subset, "image_score"))
         tasks[task] = {
-            "text_avg_rate": mean(rates(subset, "text_score")),
-            "image_avg_rate": mean(rates(subset, "image_score")),
+            "text_avg_rate": text,
+            "image_avg_rate": image,
+            "score": task_score(text, image),
             "n": len(subset),
         }
     return {
         "text_avg_rate": mean(rates(rows, "text_score")),
         "image_avg_rate": mean(rates(rows, "image_score")),
+        "average": mean(entry["score"] for entry in tasks.values()),
+        "average_formula": AVERAGE_FORMULA,
         "num_items": len(rows),
         "num_items_with_text": len(rates(rows, "text_score")),
         "num_items_with_image": len(rates(rows, "image_score")),
         "tasks": tasks,
-        "combined_note": "the official code computes no combined score; the item 'score' is our mean of its two rates",
+        "combined_note": "the official code computes no combined score; the item 'score' is our mean of its "
+        "two rates; 'average' follows the leaderboard (see average_formula)",
     }

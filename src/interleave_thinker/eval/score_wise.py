@@ -72,7 +72,6 @@ LEGACY = _protocol(
     (0.4, 0.167, 0.133, 0.1, 0.1, 0.1),
     {"temperature": 0.0, "max_tokens": 2000},
 )
-PROTOCOLS = {"wise": VERIFIED, "wise-legacy": LEGACY}
 
 
 def category_of(protocol: WiseProtocol, prompt_id: int) -> str | None:
@@ -212,8 +211,11 @@ def score_item(
     return ItemResult(item.id, category, wiscore(dims), "ok", dims, replies, judgement.errors, extra)
 
 
-def summarize(protocol: WiseProtocol, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Category means and the weighted overall; ``complete`` only when every id 1-1000 has a score."""
+def summarize(protocol: WiseProtocol, rows: list[dict[str, Any]], *, sliced: bool = False) -> dict[str, Any]:
+    """Category means and the weighted overall; ``complete`` only when every id 1-1000 has a score.
+
+    On a slice (``sliced``: only some ids were asked for) the overall is the slice's own: the weighted
+    mean over the categories the slice holds, their weights scaled to sum to 1 (``overall_on_slice``)."""
     categories: dict[str, Any] = {}
     for name, _, _ in protocol.ranges:
         scores = [r["score"] for r in rows if r["category"] == name and r.get("status") == "ok"]
@@ -230,7 +232,16 @@ def summarize(protocol: WiseProtocol, rows: list[dict[str, Any]]) -> dict[str, A
         "weights": protocol.weights,
         "complete": missing == 0,
     }
-    if missing:
+    present = {n: float(v) for n, v in values.items() if v is not None}
+    if sliced and present:
+        weight = sum(protocol.weights[n] for n in present)
+        result["overall"] = sum(protocol.weights[n] * v for n, v in present.items()) / weight
+        result["overall_on_slice"] = True
+        result["slice_note"] = (
+            f"overall of a slice: the weighted mean over its {len(present)} categories "
+            f"({', '.join(present)}), weights scaled to sum to 1; not comparable with a full-set overall"
+        )
+    elif missing:
         result["completeness_note"] = (
             f"{missing} of the ids 1-1000 have no score; the official calculator prints no overall score "
             "unless all 1000 are scored."

@@ -27,13 +27,6 @@ from interleave_thinker.eval.judging import RUN_BUDGET, JudgeClient
 from interleave_thinker.eval.outputs import reason
 from interleave_thinker.eval.prompts import PromptSet, Repo
 
-PROTOCOLS = ("ueval", "wise", "wise-legacy", "rise")
-OFFICIAL_JUDGES = {
-    "wise": "Qwen3.5-35B-A3B",
-    "wise-legacy": "gpt-4o-2024-05-13",
-    "rise": "gpt-4.1-2025-04-14",
-    "ueval": "gemini-2.5-pro",
-}
 NOT_COMPARABLE = "not comparable to the published leaderboard"
 MAX_RUN_JSON_CHARS = 1_000_000
 INPUT_DIGEST = "input_sha256"
@@ -60,28 +53,41 @@ class ItemResult:
         return line
 
 
-def judge_metadata(protocol: str, spec: str, model_id: str) -> dict[str, Any]:
-    official = OFFICIAL_JUDGES[protocol]
-    is_official = model_id == official or model_id.rsplit("/", 1)[-1] == official
+NOT_VERIFIED = "the name is the server's word: which weights answered was not verified"
+
+
+def judge_metadata(official: str | None, spec: str, model_id: str) -> dict[str, Any]:
+    """The judge as given (``--judge``) and as its server names itself, beside the protocol's official
+    judge. A matching name is recorded as a matching *name*: nothing here checks which model answered."""
+    matches = official is not None and (model_id == official or model_id.rsplit("/", 1)[-1] == official)
     meta: dict[str, Any] = {
         "spec": spec,
         "model": model_id,
         "official_model": official,
-        "official": is_official,
+        "name_matches_official": matches,
+        "verified": False,
+        "verification": NOT_VERIFIED,
     }
-    if not is_official:
+    if official is None:
+        meta["note"] = "this benchmark has no official judge: scores compare only runs judged alike"
+    elif not matches:
         meta["note"] = f"judge {model_id!r} is not the protocol's official {official!r}: {NOT_COMPARABLE}"
     return meta
 
 
 def run_metadata(
-    protocol: str, scorer_version: str, judge: dict[str, Any], prompts: PromptSet, repo: Repo, **extra: Any
+    protocol: str,
+    scorer_version: str,
+    judge: dict[str, Any],
+    prompts: PromptSet,
+    repo: Repo | None,
+    **extra: Any,
 ) -> dict[str, Any]:
     return {
         "protocol": protocol,
         "scorer_version": scorer_version,
         "judge": judge,
-        "official_code": {"repository": repo.name, "commit": repo.commit},
+        "official_code": {"repository": repo.name, "commit": repo.commit} if repo is not None else None,
         "prompts": {"origin": prompts.origin, "sha256": prompts.digests()},
         **extra,
     }

@@ -1,0 +1,112 @@
+"""`interleave-thinker eval run BENCH`: generate, score and report in one command (lmms-eval's
+``--mode all``), each part resumable as when run alone.
+
+Everything lands in ``--out``: the generation run folder (as `eval generate`), the scoring folder
+``scores-<protocol>/`` (as `eval score`) and ``report.html`` (as `eval report`). A second call
+continues where the first stopped: finished items are not generated again (no model is loaded when
+none is left) and stored scores are reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from interleave_thinker.cli import options as flags
+from interleave_thinker.cli.batch import FreshOption, parse_limits
+from interleave_thinker.cli.eval_generate import (
+    BenchmarkArgument,
+    IdsOption,
+    ModeOption,
+    generate_locked,
+    plan_generation,
+    say_generated,
+    split_ids,
+)
+from interleave_thinker.cli.eval_score import (
+    JudgeAttemptsOption,
+    ProtocolName,
+    ScorerVersion,
+    UEvalMode,
+    exit_if_nothing_scored,
+    score_options,
+    score_with_progress,
+)
+from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.eval import benchmarks
+
+console = Console(stderr=True)
+REPORT = "report.html"
+
+
+@with_settings(pipeline=True)
+def run(
+    benchmark: BenchmarkArgument,
+    settings: SettingsFlags,
+    data: Annotated[
+        str, typer.Option(help="The benchmark's data: its official local files, or hf:ID[:split].")
+    ],
+    out: Annotated[Path, typer.Option(help="Run folder: outputs, scores-<protocol>/, report.html.")],
+    judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
+    protocol: Annotated[
+        ProtocolName | None, typer.Option(help="Scoring protocol (default: the benchmark's first).")
+    ] = None,
+    mode: ModeOption = "agentic",
+    limit: flags.LimitOption = None,
+    ids: IdsOption = None,
+    concurrency: flags.ConcurrencyOption = 16,
+    per_backend_limit: flags.PerBackendLimitOption = None,
+    micro_batch: flags.MicroBatchOption = None,
+    judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
+    judge_attempts: JudgeAttemptsOption = None,
+    scorer_version: Annotated[
+        ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
+    ] = "current",
+    ueval_mode: Annotated[
+        UEvalMode, typer.Option(help="Rubric benchmarks: cached (official default) or direct requests.")
+    ] = "cached",
+    quiet: flags.QuietOption = False,
+    fresh: FreshOption = False,
+) -> None:
+    """Generate, score and report a benchmark (or a slice of it: --limit/--ids are scored as a slice)."""
+    from interleave_thinker.eval.report import write_report
+
+    # 1. Everything cheap first: specs, the protocol, the items.
+    check_spec("--judge", judge, "vlm")
+    bench = benchmarks.get(benchmark.value)
+    chosen = bench.protocols[0] if protocol is None else benchmarks.find_protocol(protocol.value)[1]
+    if chosen not in bench.protocols:
+        names = ", ".join(p.name for p in bench.protocols)
+        raise ConfigError(f"--protocol {chosen.name} does not score {bench.name}; choose {names}.")
+    chosen.prompts()  # judge prompts that cannot be had stop the run now, not after hours of generation
+    cfg = settings.resolve()
+    selected = split_ids(ids)
+    gen = plan_generation(bench.name, cfg, data, out, mode, limit=limit, ids=selected)
+    limits = parse_limits(per_backend_limit or [], micro_batch or [])
+
+    # 2. Generate (resumable; a finished run loads no model).
+    record = generate_locked(gen, cfg, limits, concurrency, micro_batch, quiet=quiet, fresh=fresh)
+    say_generated(record)
+
+    # 3. Score exactly the generated items (a slice stays a slice).
+    outputs = out / "submission.json" if bench.layout.submission else out
+    where = out / f"scores-{chosen.name}"
+    options = score_options(chosen.name, outputs, data, judge, where, cfg, scorer_version, judge_concurrency)
+    options = dataclasses.replace(
+        options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, limit=limit, ids=selected
+    )
+    summary = score_with_progress(options, quiet)
+
+    # 4. Report.
+    typer.echo(write_report([options.out], out / REPORT))
+    typer.echo(json.dumps({k: summary[k] for k in ("protocol", "slice") if k in summary}))
+    console.print(escape(f"wrote {out / REPORT}"))
+    exit_if_nothing_scored(summary, options.out)

@@ -1,0 +1,65 @@
+"""The benchmark registry: every :class:`~interleave_thinker.eval.benchmark.Benchmark`, one line each.
+
+Adding a benchmark is a module beside these (its reader, layout, protocols, published numbers) and one
+line in :data:`BENCHMARKS`; the CLI's choices, the scorer, the layout writer and the report follow.
+"""
+
+from __future__ import annotations
+
+from interleave_thinker.core.errors import ConfigError, InputError
+from interleave_thinker.eval.benchmark import Benchmark, Protocol
+from interleave_thinker.eval.benchmarks import custom, rise, ueval, wise
+from interleave_thinker.eval.datasets import EvalItem
+from interleave_thinker.eval.published import Published
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    ueval.BENCHMARK,
+    wise.BENCHMARK,
+    rise.BENCHMARK,
+    custom.BENCHMARK,
+)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(b.name for b in BENCHMARKS)
+
+
+def protocols() -> tuple[Protocol, ...]:
+    return tuple(p for b in BENCHMARKS for p in b.protocols)
+
+
+def protocol_names() -> tuple[str, ...]:
+    return tuple(p.name for p in protocols())
+
+
+def get(name: str) -> Benchmark:
+    for benchmark in BENCHMARKS:
+        if benchmark.name == name:
+            return benchmark
+    raise InputError(f"Unknown benchmark '{name}'; choose one of: {', '.join(names())}.")
+
+
+def find_protocol(name: str) -> tuple[Benchmark, Protocol]:
+    """The protocol ``name`` and the benchmark it scores."""
+    for benchmark in BENCHMARKS:
+        for protocol in benchmark.protocols:
+            if protocol.name == name:
+                return benchmark, protocol
+    raise ConfigError(f"Unknown protocol {name!r}; choose one of {', '.join(protocol_names())}.")
+
+
+def find_protocol_or_none(name: str) -> tuple[Benchmark, Protocol] | None:
+    try:
+        return find_protocol(name)
+    except ConfigError:
+        return None
+
+
+def load_items(name: str, data: str) -> list[EvalItem]:
+    """Every item of benchmark ``name`` in ``data`` (a local path or ``hf:ID[:split]``), validated."""
+    return get(name).load(data)
+
+
+def published(protocol: str) -> list[Published]:
+    """The published numbers measured with ``protocol``."""
+    return [p for b in BENCHMARKS for p in b.published if protocol in p.protocols]
