@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from interleave_thinker.core.redact import redact_credentials
+
 MASK = "***"
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-goog-api-key", "x-api-key", "api-key"})
 """Request headers whose values are secrets; their values are scrubbed as known secrets too."""
@@ -29,7 +31,8 @@ _MAX_CHAIN = 8
 
 
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every known secret and every auth-header-like value replaced by ``***``.
+    """``text`` with every known secret, every auth-header-like value and the user-info of every URL
+    (:func:`~interleave_thinker.core.redact.redact_credentials`) replaced by ``***``.
 
     >>> scrub("HTTP 401: {'authorization': 'Bearer sk-abc'} sk-abc", ["sk-abc"])
     "HTTP 401: {'authorization': 'Bearer ***'} ***"
@@ -37,7 +40,7 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     text = _HEADER_VALUE.sub(lambda m: f"{m[1]}{m[2]}{m[3] or ''}{MASK}", text)
-    return _QUERY_KEY.sub(lambda m: f"{m[1]}{MASK}", text)
+    return redact_credentials(_QUERY_KEY.sub(lambda m: f"{m[1]}{MASK}", text))
 
 
 def header_secrets(headers: dict[str, str] | None) -> list[str]:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.redact import redact_spec
 
 if TYPE_CHECKING:
     from interleave_thinker.core.prompt_store import TemplateStore
@@ -155,6 +156,18 @@ class RemoteOptions(_Section):
         description="Environment variable holding the API key (default: the service's own, e.g. OPENAI_API_KEY, "
         "GEMINI_API_KEY).",
     )
+    max_reply_mb: float = Field(
+        default=64.0,
+        gt=0,
+        description="Largest reply body of a served backend in MiB, after gzip/deflate decoding; a longer "
+        "one is refused as it streams in (not retried).",
+    )
+    max_image_pixels: int = Field(
+        default=4096 * 4096,
+        ge=1,
+        description="Largest image (width x height) a served generator may return, read from its header "
+        "before decoding; a larger one is refused (not retried).",
+    )
 
 
 class PromptOptions(_Section):
@@ -235,6 +248,12 @@ class PipelineConfig(_Section):
     )
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
+
+    @field_serializer("planner", "critic", "generator", "judge", when_used="json")
+    def _recorded_spec(self, spec: str | None) -> str | None:
+        """Specs as every JSON record of the settings holds them (a batch's manifest, an evaluation's
+        settings): the credentials of their URLs as ``***``."""
+        return None if spec is None else redact_spec(spec)
 
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:

@@ -21,6 +21,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.eval.judging import JudgeClient
 from interleave_thinker.eval.prompts import PromptSet, Repo
 
@@ -57,7 +58,7 @@ def judge_metadata(protocol: str, spec: str, model_id: str) -> dict[str, Any]:
     official = OFFICIAL_JUDGES[protocol]
     is_official = model_id == official or model_id.rsplit("/", 1)[-1] == official
     meta: dict[str, Any] = {
-        "spec": spec,
+        "spec": redact_spec(spec),  # run.json and summary.json: no URL credentials
         "model": model_id,
         "official_model": official,
         "official": is_official,
