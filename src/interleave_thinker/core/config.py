@@ -140,7 +140,10 @@ class RemoteOptions(_Section):
     )
     backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay, seconds.")
     deadline: float | None = Field(
-        default=None, gt=0, description="Total seconds per call, retries included."
+        default=None,
+        gt=0,
+        description="Total seconds per call, retries included; every read and write stops at it, even from a "
+        "server that sends one byte at a time.",
     )
     concurrency: int = Field(
         default=8,
