@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from interleave_thinker.backends.remote import EndpointPool, split_credentials
+from interleave_thinker.backends.remote import EndpointPool
+from interleave_thinker.backends.secrets import split_credentials
 from interleave_thinker.core.redact import redact_credentials, redact_spec
 from interleave_thinker.eval.scoring import judge_metadata
 from interleave_thinker.testing.doubles import scripted_models

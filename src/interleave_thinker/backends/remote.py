@@ -10,7 +10,6 @@ are a :class:`interleave_thinker.core.green.Semaphore` for the same reason.
 
 from __future__ import annotations
 
-import base64
 import email.utils
 import logging
 import math
@@ -21,13 +20,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from interleave_thinker.backends.bounds import MAX_IMAGE_PIXELS, MAX_REPLY_BYTES, ReplyRefused, deadline_at
 from interleave_thinker.backends.green_transport import GreenClient, GreenTransport
-from interleave_thinker.backends.secrets import header_secrets, leaks, scrub
+from interleave_thinker.backends.secrets import (
+    credential_secrets,
+    header_secrets,
+    leaks,
+    scrub,
+    split_credentials,
+)
 from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -160,30 +164,6 @@ def check_status(response: httpx.Response, *, name: str, detail: str, hint: str 
     raise BackendError(f"{message.rstrip('.')}. {hint}" if hint else message)
 
 
-def split_credentials(url: str) -> tuple[str, str | None]:
-    """``scheme://user:password@host/...`` -> (the URL without its user-info, the ``Authorization:
-    Basic`` value those credentials stand for); (``url``, None) when it has none.
-
-    Why: a URL's user-info would otherwise be shown wherever the URL is (errors, traces, stderr), and
-    aiohttp refuses a URL with credentials beside an ``Authorization`` header. Taken out here, the
-    password is only a header value, which every error is scrubbed of.
-
-    >>> split_credentials("http://alice:pa%40ss@10.0.0.2:8000/v1")
-    ('http://10.0.0.2:8000/v1', 'Basic YWxpY2U6cGFAc3M=')
-    """
-    if "://" not in url or "@" not in url:
-        return url, None
-    try:
-        parts = urlsplit(url)
-        if parts.username is None and parts.password is None:
-            return url, None
-    except ValueError:
-        return url, None
-    clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-    return clean, "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
-
-
 class EndpointPool:
     """Round-robin over base URLs, skipping one that failed recently until its cooldown has passed, and
     one that has all its ``slots`` (calls in flight at most, per endpoint, from a pool file's
@@ -311,9 +291,7 @@ class RemoteCaller:
         self.concurrency = min(concurrency, pool.capacity or concurrency)
         self._slots = green.Semaphore(self.concurrency)
         self._sleep = sleep
-        url_secrets = [s for v in pool.credentials.values() for s in header_secrets({"Authorization": v})]
-        url_secrets += [p for p in map(_password, pool.credentials.values()) if len(p) >= 4]
-        self._header_secrets = header_secrets(headers) + url_secrets
+        self._header_secrets = header_secrets(headers) + credential_secrets(pool.credentials.values())
         self._secrets = secrets
 
     def resize(self, concurrency: int) -> None:
@@ -410,8 +388,3 @@ class RemoteCaller:
 
     def close(self) -> None:
         self.client.close()
-
-
-def _password(authorization: str) -> str:
-    """The password inside a ``Basic`` value made by :func:`split_credentials` (scrubbed on its own too)."""
-    return base64.b64decode(authorization.partition(" ")[2]).decode("utf-8").partition(":")[2]

@@ -140,10 +140,7 @@ class RemoteOptions(_Section):
     )
     backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay, seconds.")
     deadline: float | None = Field(
-        default=None,
-        gt=0,
-        description="Total seconds per call, retries included; every read and write stops at it, even from a "
-        "server that sends one byte at a time.",
+        default=None, gt=0, description="Total seconds per call, retries and a dripping reply included."
     )
     concurrency: int = Field(
         default=8,
@@ -160,16 +157,10 @@ class RemoteOptions(_Section):
         "GEMINI_API_KEY).",
     )
     max_reply_mb: float = Field(
-        default=64.0,
-        gt=0,
-        description="Largest reply body of a served backend in MiB, after gzip/deflate decoding; a longer "
-        "one is refused as it streams in (not retried).",
+        default=64.0, gt=0, description="Largest reply of a served backend in MiB (after gzip), cut early."
     )
     max_image_pixels: int = Field(
-        default=4096 * 4096,
-        ge=1,
-        description="Largest image (width x height) a served generator may return, read from its header "
-        "before decoding; a larger one is refused (not retried).",
+        default=4096 * 4096, ge=1, description="Largest reply image (width x height), read before decoding."
     )
 
 
@@ -254,8 +245,7 @@ class PipelineConfig(_Section):
 
     @field_serializer("planner", "critic", "generator", "judge", when_used="json")
     def _recorded_spec(self, spec: str | None) -> str | None:
-        """Specs as every JSON record of the settings holds them (a batch's manifest, an evaluation's
-        settings): the credentials of their URLs as ``***``."""
+        """Specs as JSON records of the settings hold them: URL credentials as ``***``."""
         return None if spec is None else redact_spec(spec)
 
     @model_validator(mode="after")
