@@ -11,14 +11,22 @@ import base64
 import binascii
 import io
 import threading
+import warnings
 import weakref
 
 from PIL import Image
 
+from interleave_thinker.backends.bounds import MAX_IMAGE_PIXELS
 from interleave_thinker.core import green
 
 MAX_REPLY_CHARS = 256 * 1024 * 1024
 """A base64 image longer than this is refused before decoding (a 4096² PNG is far below it)."""
+
+
+class ImageTooLarge(ValueError):
+    """A reply image whose header declares more pixels than allowed (a decompression bomb: a 17 KB PNG
+    can declare 12000², 432 MB once decoded); raised before its pixels are decoded."""
+
 
 _DECODE_ERRORS = (binascii.Error, Image.DecompressionBombError, OSError, ValueError, SyntaxError)
 
@@ -108,16 +116,17 @@ CODEC_THREADS = 2
 _codecs = green.lazy_pool(CODEC_THREADS, "image-codec")
 
 
-def decode_image(raw: bytes) -> Image.Image:
-    """PNG/JPEG/WebP bytes -> a loaded RGB image; ``ValueError`` naming the cause when they are not one.
+def decode_image(raw: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+    """PNG/JPEG/WebP bytes -> a loaded RGB image; ``ValueError`` naming the cause when they are not one,
+    :class:`ImageTooLarge` when the header declares more than ``max_pixels`` (nothing decoded then).
 
     A reply that is a plain RGB PNG (:func:`plain_rgb_png`) is kept as the image's encoding, so writing
     it to ``images/``, sending it to the critic and uploading it for the next edit encode nothing: at
     1024² one PNG encode is 0.1-0.3 s of CPU, more than everything else a batch does per call. A
     large reply is decoded off the batch's loop (:data:`OFF_LOOP_PIXELS`)."""
     if _worth_a_thread(raw[:24], len(raw)):
-        return green.call_blocking(_codecs, lambda: _decode(raw))
-    return _decode(raw)
+        return green.call_blocking(_codecs, lambda: _decode(raw, max_pixels))
+    return _decode(raw, max_pixels)
 
 
 def _worth_a_thread(head: bytes, size: int) -> bool:
@@ -128,12 +137,25 @@ def _worth_a_thread(head: bytes, size: int) -> bool:
     return size >= OFF_LOOP_BYTES
 
 
-def _decode(raw: bytes) -> Image.Image:
+def _decode(raw: bytes, max_pixels: int) -> Image.Image:
     try:
-        with Image.open(io.BytesIO(raw)) as opened:
+        with warnings.catch_warnings():  # PIL's own bomb warning: our bound below is the stricter one
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            opening = Image.open(io.BytesIO(raw))  # lazy: the header only
+        with opening as opened:
+            width, height = opened.size
+            if width * height > max_pixels:
+                raise ImageTooLarge(
+                    f"the image is {width}x{height} = {width * height} pixels, over the limit of "
+                    f"{max_pixels} (remote.max_image_pixels); ask for a smaller size or raise the limit"
+                )
             opened.load()
             # convert() copies even an RGB image (a copy per generator reply, for nothing)
             image = opened if opened.mode == "RGB" else opened.convert("RGB")
+    except ImageTooLarge:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLarge(f"the image is a decompression bomb ({exc})") from None
     except _DECODE_ERRORS as exc:
         raise ValueError(f"{type(exc).__name__}: {exc}") from exc
     if image is opened and plain_rgb_png(raw):
@@ -172,14 +194,16 @@ def plain_rgb_png(raw: bytes) -> bool:
     return seen_iend and at == len(raw)
 
 
-def decode_base64_image(data: str, max_chars: int = MAX_REPLY_CHARS) -> Image.Image:
+def decode_base64_image(
+    data: str, max_chars: int = MAX_REPLY_CHARS, max_pixels: int = MAX_IMAGE_PIXELS
+) -> Image.Image:
     """Base64 text of an image -> a loaded RGB image; ``ValueError`` when too long, not base64 or not
-    an image."""
+    an image, :class:`ImageTooLarge` over ``max_pixels`` (see :func:`decode_image`)."""
     if len(data) > max_chars:
         raise ValueError(f"{len(data)} base64 characters, over the limit of {max_chars}")
     if _worth_a_thread(_head(data), len(data) * 3 // 4):  # the base64 step goes too: a few ms per MB
-        return green.call_blocking(_codecs, lambda: _decode(_from_base64(data)))
-    return _decode(_from_base64(data))
+        return green.call_blocking(_codecs, lambda: _decode(_from_base64(data), max_pixels))
+    return _decode(_from_base64(data), max_pixels)
 
 
 def _head(data: str) -> bytes:

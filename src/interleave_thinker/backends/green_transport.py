@@ -19,16 +19,25 @@ flight; ``benchmarks/bench_scheduler.py`` shows the batch-level figures, docs/no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ssl
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import httpcore
 import httpx
 
+from interleave_thinker.backends.bounds import (
+    MAX_REPLY_BYTES,
+    BoundedBody,
+    DeadlineBackend,
+    decoded_headers,
+    time_left,
+)
 from interleave_thinker.core.green import at_loop_end, await_only, in_green
 
 if TYPE_CHECKING:
@@ -79,6 +88,11 @@ def _translated(request: httpx.Request) -> Iterator[None]:
         raise httpx.ReadError(f"{type(exc).__name__}: {exc}", request=request) from exc
 
 
+def _where(request: httpx.Request) -> str:
+    """The request's URL as errors show it: without user-info or query."""
+    return str(request.url.copy_with(query=None, userinfo=b""))
+
+
 class _Shared:
     """One event loop's ``aiohttp`` session for every transport with the same connection settings, and
     the transports using it (each keeps the session in its own cache, emptied when the session closes)."""
@@ -108,24 +122,60 @@ class GreenTransport(httpx.BaseTransport):
     """``httpx.HTTPTransport`` for threads; an awaited ``aiohttp`` pool per event loop inside greenlets.
     ``limits.max_connections`` bounds both (None: unbounded, the caller's slots are the bound).
 
+    On both paths a reply body is read here, whole, through :class:`~.bounds.BoundedBody` (cut past
+    ``max_reply_bytes``, gzip and deflate decoded within the same bound), and within the call's deadline
+    (:func:`~.bounds.time_left`): on the thread path every socket read and write is clamped to it
+    (:class:`~.bounds.DeadlineBackend`), on the loop path the whole exchange is awaited within it.
+
     Every transport with the same limits shares its loop's pool, so a batch request whose planner,
     generator and critic live on one server (or whose planner and critic share a vLLM) keeps one
     connection from call to call: with a pool per backend, the 1,024-request scale row opened 2,600-2,900
     connections instead of 1,024, each costing the client and the server a connect, and an idle one
     expired while the request waited on another backend (``benchmarks/bench_scheduler.py``)."""
 
-    def __init__(self, limits: httpx.Limits) -> None:
+    def __init__(self, limits: httpx.Limits, *, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         self._limits = limits
+        self.max_reply_bytes = max_reply_bytes
         self._sync = httpx.HTTPTransport(limits=limits, verify=_tls())
+        # The same pool httpx builds, with sockets that keep the call's deadline (httpx takes no
+        # network backend; httpcore's ConnectionPool does).
+        self._sync._pool = httpcore.ConnectionPool(
+            ssl_context=_tls(),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=DeadlineBackend(),
+        )
         self._by_loop: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if not in_green():
-            return self._sync.handle_request(request)
-        return await_only(self._send(request))
+            return self._bounded(request, self._sync.handle_request(request))
+        return await_only(self._send(request, time_left()))
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
-        """The reply with its raw (still encoded) body read, as the sync client expects to decode it."""
+    def _bounded(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        """The thread path's reply with its body read through :class:`BoundedBody`."""
+        try:
+            body = BoundedBody(
+                _where(request),
+                response.headers.get("content-encoding", ""),
+                self.max_reply_bytes,
+                response.headers.get("content-length"),
+            )
+            for chunk in response.iter_raw():  # as sent: BoundedBody decodes within its bound
+                body.feed(chunk)
+            data = body.result()
+        finally:
+            response.close()
+        return httpx.Response(
+            response.status_code,
+            headers=decoded_headers(response.headers.raw, len(data)),
+            stream=httpx.ByteStream(data),
+            extensions=response.extensions,
+        )
+
+    async def _send(self, request: httpx.Request, left: float | None) -> httpx.Response:
+        """The reply with its body read and decoded within the bounds, all within ``left`` seconds."""
         import yarl
 
         body = request.read()  # one buffer: a multipart body streamed part by part cost a write per part
@@ -135,20 +185,32 @@ class GreenTransport(httpx.BaseTransport):
             if k.lower().decode("latin-1") not in DROPPED_HEADERS
         ]
         session = self._for_running_loop()
+        within = asyncio.timeout(max(left, 0.0)) if left is not None else contextlib.nullcontext()
         with _translated(request):
-            async with session.request(
-                request.method,
-                yarl.URL(str(request.url), encoded=True),
-                data=body or None,
-                headers=headers,
-                timeout=_timeouts(request),
-                allow_redirects=False,
-            ) as reply:
-                raw = await reply.read()
+            async with (
+                within,
+                session.request(
+                    request.method,
+                    yarl.URL(str(request.url), encoded=True),
+                    data=body or None,
+                    headers=headers,
+                    timeout=_timeouts(request),
+                    allow_redirects=False,
+                ) as reply,
+            ):
+                bounded = BoundedBody(
+                    _where(request),
+                    reply.headers.get("Content-Encoding", ""),
+                    self.max_reply_bytes,
+                    reply.headers.get("Content-Length"),
+                )
+                async for chunk in reply.content.iter_any():
+                    bounded.feed(chunk)
+                raw = bounded.result()
                 status, reason, reply_headers = reply.status, reply.reason or "", reply.raw_headers
         return httpx.Response(
             status,
-            headers=list(reply_headers),
+            headers=decoded_headers(reply_headers, len(raw)),
             stream=httpx.ByteStream(raw),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode("ascii", "replace")},
         )
@@ -225,7 +287,21 @@ class GreenClient(httpx.Client):
     cost 0.06-0.12 ms of the loop thread's CPU per backend call, a sixth to a quarter of the whole HTTP
     path (``benchmarks/bench_http_layers.py``), and the served backends use none of it: they send no auth
     flow, follow no redirects, set no cookies. Outside a greenlet, and for any call that asks for one
-    of those (a stream, an auth, redirects), this is httpx's own ``send``."""
+    of those (a stream, an auth, redirects), this is httpx's own ``send``.
+
+    ``endpoint_auth`` maps base URLs to the ``Authorization`` value every request under them carries
+    (the credentials a user wrote in an endpoint URL, taken out of it by the endpoint pool)."""
+
+    def __init__(self, *, endpoint_auth: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.endpoint_auth = dict(endpoint_auth or {})
+
+    def _authorize(self, request: httpx.Request) -> None:
+        url = str(request.url)
+        for base, value in self.endpoint_auth.items():
+            if url == base or url.startswith((base + "/", base + "?")):
+                request.headers["Authorization"] = value
+                return
 
     def send(
         self,
@@ -235,6 +311,8 @@ class GreenClient(httpx.Client):
         auth: Any = httpx.USE_CLIENT_DEFAULT,
         follow_redirects: Any = httpx.USE_CLIENT_DEFAULT,
     ) -> httpx.Response:
+        if self.endpoint_auth:
+            self._authorize(request)
         redirects = (
             self.follow_redirects if follow_redirects is httpx.USE_CLIENT_DEFAULT else follow_redirects
         )

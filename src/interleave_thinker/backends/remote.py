@@ -23,8 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from interleave_thinker.backends.bounds import MAX_IMAGE_PIXELS, MAX_REPLY_BYTES, ReplyRefused, deadline_at
 from interleave_thinker.backends.green_transport import GreenClient, GreenTransport
-from interleave_thinker.backends.secrets import header_secrets, leaks, scrub
+from interleave_thinker.backends.secrets import (
+    credential_secrets,
+    header_secrets,
+    leaks,
+    scrub,
+    split_credentials,
+)
 from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -45,7 +52,7 @@ encoding, a busy client): without it, the last try of a loaded client was cut by
 
 @dataclass(frozen=True)
 class RetrySettings:
-    """How hard a served backend tries before giving up."""
+    """How hard a served backend tries before giving up, and how much of a reply it takes in."""
 
     max_retries: int = 4
     backoff_base: float = 0.5
@@ -54,16 +61,22 @@ class RetrySettings:
     timeout: float = 300.0
     deadline: float | None = None
     max_retry_after: float = MAX_RETRY_AFTER
+    max_reply_bytes: int = MAX_REPLY_BYTES
+    """A reply body (after its content-encoding) longer than this is refused while it streams in."""
+    max_image_pixels: int = MAX_IMAGE_PIXELS
+    """A reply image whose header declares more pixels is refused before it is decoded."""
 
     @classmethod
     def from_options(cls, options: RemoteOptions) -> RetrySettings:
-        """The retry half of the user's ``remote`` config section."""
+        """The transport half of the user's ``remote`` config section."""
         return cls(
             max_retries=options.max_retries,
             backoff_base=options.backoff_base,
             backoff_max=options.backoff_max,
             timeout=options.timeout,
             deadline=options.deadline,
+            max_reply_bytes=int(options.max_reply_mb * 1024 * 1024),
+            max_image_pixels=options.max_image_pixels,
         )
 
     @property
@@ -139,10 +152,12 @@ def is_retryable_status(status: int) -> bool:
 def check_status(response: httpx.Response, *, name: str, detail: str, hint: str = "") -> None:
     """Classify one HTTP reply: below 400 passes; a retryable status raises :class:`RetryableError`
     (with the server's ``Retry-After``); any other error raises :class:`BackendError` naming the URL.
-    ``detail`` (the server's own message) must already be scrubbed and bounded; ``hint`` says the fix."""
+    ``detail`` (the server's own message) must already be scrubbed and bounded; ``hint`` says the fix.
+    It is made printable here, whichever dialect read it (no control characters, no lone surrogates)."""
     status = response.status_code
     if status < 400:
         return
+    detail = _printable(detail)
     if is_retryable_status(status):
         raise RetryableError(f"HTTP {status}: {detail}", parse_retry_after(response))
     message = f"{name}: HTTP {status} from {response.request.url}: {detail}"
@@ -152,7 +167,11 @@ def check_status(response: httpx.Response, *, name: str, detail: str, hint: str 
 class EndpointPool:
     """Round-robin over base URLs, skipping one that failed recently until its cooldown has passed, and
     one that has all its ``slots`` (calls in flight at most, per endpoint, from a pool file's
-    ``slots=N``) taken. :meth:`pick` counts the call in flight there; :meth:`release` ends it."""
+    ``slots=N``) taken. :meth:`pick` counts the call in flight there; :meth:`release` ends it.
+
+    A URL's user-info (``http://user:password@host``) is taken out (:func:`split_credentials`): the
+    pool's URLs are shown in errors, and ``credentials`` holds the ``Authorization`` value sent to each
+    such endpoint instead of any other (as httpx does with credentials in a URL)."""
 
     def __init__(
         self,
@@ -164,8 +183,10 @@ class EndpointPool:
     ) -> None:
         if not urls:
             raise ConfigError("An endpoint pool needs at least one URL.")
-        self.urls = [u.rstrip("/") for u in urls]
-        self.slots = {u.rstrip("/"): n for u, n in (slots or {}).items()}
+        split = [split_credentials(u.rstrip("/")) for u in urls]
+        self.urls = [url for url, _ in split]
+        self.credentials = {url: auth for url, auth in split if auth is not None}
+        self.slots = {split_credentials(u.rstrip("/"))[0]: n for u, n in (slots or {}).items()}
         unknown = sorted(set(self.slots) - set(self.urls))
         if unknown or any(n < 1 for n in self.slots.values()):
             raise ConfigError(f"Endpoint slots {self.slots} must be >= 1 and name endpoints of the pool.")
@@ -259,13 +280,18 @@ class RemoteCaller:
         # Unbounded connection pool: the slots bound calls in flight, so httpx's default cap of 100
         # connections (20 kept alive) would only be a second, hidden limit under a larger concurrency.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        # Only the encodings whose decoded size the transport bounds (httpx adds br and zstd when
+        # their packages are installed).
         self.client = GreenClient(
-            timeout=self.retry.timeout, headers=headers or {}, transport=GreenTransport(limits)
+            timeout=self.retry.timeout,
+            headers={"Accept-Encoding": "gzip, deflate", **(headers or {})},
+            transport=GreenTransport(limits, max_reply_bytes=self.retry.max_reply_bytes),
+            endpoint_auth=pool.credentials,
         )
         self.concurrency = min(concurrency, pool.capacity or concurrency)
         self._slots = green.Semaphore(self.concurrency)
         self._sleep = sleep
-        self._header_secrets = header_secrets(headers)
+        self._header_secrets = header_secrets(headers) + credential_secrets(pool.credentials.values())
         self._secrets = secrets
 
     def resize(self, concurrency: int) -> None:
@@ -305,6 +331,15 @@ class RemoteCaller:
     def _call(self, request: Callable[[httpx.Client, str, float], Any]) -> Any:
         start = time.monotonic()
         deadline = self.retry.total_deadline
+        with deadline_at(start + deadline):  # every read and write of the call stops there
+            try:
+                return self._tries(request, start, deadline)
+            except ReplyRefused as exc:
+                raise BackendError(f"{self.name}: {exc}") from None
+
+    def _tries(
+        self, request: Callable[[httpx.Client, str, float], Any], start: float, deadline: float
+    ) -> Any:
         problems: list[str] = []
         last: BaseException | None = None
         for attempt in range(self.retry.max_retries + 1):

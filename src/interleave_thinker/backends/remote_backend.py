@@ -26,6 +26,7 @@ from interleave_thinker.backends.remote import (
 )
 from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.core.redact import redact_credentials
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import RemoteOptions
@@ -111,7 +112,9 @@ class RemoteBackend(Closeable):
         slots: Mapping[str, int] | None = None,
     ) -> RemoteCaller:
         """The pool and the caller; every error it raises is scrubbed of the values of ``key_envs``.
-        ``slots`` (per endpoint) cap each endpoint, and their sum the whole pool."""
+        ``slots`` (per endpoint) cap each endpoint, and their sum the whole pool. The backend's ``name``
+        (shown in every error and, failing a spec, recorded) loses the credentials of its URLs here."""
+        self.name = redact_credentials(self.name)
         self.pool = EndpointPool(list(urls), cooldown=cooldown, slots=slots)
         self.caller = RemoteCaller(
             self.name,

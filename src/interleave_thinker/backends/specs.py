@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.redact import redact_spec
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
@@ -160,9 +161,10 @@ B = TypeVar("B")
 
 def with_spec(backend: B, spec: str) -> B:
     """Mark ``backend`` with the spec it was loaded from, which traces record (``tiny:critic``, not the
-    folder it resolves to); a loader that delegates to another spec is marked with the outer one."""
+    folder it resolves to); a loader that delegates to another spec is marked with the outer one.
+    Credentials in its URLs are recorded as ``***`` (:func:`~interleave_thinker.core.redact.redact_spec`)."""
     with contextlib.suppress(AttributeError):  # a class refusing new attributes is described by its name
-        backend.spec = spec  # type: ignore[attr-defined]
+        backend.spec = redact_spec(spec)  # type: ignore[attr-defined]
     return backend
 
 

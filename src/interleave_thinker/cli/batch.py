@@ -168,7 +168,8 @@ def _run_batch(
         done = f"requests (ok {counts['succeeded']}, failed {counts['failed']}) calls {calls}"
         progress.update(task, advance=1, description=done)
         if quiet:
-            logger.warning("request %s %s", request_id, status)
+            level = logging.INFO if status == "succeeded" else logging.WARNING  # only failures shown
+            logger.log(level, "request %s %s", request_id, status)
 
     runner.on_done = on_done
     try:

@@ -122,7 +122,8 @@ def _run(
     def on_done(request_id: str, status: str) -> None:
         progress.update(task, advance=1, description=f"requests (last: {status})")
         if quiet:
-            logger.warning("request %s %s", request_id, status)
+            level = logging.INFO if status == "succeeded" else logging.WARNING  # only failures shown
+            logger.log(level, "request %s %s", request_id, status)
 
     with progress:
         summary = run.run(on_done)

@@ -63,7 +63,8 @@ def _run_with_progress(
         ok, failed = counts["succeeded"], counts["failed"]
         progress.update(task, advance=1, description=f"items (ok {ok}, failed {failed})")
         if quiet:
-            logger.warning("item %s %s", item_id, status)
+            level = logging.INFO if status == "succeeded" else logging.WARNING  # only failures shown
+            logger.log(level, "item %s %s", item_id, status)
 
     with progress:
         return execute(run, store, pipeline, settings, on_done)

@@ -39,6 +39,7 @@ from interleave_thinker.core.errors import (
     ModelNotFoundError,
     TemplateError,
 )
+from interleave_thinker.core.redact import redact_credentials
 
 app = typer.Typer(
     name="interleave-thinker",
@@ -196,8 +197,15 @@ def quiet_libraries() -> None:
 
 
 def print_error(message: str) -> None:
-    """``error: MESSAGE`` on stderr; the message is literal text (a path or reply may hold ``[...]``)."""
-    console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
+    """``error: MESSAGE`` on stderr; the message is literal text (a path or reply may hold ``[...]``),
+    the credentials of any URL in it shown as ``***``."""
+    console.print(Text.assemble(("error:", "red"), " ", redact_credentials(message)), soft_wrap=True)
+
+
+def _redacted(record: logging.LogRecord) -> bool:
+    """A log line as stderr shows it: the credentials of any URL in it as ``***``."""
+    record.msg, record.args = redact_credentials(record.getMessage()), None
+    return True
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -206,6 +214,8 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_redacted)
     quiet_libraries()
     # Replies are read with ast.literal_eval; a model's "\d" must not print a SyntaxWarning on stderr
     # (a DeprecationWarning before Python 3.12).

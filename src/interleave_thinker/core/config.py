@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.redact import redact_spec
 
 if TYPE_CHECKING:
     from interleave_thinker.core.prompt_store import TemplateStore
@@ -155,7 +156,7 @@ class RemoteOptions(_Section):
     )
     backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay, seconds.")
     deadline: float | None = Field(
-        default=None, gt=0, description="Total seconds per call, retries included."
+        default=None, gt=0, description="Total seconds per call, retries and a dripping reply included."
     )
     concurrency: int = Field(
         default=8,
@@ -170,6 +171,12 @@ class RemoteOptions(_Section):
         default=None,
         description="Environment variable holding the API key (default: the service's own, e.g. OPENAI_API_KEY, "
         "GEMINI_API_KEY).",
+    )
+    max_reply_mb: float = Field(
+        default=64.0, gt=0, description="Largest reply of a served backend in MiB (after gzip), cut early."
+    )
+    max_image_pixels: int = Field(
+        default=4096 * 4096, ge=1, description="Largest reply image (width x height), read before decoding."
     )
 
 
@@ -277,6 +284,11 @@ class PipelineConfig(_Section):
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
     eval: EvalOptions = Field(default_factory=EvalOptions)
+
+    @field_serializer("planner", "critic", "generator", "judge", when_used="json")
+    def _recorded_spec(self, spec: str | None) -> str | None:
+        """Specs as JSON records of the settings hold them: URL credentials as ``***``."""
+        return None if spec is None else redact_spec(spec)
 
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:

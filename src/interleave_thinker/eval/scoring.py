@@ -22,6 +22,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.paths import write_atomic
+from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.eval.judging import RUN_BUDGET, JudgeClient
 from interleave_thinker.eval.outputs import reason
@@ -61,7 +62,7 @@ def judge_metadata(official: str | None, spec: str, model_id: str) -> dict[str, 
     judge. A matching name is recorded as a matching *name*: nothing here checks which model answered."""
     matches = official is not None and (model_id == official or model_id.rsplit("/", 1)[-1] == official)
     meta: dict[str, Any] = {
-        "spec": spec,
+        "spec": redact_spec(spec),  # run.json and summary.json: no URL credentials
         "model": model_id,
         "official_model": official,
         "name_matches_official": matches,

@@ -191,6 +191,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _failed(request: Request, exc: BackendError) -> JSONResponse:
         return _error(500, str(exc), "server_error")
 
+    @app.exception_handler(Exception)
+    async def _crashed(request: Request, exc: Exception) -> JSONResponse:
+        """Anything else (a tokenizer's TypeError...) in the same shape, not Starlette's text/plain."""
+        return _error(500, f"The model failed: {type(exc).__name__}: {str(exc)[:300]}", "server_error")
+
 
 async def _run_while_connected(gate: CallGate, call: Any, request: Request) -> str | None:
     """``call`` in a worker thread, one at a time; a client that disconnects (or a server shutting
@@ -216,10 +221,10 @@ def to_project_messages(messages: list[ChatMessage], max_pixels: int = VLMLimits
         content = message.content
         parts: list[dict[str, Any]] = []
         if isinstance(content, str):
-            parts.append({"type": "text", "text": content})
+            parts.append({"type": "text", "text": _text(content, f"messages[{index}].content")})
         for part in content if isinstance(content, list) else []:
             if part.type == "text":
-                parts.append({"type": "text", "text": part.text or ""})
+                parts.append({"type": "text", "text": _text(part.text or "", f"messages[{index}].content")})
             elif part.type == "image_url" and part.image_url is not None:
                 url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
                 image = decode_data_url(url, where=f"messages[{index}]", max_pixels=max_pixels)
@@ -232,6 +237,19 @@ def to_project_messages(messages: list[ChatMessage], max_pixels: int = VLMLimits
         role = "system" if message.role == "developer" else message.role  # OpenAI's newer name for it
         result.append({"role": role, "content": parts})
     return result
+
+
+def _text(value: str, where: str) -> str:
+    """``value``, or a 400 when it holds a lone UTF-16 surrogate (a cut-off emoji escaped in JSON as
+    ``\\ud83d``): no tokenizer takes it. The message does not quote the text."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(
+            f"{where}: a lone surrogate (U+{ord(value[exc.start]):04X} at character {exc.start}) is not "
+            "text; send valid UTF-8 (a whole emoji, or none)."
+        ) from None
+    return value
 
 
 def decode_data_url(
@@ -302,7 +320,9 @@ def _too_large(size: int, limits: VLMLimits) -> JSONResponse:
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
-    """OpenAI's error shape, so OpenAI clients (and ours) show the message."""
+    """OpenAI's error shape, so OpenAI clients (and ours) show the message (made encodable: it may
+    quote a request's own text)."""
+    message = message.encode("utf-8", "replace").decode("utf-8")
     return JSONResponse(
         status_code=status, content={"error": {"message": message, "type": kind, "code": status}}
     )

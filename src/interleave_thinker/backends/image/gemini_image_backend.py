@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 
 from interleave_thinker.backends._images import fit_to_size
-from interleave_thinker.backends.encoding import decode_image, png_bytes
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.remote import RetrySettings
@@ -200,8 +200,18 @@ class GeminiImageBackend(PooledImageBackend):
         )
 
     def _decode(self, data: bytes, mime_type: str | None) -> Image.Image:
+        """The reply's image within the bounds of ``remote``: the SDK reads replies whole, so their bytes
+        are checked here, after the fact; the pixels from the header, before decoding."""
+        limit = self.retry.max_reply_bytes
+        if len(data) > limit:
+            raise BackendError(
+                f"{self.name}: the returned image has {len(data)} bytes, over the limit of {limit} "
+                f"(remote.max_reply_mb = {limit / 2**20:g}); raise remote.max_reply_mb."
+            )
         try:
-            return decode_image(data)
+            return decode_image(data, max_pixels=self.retry.max_image_pixels)
+        except ImageTooLarge as exc:
+            raise BackendError(f"{self.name}: the returned {mime_type or 'image'}: {exc}.") from None
         except ValueError as exc:
             raise BackendError(
                 f"{self.name}: the returned {mime_type or 'image'} cannot be decoded."

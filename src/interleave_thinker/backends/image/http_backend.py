@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
-from interleave_thinker.backends.encoding import decode_base64_image, png_base64
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, png_base64
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import KNOB_PRESETS, preset_knobs
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.remote import RetryableError
 from interleave_thinker.backends.remote_backend import pool_settings
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
@@ -184,6 +184,8 @@ class HTTPImageBackend(PooledImageBackend):
         if not isinstance(edited, str):
             raise RetryableError("reply has no 'edited_image' string")
         try:
-            return decode_base64_image(edited)
+            return decode_base64_image(edited, max_pixels=self.caller.retry.max_image_pixels)
+        except ImageTooLarge as exc:
+            raise BackendError(f"{self.name}: 'edited_image' from {base}/edit: {exc}.") from None
         except ValueError as exc:
             raise RetryableError(f"'edited_image' is not a base64 image ({exc})") from None

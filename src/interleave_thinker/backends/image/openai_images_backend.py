@@ -42,7 +42,7 @@ import httpx
 from PIL import Image
 
 from interleave_thinker.backends._images import fit_to_size
-from interleave_thinker.backends.encoding import decode_image, png_bytes
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.remote import RetrySettings
@@ -224,7 +224,9 @@ class OpenAIImagesBackend(PooledImageBackend):
         else:
             raise BackendError(f"{self.name}: data[0] from {url} has neither b64_json nor url.")
         try:
-            return decode_image(raw)
+            return decode_image(raw, max_pixels=self.caller.retry.max_image_pixels)
+        except ImageTooLarge as exc:
+            raise BackendError(f"{self.name}: the image returned by {url}: {exc}.") from None
         except ValueError as exc:
             raise BackendError(f"{self.name}: the image returned by {url} cannot be decoded.") from exc
 

@@ -53,8 +53,9 @@ def _size(value: Any) -> tuple[int, int] | None:
 
 
 def _only(data: dict[str, Any], key: str, allowed: tuple[Any, ...]) -> None:
+    """400 unless ``key`` is absent or one of ``allowed``, of the same type (``true`` is not ``1``)."""
     value = data.get(key)
-    if value is not None and value not in allowed:
+    if value is not None and not any(type(value) is type(a) and value == a for a in allowed):
         shown = json.dumps(value)[:40] if not isinstance(value, str) else repr(value[:40])
         raise RequestError(
             400, f"'{key}' {shown} is not supported here; use {' or '.join(map(repr, allowed))}."

@@ -23,12 +23,16 @@ DEFAULT_MAX_PROMPT_CHARS = 16_384
 costs seconds and megabytes to handle."""
 SEED_RANGE = (-(2**63), 2**64 - 1)
 """What ``torch.Generator.manual_seed`` accepts."""
+MIN_SIDE = 16
+"""The smallest output side a diffusion pipeline takes: FLUX.2, Qwen-Image and the tiny model need
+sides of at least twice the VAE's scale factor (8), or their first layer gets an empty input."""
 
 
 class RequestError(Exception):
     """A request the service refuses; ``status`` is the HTTP status of the reply."""
 
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        message = message.encode("utf-8", "replace").decode("utf-8")  # it may quote the request's text
         super().__init__(message)
         self.status = status
         self.message = message
@@ -67,6 +71,19 @@ def _number(data: dict[str, Any], keys: tuple[str, ...], kind: type) -> Any:
             raise RequestError(400, f"'{key}' must be finite, got {value}.")
         return float(value)
     return None
+
+
+def check_text(value: str, field: str) -> None:
+    """400 for text no model can take: a lone UTF-16 surrogate (a cut-off emoji, escaped in JSON as
+    ``\\ud83d``) cannot be encoded for a tokenizer. The message does not quote the text."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(
+            400,
+            f"'{field}' holds a lone surrogate (U+{ord(value[exc.start]):04X} at character {exc.start}), "
+            "which is not text; send valid UTF-8 (a whole emoji, or none).",
+        ) from None
 
 
 def image_size(png: bytes, max_pixels: int) -> tuple[int, int]:
@@ -167,15 +184,18 @@ def job_from_fields(
             f"'prompt' has {len(prompt)} characters, over the limit of {max_prompt_chars} "
             "(the service's --max-prompt-chars).",
         )
+    check_text(prompt, "prompt")
     # 2. Optional input image: readable header, bounded size.
     size = image_size(png, max_pixels) if png is not None else (1024, 1024)
     # 3. Knobs.
     width = _number(data, ("width",), int)
     height = _number(data, ("height",), int)
     width, height = (size[0] if width is None else width), (size[1] if height is None else height)
-    if width < 1 or height < 1 or width * height > max_pixels:
+    if width < MIN_SIDE or height < MIN_SIDE or width * height > max_pixels:
         raise RequestError(
-            400, f"Output size {width}x{height} is not allowed: sides >= 1, at most {max_pixels} pixels."
+            400,
+            f"Output size {width}x{height} is not allowed: sides >= {MIN_SIDE}, at most {max_pixels} "
+            "pixels (the service's --max-pixels).",
         )
     seed = _number(data, ("seed",), int) or 0
     if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -31,12 +32,16 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """What to answer: a dict or list is sent as JSON, bytes as they are."""
+    """What to answer: a dict or list is sent as JSON, bytes as they are. Hostile servers: ``drip``
+    sends the whole reply (status line and headers too) one byte every ``drip`` seconds; ``chunks``
+    streams a body of any length with chunked transfer encoding instead of ``body``."""
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
+    drip: float = 0.0
+    chunks: Iterable[bytes] | None = None
 
     def encoded(self) -> bytes:
         return self.body if isinstance(self.body, bytes) else json.dumps(self.body).encode()
@@ -71,6 +76,9 @@ def _handler_class(handle: Handle) -> type[BaseHTTPRequestHandler]:
             if reply is None:
                 self.close_connection = True
                 return
+            if reply.drip or reply.chunks is not None:
+                self._hostile(reply)
+                return
             data = reply.encoded()
             try:
                 self.send_response(reply.status)
@@ -82,6 +90,29 @@ def _handler_class(handle: Handle) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except OSError:  # the client gave up (timeout tests)
                 self.close_connection = True
+
+        def _hostile(self, reply: Reply) -> None:
+            """A dripped or chunk-streamed reply, written by hand; the connection closes after it."""
+            self.close_connection = True
+            head = [f"HTTP/1.1 {reply.status} X", f"Content-Type: {reply.content_type}", "Connection: close"]
+            head += [f"{name}: {value}" for name, value in reply.headers.items()]
+            try:
+                if reply.chunks is not None:
+                    self.wfile.write(
+                        ("\r\n".join([*head, "Transfer-Encoding: chunked"]) + "\r\n\r\n").encode()
+                    )
+                    for chunk in reply.chunks:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                data = reply.encoded()
+                raw = ("\r\n".join([*head, f"Content-Length: {len(data)}"]) + "\r\n\r\n").encode() + data
+                for at in range(len(raw)):
+                    self.wfile.write(raw[at : at + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.drip)
+            except OSError:  # the client gave up: what a hostile server is for
+                pass
 
         do_GET = do_POST = do_PUT = do_DELETE = _serve
 
