@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -48,6 +48,16 @@ REPORT = "report.html"
 
 
 @with_settings(pipeline=True)
+def _protocol(bench: Any, name: str | None) -> Any:
+    """The protocol ``--protocol`` names (default: the benchmark's first), refused when it does not score
+    ``bench``."""
+    chosen = bench.protocols[0] if name is None else benchmarks.find_protocol(name)[1]
+    if chosen not in bench.protocols:
+        names = ", ".join(p.name for p in bench.protocols)
+        raise ConfigError(f"--protocol {chosen.name} does not score {bench.name}; choose {names}.")
+    return chosen
+
+
 def run(
     benchmark: BenchmarkArgument,
     settings: SettingsFlags,
@@ -82,10 +92,7 @@ def run(
     # 1. Everything cheap first: specs, the protocol, the items.
     check_spec("--judge", judge, "vlm")
     bench = benchmarks.get(benchmark.value)
-    chosen = bench.protocols[0] if protocol is None else benchmarks.find_protocol(protocol.value)[1]
-    if chosen not in bench.protocols:
-        names = ", ".join(p.name for p in bench.protocols)
-        raise ConfigError(f"--protocol {chosen.name} does not score {bench.name}; choose {names}.")
+    chosen = _protocol(bench, protocol.value if protocol else None)
     chosen.prompts()  # judge prompts that cannot be had stop the run now, not after hours of generation
     cfg = settings.resolve()
     selected = split_ids(ids)

@@ -152,8 +152,7 @@ def _run_locked(
     transport: JudgeTransport | None,
     on_scored: ScoredHook | None,
 ) -> dict[str, Any]:
-    items = selection.items
-    attempts = options.judge_attempts or protocol.attempts
+    items, attempts = selection.items, options.judge_attempts or protocol.attempts
     transport = transport or load_transport(options.judge, options.judge_concurrency, options.backend_options)
     client = JudgeClient(
         transport,
@@ -198,8 +197,7 @@ def _run_locked(
             on_scored,
             scorer.digest,
         )
-        order = [item.id for item in items]
-        wanted = set(order)
+        wanted = set(order := [item.id for item in items])
         rows = [row for key, row in folder.done().items() if key in wanted]
         summary = {**scorer.summarize(rows), "slice": selection.record()}
         return folder.write_summary(summary, client, order, rescored)
