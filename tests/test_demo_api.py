@@ -122,7 +122,9 @@ def test_refusals_come_before_the_queue_while_another_visitor_is_served(
         refusals = {
             "files": (
                 ("<image> next", [handle_file(str(bomb))]),
-                BOMB_MESSAGE.format(name="bomb.png", what="11000x11000 pixels"),
+                BOMB_MESSAGE.format(
+                    name="bomb.png", what="is 11000x11000 = 121000000 pixels, over the limit of 16777216"
+                ),
             ),
             "text": (
                 ("x" * 2**20, []),

@@ -188,7 +188,9 @@ def test_browser_shows_a_refused_upload_at_its_field(browser: Any, tmp_path: Pat
         submit(page, "<image> what next", [bomb_png(tmp_path / "bomb.png", 11000)])
         refusal = page.locator("#it-files .validation-error")
         refusal.wait_for(timeout=30_000)
-        assert refusal.inner_text().strip() == BOMB_MESSAGE.format(name="bomb.png", what="11000x11000 pixels")
+        assert refusal.inner_text().strip() == BOMB_MESSAGE.format(
+            name="bomb.png", what="is 11000x11000 = 121000000 pixels, over the limit of 16777216"
+        )
         assert page.locator('[data-ev="final"]').count() == 0
         page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)
         clear = page.locator("#it-files button[aria-label='Clear']")

@@ -202,7 +202,7 @@ def test_hostile_ueval_items_fail_alone_through_the_cli(tmp_path: Path) -> None:
         reasons = {entry["id"]: entry["reason"] for entry in summary["failed_items"]}
         assert "notes.png: is not a readable image" in reasons["2"]
         assert (
-            "bomb.png: is 12000x12000 pixels, over the limit of 16777216 (eval.max_image_pixels)"
+            "bomb.png: is 12000x12000 = 144000000 pixels, over the limit of 16777216 (eval.max_image_pixels)"
             in reasons["3"]
         )
         assert "item 4: text_rubrics: must be a list of rubrics" in reasons["4"] and "got int" in reasons["4"]

@@ -22,11 +22,10 @@ from typing import Any
 import httpcore
 
 from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS as MAX_IMAGE_PIXELS  # remote.max_image_pixels
 
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 """Default ``remote.max_reply_mb`` (64): a 4096² generated image in base64 JSON is far below it."""
-MAX_IMAGE_PIXELS = 4096 * 4096
-"""Default ``remote.max_image_pixels``: the ``serve generator --max-pixels`` default, about 50 MB of RGB."""
 
 
 class ReplyRefused(BackendError):

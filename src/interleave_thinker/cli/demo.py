@@ -11,8 +11,9 @@ from rich.console import Console
 
 from interleave_thinker.cli.options import SettingsFlags, quiet_diffusers, with_settings
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 
-DEFAULT_MAX_PIXELS = 4096 * 4096
+DEFAULT_MAX_PIXELS = MAX_IMAGE_PIXELS
 """As ``DemoOptions.max_upload_pixels`` (the ui package imports Gradio, so it is not imported here)."""
 DEFAULT_MAX_PROMPT_CHARS = 4000
 """As ``DemoOptions.max_prompt_chars``."""

@@ -12,6 +12,7 @@ from interleave_thinker.cli import serve_options as shared
 from interleave_thinker.cli.options import SettingsFlags, with_settings
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 
 
 @with_settings()
@@ -42,7 +43,7 @@ def command(
         str | None, typer.Option(help="Require 'Authorization: Bearer $NAME' on every route but /health.")
     ] = None,
     max_body_mb: shared.MaxBodyOption = 20.0,
-    max_pixels: shared.MaxPixelsOption = 4096 * 4096,
+    max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
     max_prompt_chars: Annotated[
         int, typer.Option(min=1, help="Longest prompt in characters; longer: 400.")
     ] = 16_384,

@@ -11,6 +11,7 @@ from interleave_thinker.cli import serve_options as shared
 from interleave_thinker.cli.options import DtypeOption, SettingsFlags, with_settings
 from interleave_thinker.cli.serve_options import renamed
 from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 
 LOOPBACK_NAMES = ("localhost",)
 SHUTDOWN_GRACE_S = 3
@@ -38,7 +39,7 @@ def command(
         int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
     ] = 8192,
     max_body_mb: shared.MaxBodyOption = 64.0,
-    max_pixels: shared.MaxPixelsOption = 4096 * 4096,
+    max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
     read_timeout: shared.ReadTimeoutOption = 30.0,
     log_level: shared.LogLevelOption = "info",
 ) -> None:

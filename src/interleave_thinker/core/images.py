@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from os import PathLike
 from typing import cast
 
 from PIL import Image
@@ -25,26 +26,44 @@ def open_rgb(path: str) -> Image.Image:
         return handle.convert("RGB")
 
 
-def image_header(data: bytes, max_pixels: int) -> tuple[str, int, int]:
-    """Format, width and height of encoded image bytes from the header alone (no pixel is decoded).
+MAX_IMAGE_PIXELS = 4096 * 4096
+"""The default bound on an image someone else made (a file read as data, a server's reply, an upload, a
+request to our servers): width x height from its header, about 50 MB of RGB once decoded."""
 
-    Why here: every reader of an image it did not make (a file from a folder, a reply from a server)
-    must refuse a non-image, a decompression bomb or an over-large picture before decoding it; this is
-    the one check they share. ``ValueError`` says which, in a phrase the caller prefixes with the source.
+
+class ImageRefused(ValueError):
+    """An image refused from its header: ``kind`` is ``not_an_image`` or ``too_large``; the message is a
+    phrase the caller prefixes with the image's source."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def image_header(source: bytes | str | PathLike[str], max_pixels: int) -> tuple[str, int, int]:
+    """Format, width and height of an encoded image (bytes or a file) from its header alone.
+
+    Why here: every reader of an image it did not make (a file from a folder, a reply from a server, an
+    upload) must refuse a non-image, a decompression bomb or an over-large picture before a pixel is
+    decoded; this is the one check they share. :class:`ImageRefused` (a ``ValueError``) says which.
     """
     import warnings
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
                 kind, (width, height) = str(image.format or "unknown"), image.size
     except Image.DecompressionBombError:
-        raise ValueError("is a decompression bomb (its header declares too many pixels)") from None
+        raise ImageRefused(
+            "is a decompression bomb (its header declares too many pixels)", "too_large"
+        ) from None
     except (OSError, SyntaxError, ValueError) as exc:  # UnidentifiedImageError is an OSError
-        raise ValueError(f"is not a readable image ({type(exc).__name__})") from None
+        raise ImageRefused(f"is not a readable image ({type(exc).__name__})", "not_an_image") from None
     if width < 1 or height < 1 or width * height > max_pixels:
-        raise ValueError(f"is {width}x{height} pixels, over the limit of {max_pixels}")
+        raise ImageRefused(
+            f"is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}", "too_large"
+        )
     return kind, width, height
 
 

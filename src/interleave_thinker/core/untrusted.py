@@ -28,11 +28,10 @@ import pydantic_core
 from PIL import Image, UnidentifiedImageError
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS, ImageRefused, image_header
 
 MAX_IMAGE_BYTES = 64 * 2**20
 """Largest image file read from data (bytes)."""
-MAX_IMAGE_PIXELS = 4096 * 4096
-"""Most pixels (width x height, from the header) of an image read from data; the servers' default too."""
 MAX_JSON_BYTES = 256 * 2**20
 """Largest JSON file (a trace, a record) read from data (bytes)."""
 MAX_JSON_DEPTH = 200
@@ -132,30 +131,28 @@ def load_json(data: bytes | str) -> Any:
 def check_image(
     path: Path, limits: ImageLimits = ImageLimits(), *, what: str = "image", verify: bool = True
 ) -> tuple[int, int]:
-    """Width and height of the image file ``path``, from its header; :class:`UnsafeFile` when it is
-    missing, over the byte or pixel limit, or not an image Pillow can identify (and, with ``verify``,
-    whose structure Pillow cannot verify: this reads the whole file, still without decoding pixels)."""
+    """Width and height of the image file ``path``, from its header (:func:`core.images.image_header`);
+    :class:`UnsafeFile` when it is missing, over the byte or pixel limit, or not an image Pillow can
+    identify (and, with ``verify``, whose structure Pillow cannot verify: this reads the whole file,
+    still without decoding pixels)."""
     _size(path, limits.max_bytes, what)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                width, height = image.size
-                if width * height > limits.max_pixels:
-                    raise UnsafeFile(
-                        f"{what}: {path} is {width}x{height} = {width * height} pixels, over the limit of "
-                        f"{limits.max_pixels} (--max-image-pixels).",
-                        "too_large",
-                    )
-                if verify:
+        _, width, height = image_header(path, limits.max_pixels)
+    except ImageRefused as exc:
+        if exc.kind == "too_large":
+            raise UnsafeFile(f"{what}: {path} {exc} (--max-image-pixels).", "too_large") from None
+        raise UnsafeFile(f"{what}: {path} is not an image Pillow can read ({exc}).", "not_an_image") from None
+    if verify:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(path) as image:
                     image.verify()  # the file's structure (chunks, checksums), without decoding pixels
-    except Image.DecompressionBombError as exc:
-        raise UnsafeFile(f"{what}: {path} is a decompression bomb ({exc}).", "too_large") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise UnsafeFile(
-            f"{what}: {path} is not an image Pillow can read ({reason}).", "not_an_image"
-        ) from None
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise UnsafeFile(
+                f"{what}: {path} is not an image Pillow can read ({reason}).", "not_an_image"
+            ) from None
     return width, height
 
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from interleave_thinker.backends.protocols import Message, VLMBackend
 from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.server.cancel import CallGate, install_stop_check
 from interleave_thinker.server.limits import BodyLimit
 from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
@@ -45,7 +46,7 @@ class VLMLimits:
     """Largest ``max_tokens`` a request may ask for; more is a 400."""
     max_body_bytes: int = 64 * 1024 * 1024
     """Largest request body; more is a 413."""
-    max_pixels: int = 4096 * 4096
+    max_pixels: int = MAX_IMAGE_PIXELS
     """Largest image (width x height, read from its header before decoding); more is a 400."""
 
 

@@ -8,13 +8,11 @@ decodes nothing), so a refusal costs a few kilobytes of reading whatever the fil
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
-
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.images import ImageRefused, image_header
 
 UPLOAD_FIELD = "the Input images field"
 """How messages name where the images came from (the CLI names its ``--image`` flag instead)."""
@@ -27,20 +25,6 @@ def check_prompt(text: str, max_chars: int) -> None:
             f"The request is {len(text):,} characters long; this demo takes at most {max_chars:,}. "
             "Shorten it."
         )
-
-
-def header_pixels(path: Path) -> tuple[int, int] | None:
-    """Width and height as the header declares them; ``None`` when even Pillow's own bomb limit is
-    passed (it refuses such a header itself) or when the file is no image (the run's reader says so)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                return image.size
-    except Image.DecompressionBombError:
-        return None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-        return (0, 0)
 
 
 def check_uploads(
@@ -59,11 +43,13 @@ def check_uploads(
             )
         if size == 0:
             continue  # missing or empty: the run's reader names it
-        dims = header_pixels(path)
-        if dims is None or dims[0] * dims[1] > max_pixels:
-            what = "more pixels than Pillow opens" if dims is None else f"{dims[0]}x{dims[1]} pixels"
-            raise InputError(
-                f"Upload {path.name} is {what}; the limit is {max_pixels / 1e6:.3g} megapixels "
-                f"({max_pixels:,} pixels) per image. Send a smaller image."
-            )
+        try:
+            image_header(path, max_pixels)
+        except ImageRefused as exc:
+            if exc.kind == "too_large":
+                raise InputError(
+                    f"Upload {path.name} {exc}. Send a smaller image (at most {max_pixels / 1e6:.3g} "
+                    "megapixels per image)."
+                ) from None
+            # not an image: the run's reader names it
     return paths

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.core.paths import cache_home
 
 SIZE_CHOICES = (256, 512, 768, 1024)
@@ -33,7 +34,7 @@ class DemoOptions:
     queue_size: int = 16
     max_upload_mb: float = 10.0
     max_images: int = 8
-    max_upload_pixels: int = 4096 * 4096
+    max_upload_pixels: int = MAX_IMAGE_PIXELS
     """Pixels per uploaded image, read from its header before anything is decoded."""
     max_prompt_chars: int = 4000
     """Characters of the request (at most 4 bytes each); longer requests are refused before the queue."""

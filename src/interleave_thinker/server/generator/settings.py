@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 
 from interleave_thinker.backends.specs import IMAGE_BACKENDS, parse_spec
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.server.generator.protocol import DEFAULT_MAX_PROMPT_CHARS
 from interleave_thinker.server.limits import DEFAULT_READ_TIMEOUT
 
 DEFAULT_PORT = 8011
-DEFAULT_MAX_PIXELS = 4096 * 4096
+DEFAULT_MAX_PIXELS = MAX_IMAGE_PIXELS
 
 
 @dataclass(frozen=True)
