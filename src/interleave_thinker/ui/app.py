@@ -259,7 +259,7 @@ def build_demo(
             keep_example_images,
             inputs=[text, files, example_files],
             outputs=[files, example_files],
-            queue=False,
+            concurrency_limit=None,  # queued (its note is a toast, sent through the queue), never held back by runs
             show_progress="hidden",
         )
         run_button.click(

@@ -167,6 +167,9 @@ CSS = """
 #it-examples table{table-layout:fixed;width:100%}
 #it-examples th,#it-examples td{overflow-wrap:anywhere;white-space:normal}
 #it-gallery img{image-rendering:pixelated}
+#it-gallery caption{white-space:normal;max-width:100%;overflow-wrap:anywhere}
+#it-gallery .grid-wrap.fixed-height{height:auto;min-height:0;max-height:none}
+@media (max-width:480px){#it-gallery .grid-container{--grid-cols:2 !important}}
 """
 """In the status pane's ``<style>``, so a Space's plain ``launch()`` styles the page too. Long words
 (a URL, a model's run-on token) wrap instead of being cut off at a phone's 390 px."""
