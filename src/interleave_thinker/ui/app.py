@@ -251,17 +251,7 @@ def build_demo(
                 )
             with gr.Column(scale=3, min_width=0):
                 outputs = _result_panes(RunView(notice=cfg.notice))
-        example_files = gr.State(None)  # the images an example put in the upload field, per session
-        examples.load_input_event.then(
-            lambda f: [str(p) for p in f or []] or None, inputs=[files], outputs=[example_files], queue=False
-        )
-        text.input(
-            keep_example_images,
-            inputs=[text, files, example_files],
-            outputs=[files, example_files],
-            concurrency_limit=None,  # queued (its note is a toast, sent through the queue), never held back by runs
-            show_progress="hidden",
-        )
+        _example_images_stay_with_their_example(examples, text, files)
         run_button.click(
             runs.run,
             inputs=[text, files, *settings],
@@ -274,6 +264,22 @@ def build_demo(
         stop_button.click(runs.cancel, inputs=None, outputs=None, api_name="cancel", queue=False)
     demo.queue(max_size=opts.queue_size, default_concurrency_limit=opts.concurrency)
     return demo
+
+
+def _example_images_stay_with_their_example(examples: Any, text: Any, files: Any) -> None:
+    """Remember the images an example put in the upload field (per session) and let
+    :func:`keep_example_images` clear them when the visitor types a request without a marker."""
+    example_files = gr.State(None)
+    examples.load_input_event.then(
+        lambda f: [str(p) for p in f or []] or None, inputs=[files], outputs=[example_files], queue=False
+    )
+    text.input(
+        keep_example_images,
+        inputs=[text, files, example_files],
+        outputs=[files, example_files],
+        concurrency_limit=None,  # queued (its note is a toast, sent through the queue), never held back by runs
+        show_progress="hidden",
+    )
 
 
 def _advanced_settings(cfg: PipelineConfig) -> list[Any]:
