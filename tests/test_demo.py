@@ -27,7 +27,7 @@ from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.documents import TINY_PLAN
 from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
-from interleave_thinker.ui.app import DemoRuns, keep_example_images
+from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, DemoRuns, keep_example_images
 from interleave_thinker.ui.files import new_run_dir, session_dir, sweep, zip_run
 from interleave_thinker.ui.limits import check_uploads
 from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root, parse_size
@@ -519,19 +519,20 @@ def test_outcomes_are_gradio_messages_too(options: DemoOptions) -> None:
         list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
 
 
-def test_an_examples_images_stay_with_that_example(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_examples_images_stay_with_that_example() -> None:
     """Issue 33 item 7: a clicked example's images rode along with the visitor's next, typed request.
     They stay while the request still has an ``<image>`` marker (the example being edited) and are
     cleared, with a note, once it has none; images the visitor uploaded are never touched."""
+    skip = {"__type__": "update"}  # gr.skip(): the component is left as it is
     example = ["/cache/a/frame1.png", "/cache/b/frame2.png"]
-    files, state = keep_example_images("<image><image> What happens to the box?", example, example)
-    assert (files, state) == ({"__type__": "update"}, example)  # gr.skip(): the field is left as it is
-    assert keep_example_images("Please draw a Moth", example, example) == (None, None)
-    assert "The example's images were removed" in capsys.readouterr().out
+    kept = keep_example_images("<image><image> What happens to the box?", example, example)
+    assert kept == (skip, example, skip)
+    note = {"__type__": "update", "value": EXAMPLE_IMAGES_REMOVED, "visible": True}
+    assert keep_example_images("Please draw a Moth", example, example) == (None, None, note)
     own = ["/upload/mine.png"]
-    files, state = keep_example_images("Please draw a Moth", own, example)
-    assert (files, state) == ({"__type__": "update"}, None)  # the visitor's own upload stays
-    assert keep_example_images("Please draw a Moth", own, None) == ({"__type__": "update"}, None)
+    assert keep_example_images("Please draw a Moth", own, example) == (skip, None, skip)
+    assert keep_example_images("Please draw a Moth", own, None) == (skip, None, skip)
+    assert keep_example_images("Please draw a Moth", None, None) == (skip, None, skip)
 
 
 def test_the_page_says_why_a_tiny_plan_is_off_topic(options: DemoOptions) -> None:

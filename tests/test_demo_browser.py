@@ -345,11 +345,13 @@ def test_an_examples_images_stay_with_that_example(browser: Any, tmp_path: Path)
         for typed, kept in ((None, []), (" Draw the Box", [1, 2])):
             page.locator("#it-examples").get_by_text("The ball rolls").click()
             uploads.get_by_text("frame2").first.wait_for()
+            page.locator("#it-files-note").wait_for(state="hidden")  # a click on an example hides it
             box.focus()
             if typed is None:  # a new request, typed over the example's (Gradio's input event: keys)
                 box.press("ControlOrMeta+a")
                 box.press_sequentially("Please draw a Moth")
-                page.get_by_text("The example's images were removed").first.wait_for()
+                note = page.locator("#it-files-note")
+                note.get_by_text("The example's images were removed").wait_for()
                 uploads.get_by_text("frame2").first.wait_for(state="detached")
             else:  # the example's request, edited: its markers, so its images, stay
                 box.press("End")

@@ -74,21 +74,24 @@ def _toast(view: RunView) -> None:
             gr.Warning(html.escape(warning))
 
 
+EXAMPLE_IMAGES_REMOVED = (
+    "The example's images were removed: this request has no `<image>` marker. Upload images to use some."
+)
+
+
 def keep_example_images(
     text: str, files: list[str] | None, example_files: list[str] | None
-) -> tuple[Any, list[str] | None]:
-    """The upload field after the visitor typed: an example's images stay while the request still
-    has an ``<image>`` marker (the visitor is editing the example), and are cleared once the request
-    has none (a new request: a note says so). Images the visitor uploaded are never touched."""
+) -> tuple[Any, list[str] | None, Any]:
+    """The upload field, the example's images and the field's note after the visitor typed: an
+    example's images stay while the request still has an ``<image>`` marker (the visitor is editing
+    the example), and are cleared once it has none (a new request), with a note saying so. Images the
+    visitor uploaded are never touched."""
     current = [str(f) for f in files or []]
     if not example_files or current != list(example_files):
-        return gr.skip(), None  # no example's images in the field (any more): nothing to keep track of
+        return gr.skip(), None, gr.skip()  # no example's images in the field (any more)
     if IMAGE_MARKER.search(text or ""):
-        return gr.skip(), example_files
-    gr.Info(
-        "The example's images were removed: this request has no <image> marker. Upload images to use some."
-    )
-    return None, None
+        return gr.skip(), example_files, gr.skip()
+    return None, None, gr.update(value=EXAMPLE_IMAGES_REMOVED, visible=True)
 
 
 def _without_folders(message: str, files: list[str] | None) -> str:
@@ -233,12 +236,7 @@ def build_demo(
                     max_length=opts.max_prompt_chars,
                     elem_id="it-request",
                 )
-                files = gr.File(
-                    label="Input images (optional, in order)",
-                    file_count="multiple",
-                    file_types=["image"],
-                    elem_id="it-files",
-                )
+                files, note = _upload_field()
                 settings = _advanced_settings(cfg)
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="it-run")
@@ -251,7 +249,7 @@ def build_demo(
                 )
             with gr.Column(scale=3, min_width=0):
                 outputs = _result_panes(RunView(notice=cfg.notice))
-        _example_images_stay_with_their_example(examples, text, files)
+        _example_images_stay_with_their_example(examples, text, files, note)
         run_button.click(
             runs.run,
             inputs=[text, files, *settings],
@@ -266,18 +264,33 @@ def build_demo(
     return demo
 
 
-def _example_images_stay_with_their_example(examples: Any, text: Any, files: Any) -> None:
+def _upload_field() -> tuple[Any, Any]:
+    """The upload field and, under it, the note :func:`keep_example_images` shows."""
+    files = gr.File(
+        label="Input images (optional, in order)",
+        file_count="multiple",
+        file_types=["image"],
+        elem_id="it-files",
+    )
+    return files, gr.Markdown(visible=False, elem_id="it-files-note")
+
+
+def _example_images_stay_with_their_example(examples: Any, text: Any, files: Any, note: Any) -> None:
     """Remember the images an example put in the upload field (per session) and let
-    :func:`keep_example_images` clear them when the visitor types a request without a marker."""
+    :func:`keep_example_images` clear them when the visitor types a request without a marker. Both
+    run outside the queue: typing never waits behind runs, nor is refused when the queue is full."""
     example_files = gr.State(None)
     examples.load_input_event.then(
-        lambda f: [str(p) for p in f or []] or None, inputs=[files], outputs=[example_files], queue=False
+        lambda f: ([str(p) for p in f or []] or None, gr.update(visible=False)),
+        inputs=[files],
+        outputs=[example_files, note],
+        queue=False,
     )
     text.input(
         keep_example_images,
         inputs=[text, files, example_files],
-        outputs=[files, example_files],
-        concurrency_limit=None,  # queued (its note is a toast, sent through the queue), never held back by runs
+        outputs=[files, example_files, note],
+        queue=False,
         show_progress="hidden",
     )
 
