@@ -144,7 +144,8 @@ class DemoRuns:
         size: str,
         request: gr.Request,
     ) -> Iterator[Outputs]:
-        """Stream one run: status, plan, live steps, final page and (at the end) the zip."""
+        """Stream one run: status, plan, live steps, the result gallery, the final page and (at the
+        end) the zip; a refusal or a failure is a ``gr.Warning`` toast too."""
         planner = backend_description(self.pipeline.planner_backend)
         view = RunView(notice=self.pipeline.config.notice, tiny_plan=tiny_plan_line(planner))
         opts = self.options
