@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import markupsafe
 import pytest
 from PIL import Image
 
@@ -23,12 +24,16 @@ from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.backends.protocols import ImageRequest, Message
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import builtin_templates
+from interleave_thinker.runtime.documents import TINY_PLAN
 from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
-from interleave_thinker.ui.app import DemoRuns
+from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, DemoRuns, keep_example_images
 from interleave_thinker.ui.files import new_run_dir, session_dir, sweep, zip_run
 from interleave_thinker.ui.limits import check_uploads
 from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root, parse_size
+
+# gr.Warning outside a served app is warnings.warn: the toasts are asserted in their own tests
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:gradio.helpers")
 
 NOTICE = "Scripted stand-in models: the plan and verdicts come from a script."
 EVIL = "<script>alert(1)</script>${x}"
@@ -146,7 +151,7 @@ def options(tmp_path: Path) -> DemoOptions:
 def test_stream_shows_plan_attempts_verdicts_then_page_and_zip(options: DemoOptions) -> None:
     runs = DemoRuns(scripted_pipeline(), options)
     frames = list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
-    status, plan, live, final, download = frames[-1]
+    status, plan, live, _, _, final, download = frames[-1]
     assert NOTICE in frames[0][0] and "phase-planning" in frames[0][0]
     assert 'data-ev="plan"' in plan and "Cat sketch" in plan and "Cat colour" in plan
 
@@ -155,14 +160,14 @@ def test_stream_shows_plan_attempts_verdicts_then_page_and_zip(options: DemoOpti
     verdict_at = first_index(frames, 'data-ev="verdict-1-0"', 2)
     refine_at = first_index(frames, 'data-ev="refine-1-0"', 2)
     retry_at = first_index(frames, 'data-ev="image-1-1"', 2)
-    final_at = first_index(frames, 'data-ev="final"', 3)
+    final_at = first_index(frames, 'data-ev="final"', 5)
     # each appears in its own update, in the loop's order, and all before the final page
     assert plan_at < image_at < verdict_at <= refine_at < retry_at < final_at == len(frames) - 1
     assert "the critic is checking this image" in frames[verdict_at - 1][2]
     assert "refined: try again" in live and "the colour is wrong &lt;b&gt;here&lt;/b&gt;" in live
     assert "accepted by the critic" in live and 'data-ev="verdict-2-1"' in live
-    assert final.count('data-role="step"') == 2 and "phase-done" in status
-    assert all(frame[4] is None for frame in frames[:-1])
+    assert final.count('data-role="picture"') == 2 and "phase-done" in status
+    assert all(frame[6] is None for frame in frames[:-1])
 
     archive = zipfile.ZipFile(download)
     names = set(archive.namelist())
@@ -176,7 +181,7 @@ def test_stream_shows_plan_attempts_verdicts_then_page_and_zip(options: DemoOpti
 def test_model_text_is_escaped(options: DemoOptions) -> None:
     runs = DemoRuns(scripted_pipeline(), options)
     frames = list(runs.run(*run_args("EVIL request"), request=session("s1")))
-    page = "".join(frames[-1][:4])
+    page = "".join(frames[-1][:3]) + frames[-1][5]
     assert "<script>" not in page and "${x}" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&#36;&#123;x&#125;" in frames[-1][1]
 
@@ -210,7 +215,7 @@ def test_bad_input_shows_the_cli_message(options: DemoOptions, tmp_path: Path, c
     assert "--image" not in status and 'data-ev="phase-refused"' in status
     assert "Nothing was run: change the request and press Run again." in status
     assert "The run stopped." not in status
-    assert "Traceback" not in status and frames[0][1:] == ("", "", "", None)
+    assert "Traceback" not in status and frames[0][1:3] == ("", "") and frames[0][4:] == ([], "", None)
     assert not options.out_root.exists()  # nothing written for bad input
 
 
@@ -247,7 +252,7 @@ def test_cancel_stops_before_the_next_model_call(options: DemoOptions) -> None:
     runs.cancel(session("s1"))
     generator.release.release()
     seen += list(frames)
-    status, _, live, final, download = seen[-1]
+    status, _, live, _, _, final, download = seen[-1]
     assert "phase-cancelled" in status and final == ""
     assert len(generator.calls) == 1 and 'data-ev="verdict-1-0"' not in live
     # issue 33 item 7: the cancelled attempt no longer says "generating…"
@@ -273,7 +278,7 @@ def test_sessions_get_their_own_folders(options: DemoOptions) -> None:
     for thread in threads:
         thread.join(timeout=60)
     for name, mine, theirs in (("alpha", "Fox", "Whale"), ("beta", "Whale", "Fox")):
-        _, plan, live, final, download = results[name]
+        _, plan, live, _, _, final, download = results[name]
         assert mine in plan and theirs not in plan + live + final
         assert Path(download).parent == options.out_root / name
         trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
@@ -448,3 +453,99 @@ def test_an_output_root_of_another_user_is_refused(tmp_path: Path) -> None:
             *run_args("Draw a Cat"), request=session("s1")
         ).__next__()
     assert list(root.iterdir()) == []
+
+
+def test_attempts_are_numbered_as_their_files(options: DemoOptions) -> None:
+    """Issue 33 item 7: the page said "attempt 1" beside ``step01_attempt0.png``. Attempts count from 0
+    everywhere the visitor sees them, and each names its file."""
+    runs = DemoRuns(scripted_pipeline(), options)
+    live = list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))[-1][2]
+    labels = re.findall(r'<div class="it-meta">(attempt [^<]*)</div>', live)
+    assert labels == [
+        "attempt 0 · step01_attempt0.png",
+        "attempt 1 · step01_attempt1.png",
+        "attempt 0 · step02_attempt0.png",
+        "attempt 1 · step02_attempt1.png",
+    ]
+    assert 'alt="step 1 attempt 0"' in live and "attempt 2" not in live
+
+
+def test_each_image_is_shown_once_in_a_gallery(options: DemoOptions, tmp_path: Path) -> None:
+    """Issue 33 item 7: the final page repeated every live image, as hand-built HTML (no lightbox, no
+    download). The result's images are a ``gr.Gallery``'s (captioned, each file once, named as in the
+    zip), the final page is their text, and the live steps fold away once the run ends."""
+    pictures = []
+    for colour in ("red", "blue"):
+        pictures.append(tmp_path / f"{colour}.png")
+        Image.new("RGB", (8, 8), colour).save(pictures[-1])
+    runs = DemoRuns(scripted_pipeline(), options)
+    frames = list(
+        runs.run(
+            *run_args("<image><image> Please draw a Cat", list(map(str, pictures))), request=session("s1")
+        )
+    )
+    status, _, _, fold, gallery, final, download = frames[-1]
+    assert "phase-done" in status and "<img" not in final
+    run_dir = Path(download).with_suffix("")
+    assert gallery == [
+        (str(run_dir / "images" / "input_1.png"), "input 1 (input_1.png)"),
+        (str(run_dir / "images" / "input_2.png"), "input 2 (input_2.png)"),
+        (
+            str(run_dir / "images" / "step01_attempt1.png"),
+            "1. Cat sketch: Draw the Cat. (step01_attempt1.png)",
+        ),
+        (
+            str(run_dir / "images" / "step02_attempt1.png"),
+            "2. Cat colour: The Cat in colour. (step02_attempt1.png)",
+        ),
+    ]
+    assert all(Path(path).is_file() for path, _ in gallery)
+    assert "picture: step01_attempt1.png (in the gallery)" in final and "input_1.png, input_2.png" in final
+    assert fold == {"__type__": "update", "open": False}
+    assert all(frame[3] == {"__type__": "update", "open": True} for frame in frames[:-1])
+    # the gallery grows as steps are accepted, before the final page
+    step_one = first_index([(str(f[4]),) for f in frames], "step01_attempt1.png", 0)
+    assert 'data-ev="verdict-1-1"' in frames[step_one][2] and frames[step_one][5] == ""
+
+
+def test_outcomes_are_gradio_messages_too(options: DemoOptions) -> None:
+    """Issue 33 item 7: messages as Gradio's own ``gr.Warning`` toasts (escaped: Gradio shows them as
+    HTML), besides the status line."""
+    runs = DemoRuns(scripted_pipeline(), options)
+    with pytest.warns(UserWarning, match=r"The request has 1 &lt;image&gt; marker\(s\) but 0 image\(s\)"):
+        list(runs.run(*run_args("<image> next"), request=session("s1")))
+    runs = DemoRuns(scripted_pipeline(BrokenImage()), options)
+    with pytest.warns(UserWarning, match=r"internal error \(RuntimeError\)"):
+        list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
+
+
+def test_an_examples_images_stay_with_that_example() -> None:
+    """Issue 33 item 7: a clicked example's images rode along with the visitor's next, typed request.
+    They stay while the request still has an ``<image>`` marker (the example being edited) and are
+    cleared, with a note, once it has none; images the visitor uploaded are never touched."""
+    skip = {"__type__": "update"}  # gr.skip(): the component is left as it is
+    example = ["/cache/a/frame1.png", "/cache/b/frame2.png"]
+    kept = keep_example_images("<image><image> What happens to the box?", example, example)
+    assert kept == (skip, example, skip)
+    note = {"__type__": "update", "value": EXAMPLE_IMAGES_REMOVED, "visible": True}
+    assert keep_example_images("Please draw a Moth", example, example) == (None, None, note)
+    own = ["/upload/mine.png"]
+    assert keep_example_images("Please draw a Moth", own, example) == (skip, None, skip)
+    assert keep_example_images("Please draw a Moth", own, None) == (skip, None, skip)
+    assert keep_example_images("Please draw a Moth", None, None) == (skip, None, skip)
+
+
+def test_the_page_says_why_a_tiny_plan_is_off_topic(options: DemoOptions) -> None:
+    """Issue 33 item 8: the tiny planner's plan for a cat is about "the moon"; the page says why, in
+    one line beside the plan, when the planner that ran is a ``tiny:`` stand-in (and only then)."""
+    pipe = scripted_pipeline()
+    pipe.planner_backend.spec = "tiny:planner-sft"  # type: ignore[attr-defined]
+    frames = list(DemoRuns(pipe, options).run(*run_args("Please draw a Cat"), request=session("s1")))
+    plan = frames[-1][1]
+    assert f'data-ev="tiny-plan">{html.escape(TINY_PLAN)}</p>' in plan
+    index = zipfile.ZipFile(frames[-1][6]).read("index.html").decode()
+    assert str(markupsafe.escape(TINY_PLAN)) in index
+    plain = list(
+        DemoRuns(scripted_pipeline(), options).run(*run_args("Please draw a Cat"), request=session("s2"))
+    )
+    assert "tiny-plan" not in plain[-1][1]

@@ -73,9 +73,18 @@ def test_gradio_client_runs_and_the_app_keeps_serving_after_bad_input(
         request.addfinalizer(client.close)
         status, plan, *_ = call(client, "   ")
         assert "error: The request text is empty; say what to generate." in status and plan == ""
-        status, plan, live, final, download = call(client, "Please paint an Owl")
+        status, plan, live, gallery, final, download = call(client, "Please paint an Owl")
         assert "phase-done" in status and "Owl sketch" in plan and "refined: try again" in live
-        assert final.count('data-role="step"') == 2
+        assert final.count('data-role="picture"') == 2
+        # the result gallery reaches API clients too: each accepted image, named as in the zip
+        assert [Path(item["image"]).name for item in gallery] == [
+            "step01_attempt1.png",
+            "step02_attempt1.png",
+        ]
+        assert [item["caption"] for item in gallery] == [
+            "1. Owl sketch: Draw the Owl. (step01_attempt1.png)",
+            "2. Owl colour: The Owl in colour. (step02_attempt1.png)",
+        ]
         trace = json.loads(zipfile.ZipFile(download).read("trace.json"))
         assert trace["status"] == "succeeded" and trace["request"]["text"] == "Please paint an Owl"
 

@@ -142,16 +142,22 @@ def test_markdown_values_are_escaped_by_the_template_itself() -> None:
     assert page == "# a &lt;script&gt;x&lt;/script&gt;\n\\[y\\](javascript:z) &lt;img onerror=1&gt;"
 
 
-def test_attempts_are_numbered_from_1_and_accepted_images_are_not_smaller_than_thumbnails(
+def test_attempts_are_numbered_as_their_files_and_accepted_images_are_not_smaller_than_thumbnails(
     run_dir: Path,
 ) -> None:
+    """Issue 33 item 7: "attempt 1" stood beside ``step01_attempt0.png``; attempts now count from 0,
+    as their files do, and each names its file."""
     import re
 
     page = (run_dir / "index.html").read_text(encoding="utf-8")
-    assert "attempt 1 · seed" in page and "attempt 0" not in page
-    assert re.findall(r'alt="(attempt \d+)"', page) == ["attempt 1"] * 3  # one accepted attempt per step
+    labels = re.findall(r'<div class="meta">(attempt [^<]*)</div>', page)
+    assert [label.split(" · seed")[0] for label in labels] == [
+        f"attempt 0 · step0{i}_attempt0.png" for i in (1, 2, 3)
+    ]
+    assert "attempt 1" not in page
+    assert re.findall(r'alt="(attempt \d+)"', page) == ["attempt 0"] * 3  # one accepted attempt per step
     thumb = int(re.search(r"\.attempt img\{width:(\d+)px", page).group(1))  # type: ignore[union-attr]
-    accepted = int(re.search(r"img\.accepted\{min-width:(\d+)px", page).group(1))  # type: ignore[union-attr]
+    accepted = int(re.search(r"img\.accepted\{min-width:min\((\d+)px,100%\)", page).group(1))  # type: ignore[union-attr]
     assert accepted >= thumb
     assert page.count('<img class="accepted"') == 3
     assert "image-rendering:pixelated" in page  # 16 px images are upscaled: keep them sharp
@@ -177,3 +183,23 @@ def test_report_html_is_escaped_and_links_each_request(run_dir: Path) -> None:
     assert 'href="r%3C1%3E/index.html"' not in page and 'href="requests/r%3C1%3E/index.html"' in page
     assert page.count('src="requests/r%3C1%3E/images/step0') == 3
     assert "1 requests: 1 succeeded, 0 failed, 0 unfinished · success rate 100.0%" in page
+
+
+def test_a_tiny_planners_plan_is_explained_in_one_line(run_dir: Path) -> None:
+    """Issue 33 item 8: the tiny plan for a cat is about "the moon", and only docs/training.md said
+    why. Both pages say it in one line when the planner that ran is a ``tiny:`` stand-in."""
+    from interleave_thinker.core.types import Trace
+    from interleave_thinker.runtime.documents import TINY_PLAN, render_html, render_markdown
+
+    trace = Trace.model_validate_json((run_dir / "trace.json").read_text(encoding="utf-8"))
+    before = render_html(trace)
+    assert TINY_PLAN not in render_markdown(trace) and "tiny preset" not in before
+    trace.backends["planner"] = "tiny:planner-sft"
+    assert f"> {markdown_text(TINY_PLAN)}\n" in render_markdown(trace)
+    page = render_html(trace)
+    assert page.count('<div class="notice">') == before.count('<div class="notice">') + 1
+    assert "tiny preset&#39;s planner" in page
+    assert "\n" not in TINY_PLAN and len(TINY_PLAN) < 200
+    assert trace.planner.plan is not None
+    trace.planner.plan.fallback = True  # a one-step fallback is no plan of the planner's: nothing to explain
+    assert "tiny preset" not in render_html(trace)

@@ -17,9 +17,25 @@ TEMPLATES_DIR = "templates"
 """The package data folder of the page templates (``runtime/templates/*.j2``), shared with ``reports``."""
 
 
+TINY_PLAN = (
+    "This plan comes from the tiny preset's planner, a stand-in trained only to write the plan format, "
+    'so its steps need not be about the request (docs/training.md, "Format-trained tiny models").'
+)
+"""The one line beside a tiny planner's plan: the first thing a newcomer asks is why the cat became a moon."""
+
+
+def tiny_plan_line(planner: str | None, has_plan: bool = True) -> str | None:
+    """:data:`TINY_PLAN` when the planner that ran is a ``tiny:`` stand-in and it gave a plan."""
+    return TINY_PLAN if has_plan and (planner or "").startswith("tiny:") else None
+
+
 def notices(trace: Trace, notice: str | None = None) -> list[str]:
     """Plain statements a reader must see before trusting the page."""
     found = [notice] if notice else []
+    plan = trace.planner.plan
+    tiny = tiny_plan_line(trace.backends.get("planner"), plan is not None and not plan.fallback)
+    if tiny:
+        found.append(tiny)
     if trace.planner.plan is not None and trace.planner.plan.fallback:
         found.append(
             "The planner gave no valid plan, so the request ran as a single step (planner fallback)."

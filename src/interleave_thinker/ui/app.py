@@ -1,5 +1,6 @@
 """``build_demo(...) -> gr.Blocks``: the streaming web demo, for the CLI, a Space's app.py and tests."""
 
+import html
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,9 +8,12 @@ from typing import Any
 
 import gradio as gr
 
+from interleave_thinker.agents.messages import IMAGE_MARKER
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
+from interleave_thinker.runtime.documents import tiny_plan_line
 from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
+from interleave_thinker.runtime.used_backends import backend_description
 from interleave_thinker.ui.files import (
     example_images,
     new_run_dir,
@@ -30,7 +34,8 @@ from interleave_thinker.ui.options import (
 from interleave_thinker.ui.render import render_final, render_live, render_plan, render_status
 from interleave_thinker.ui.worker import one_line, start_run
 
-Outputs = tuple[str, str, str, str, str | None]
+Outputs = tuple[str, str, str, Any, list[tuple[str, str]], str, str | None]
+"""Status, plan, live steps, the live steps' fold, the result gallery, the final page's text, the zip."""
 
 INTRO = """# interleave-thinker
 A **planner** turns your request into image steps; for every step a generator makes an image and a
@@ -39,8 +44,54 @@ critic's reasoning as they happen. With input images, mark where each belongs wi
 marker they are placed before the text)."""
 
 
+LIVE_LABEL = "Steps as they run: every attempt and the critic's notes"
+
+
 def _outputs(view: RunView, download: str | None = None) -> Outputs:
-    return render_status(view), render_plan(view), render_live(view), render_final(view), download
+    """Every pane for ``view``. Once the run has ended, the live steps fold away: their images are the
+    gallery's, and the page shows each image once."""
+    fold = gr.update(open=not view.finished)
+    return (
+        render_status(view),
+        render_plan(view),
+        render_live(view),
+        fold,
+        view.gallery(),
+        render_final(view),
+        download,
+    )
+
+
+def _toast(view: RunView) -> None:
+    """The run's outcome as Gradio's own message too (a toast), besides the status line; escaped,
+    because Gradio renders the message as HTML."""
+    if view.phase == "refused" and view.error:
+        gr.Warning(html.escape(view.error), title="Nothing was run")
+    elif view.phase == "error" and view.error:
+        gr.Warning(html.escape(view.error), title="The run stopped")
+    if view.result is not None:
+        for warning in view.result.trace.warnings:
+            gr.Warning(html.escape(warning))
+
+
+EXAMPLE_IMAGES_REMOVED = (
+    "The example's images were removed: this request has no `<image>` marker. Upload images to use some."
+)
+
+
+def keep_example_images(
+    text: str, files: list[str] | None, example_files: list[str] | None
+) -> tuple[Any, list[str] | None, Any]:
+    """The upload field, the example's images and the field's note after the visitor typed: an
+    example's images stay while the request still has an ``<image>`` marker (the visitor is editing
+    the example), and are cleared once it has none (a new request), with a note saying so. Images the
+    visitor uploaded are never touched."""
+    current = [str(f) for f in files or []]
+    if not example_files or current != list(example_files):
+        return gr.skip(), None, gr.skip()  # no example's images in the field (any more)
+    if IMAGE_MARKER.search(text or ""):
+        return gr.skip(), example_files, gr.skip()
+    return None, None, gr.update(value=EXAMPLE_IMAGES_REMOVED, visible=True)
 
 
 def _without_folders(message: str, files: list[str] | None) -> str:
@@ -93,8 +144,10 @@ class DemoRuns:
         size: str,
         request: gr.Request,
     ) -> Iterator[Outputs]:
-        """Stream one run: status, plan, live steps, final page and (at the end) the zip."""
-        view = RunView(notice=self.pipeline.config.notice)
+        """Stream one run: status, plan, live steps, the result gallery, the final page and (at the
+        end) the zip; a refusal or a failure is a ``gr.Warning`` toast too."""
+        planner = backend_description(self.pipeline.planner_backend)
+        view = RunView(notice=self.pipeline.config.notice, tiny_plan=tiny_plan_line(planner))
         opts = self.options
         try:  # 1. The bounds, then the same checks and one-line messages as the CLI
             check_prompt(text or "", opts.max_prompt_chars)
@@ -107,6 +160,7 @@ class DemoRuns:
             config = settings.apply(self.pipeline.config)
         except InterleaveThinkerError as exc:
             view.phase, view.error = "refused", _without_folders(one_line(str(exc)), files)
+            _toast(view)
             yield _outputs(view)
             return
         private_root(opts.out_root, default=opts.out_root == default_out_root())
@@ -114,6 +168,7 @@ class DemoRuns:
         sweep(opts.out_root, opts.ttl_s)
         session = session_dir(opts.out_root, getattr(request, "session_hash", None))
         run_dir = new_run_dir(session, text)
+        view.run_dir = run_dir
         sink = start_run(self.pipeline, config, text, paths, run_dir)
         with self._lock:
             self._cancels[session.name] = sink.cancel
@@ -125,6 +180,7 @@ class DemoRuns:
                 if event.kind not in ("done", "cancelled", "error"):
                     yield _outputs(view)
             download = str(zip_run(run_dir)) if (run_dir / "trace.json").is_file() else None
+            _toast(view)
             yield _outputs(view, download)
         finally:
             sink.cancel.set()  # the visitor left mid-run: the worker stops before its next model call
@@ -181,19 +237,20 @@ def build_demo(
                     max_length=opts.max_prompt_chars,
                     elem_id="it-request",
                 )
-                files = gr.File(
-                    label="Input images (optional, in order)",
-                    file_count="multiple",
-                    file_types=["image"],
-                    elem_id="it-files",
-                )
+                files, note = _upload_field()
                 settings = _advanced_settings(cfg)
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="it-run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="it-stop")
-                gr.Examples(_examples(opts.out_root), inputs=[text, files], cache_examples=False)
-            with gr.Column(scale=3):
+                examples = gr.Examples(
+                    _examples(opts.out_root),
+                    inputs=[text, files],
+                    cache_examples=False,
+                    elem_id="it-examples",
+                )
+            with gr.Column(scale=3, min_width=0):
                 outputs = _result_panes(RunView(notice=cfg.notice))
+        _example_images_stay_with_their_example(examples, text, files, note)
         run_button.click(
             runs.run,
             inputs=[text, files, *settings],
@@ -206,6 +263,37 @@ def build_demo(
         stop_button.click(runs.cancel, inputs=None, outputs=None, api_name="cancel", queue=False)
     demo.queue(max_size=opts.queue_size, default_concurrency_limit=opts.concurrency)
     return demo
+
+
+def _upload_field() -> tuple[Any, Any]:
+    """The upload field and, under it, the note :func:`keep_example_images` shows."""
+    files = gr.File(
+        label="Input images (optional, in order)",
+        file_count="multiple",
+        file_types=["image"],
+        elem_id="it-files",
+    )
+    return files, gr.Markdown(visible=False, elem_id="it-files-note")
+
+
+def _example_images_stay_with_their_example(examples: Any, text: Any, files: Any, note: Any) -> None:
+    """Remember the images an example put in the upload field (per session) and let
+    :func:`keep_example_images` clear them when the visitor types a request without a marker. Both
+    run outside the queue: typing never waits behind runs, nor is refused when the queue is full."""
+    example_files = gr.State(None)
+    examples.load_input_event.then(
+        lambda f: ([str(p) for p in f or []] or None, gr.update(visible=False)),
+        inputs=[files],
+        outputs=[example_files, note],
+        queue=False,
+    )
+    text.input(
+        keep_example_images,
+        inputs=[text, files, example_files],
+        outputs=[files, example_files, note],
+        queue=False,
+        show_progress="hidden",
+    )
 
 
 def _advanced_settings(cfg: PipelineConfig) -> list[Any]:
@@ -235,13 +323,26 @@ def _advanced_settings(cfg: PipelineConfig) -> list[Any]:
 
 
 def _result_panes(idle: RunView) -> list[Any]:
-    """Status, plan, live attempts, final document and the zip download, in ``DemoRuns.run``'s order."""
+    """Status, plan, live attempts (and their fold), the result gallery, the final page's text and
+    the zip download, in :data:`Outputs`' order."""
     status = gr.HTML(render_status(idle), elem_id="it-status")
     plan = gr.HTML(elem_id="it-plan")
-    live = gr.HTML(elem_id="it-live")
+    with gr.Accordion(LIVE_LABEL, open=True, elem_id="it-live-fold") as fold:
+        live = gr.HTML(elem_id="it-live")
+    gallery = gr.Gallery(
+        label="Result: the input images, then each step's accepted image",
+        elem_id="it-gallery",
+        columns=3,
+        height="auto",
+        object_fit="contain",
+        interactive=False,
+        buttons=["download", "download_all", "fullscreen"],
+        format="png",
+        min_width=0,
+    )
     final = gr.HTML(elem_id="it-final")
     download = gr.File(label="Run folder (zip)", elem_id="it-download", interactive=False)
-    return [status, plan, live, final, download]
+    return [status, plan, live, fold, gallery, final, download]
 
 
 def launch_kwargs(options: DemoOptions) -> dict[str, Any]:

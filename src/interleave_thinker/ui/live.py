@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from interleave_thinker.core.run_folder import image_path
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
 from interleave_thinker.runtime.pipeline import Result
 from interleave_thinker.ui.thumbs import data_uri
 from interleave_thinker.ui.worker import Event
+
+MAX_CAPTION = 240
+"""Characters of a gallery caption: the step's text is clipped there (the final page has all of it)."""
 
 
 @dataclass
@@ -18,6 +23,11 @@ class AttemptView:
     phase: str = "generating"  # generating -> reviewing -> done
     thumb: str | None = None  # data: URI of the attempt's image
     record: Attempt | None = None
+
+
+def _clip(text: str, limit: int = MAX_CAPTION) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 @dataclass
@@ -31,6 +41,10 @@ class RunView:
     steps: dict[int, StepRecord] = field(default_factory=dict)
     result: Result | None = None
     error: str | None = None
+    run_dir: Path | None = None
+    """The run's folder: the gallery shows its ``images/`` files, so a download keeps their names."""
+    tiny_plan: str | None = None
+    """The one line saying the plan comes from a format-trained stand-in (tiny planner), else None."""
 
     def apply(self, event: Event) -> None:
         key = (event.step, event.attempt)
@@ -59,5 +73,33 @@ class RunView:
         elif event.kind == "error":
             self.phase, self.error = "error", str(event.payload)
 
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("done", "cancelled", "error")
+
     def attempts_of(self, step: int) -> list[AttemptView]:
         return [v for (s, _), v in sorted(self.attempts.items()) if s == step]
+
+    def step_title(self, index: int) -> str:
+        step = self.plan.steps[index - 1] if self.plan and index <= len(self.plan.steps) else None
+        record = self.steps.get(index)
+        name = (record.step.step_name if record else None) or (step.step_name if step else None)
+        return name or f"Step {index}"
+
+    def gallery(self) -> list[tuple[str, str]]:
+        """The run's result, each image once: the inputs, then each finished step's accepted image,
+        as (file in the run folder, caption). Steps are added as they are accepted."""
+        if self.run_dir is None:
+            return []
+        items: list[tuple[str, str]] = []
+        inputs = self.result.trace.input_images if self.result is not None else []
+        for number, name in enumerate(inputs, start=1):
+            items.append((str(image_path(self.run_dir, name)), f"input {number} ({name})"))
+        for index, record in sorted(self.steps.items()):
+            path = image_path(self.run_dir, record.accepted_image) if record.accepted_image else None
+            if path is None or not path.is_file():
+                continue
+            text = f": {record.text}" if record.text else ""
+            caption = _clip(f"{index}. {self.step_title(index)}{text}")
+            items.append((str(path), f"{caption} ({record.accepted_image})"))
+        return items

@@ -11,7 +11,6 @@ import html
 
 from interleave_thinker.core.types import Attempt, PlanStep
 from interleave_thinker.ui.live import AttemptView, RunView
-from interleave_thinker.ui.thumbs import PAGE_SIDE, data_uri
 
 PHASES = {
     "waiting": "Ready.",
@@ -30,7 +29,7 @@ def esc(text: object) -> str:
 
 
 def render_status(view: RunView) -> str:
-    parts = [f"<style>{CSS}</style>"]  # in the page itself, so a Space's plain launch() styles it too
+    parts = [f"<style>{CSS}</style>"]
     if view.notice:
         parts.append(f'<div class="it-notice" data-ev="notice">{esc(view.notice)}</div>')
     parts.append(f'<p class="it-phase" data-ev="phase-{view.phase}">{esc(PHASES[view.phase])}</p>')
@@ -53,7 +52,11 @@ def render_plan(view: RunView) -> str:
         return ""
     note = " <i>(single-step fallback: the planner gave no valid plan)</i>" if view.plan.fallback else ""
     items = "".join(_plan_item(s) for s in view.plan.steps)
-    return f'<div class="it-plan" data-ev="plan"><h3>Plan{note}</h3><ol>{items}</ol></div>'
+    tiny = ""
+    if view.tiny_plan and not view.plan.fallback:
+        tiny = f'<p class="it-notice" data-ev="tiny-plan">{esc(view.tiny_plan)}</p>'
+
+    return f'<div class="it-plan" data-ev="plan"><h3>Plan{note}</h3>{tiny}<ol>{items}</ol></div>'
 
 
 def _verdict(step: int, record: Attempt) -> str:
@@ -86,14 +89,16 @@ UNFINISHED = {
 
 
 def _attempt(view: AttemptView, run_phase: str) -> str:
+    """One attempt, labelled as its file is named: attempts count from 0 (``step01_attempt0.png``)."""
     key = f"{view.step}-{view.attempt}"
-    parts = [
-        f'<div class="it-attempt" data-ev="attempt-{key}"><div class="it-meta">attempt {view.attempt + 1}'
-    ]
+    label = f"attempt {view.attempt}"
+    if view.record is not None and view.record.image_file:
+        label += f" · {esc(view.record.image_file)}"
+    parts = [f'<div class="it-attempt" data-ev="attempt-{key}"><div class="it-meta">{label}']
     parts.append(f"</div><p><b>Prompt:</b> {esc(view.prompt)}</p>")
     if view.thumb:
         parts.append(
-            f'<img data-ev="image-{key}" src="{view.thumb}" alt="step {view.step} attempt {view.attempt + 1}">'
+            f'<img data-ev="image-{key}" src="{view.thumb}" alt="step {view.step} attempt {view.attempt}">'
         )
     if view.record is not None:
         parts.append(_verdict(view.step, view.record))
@@ -127,24 +132,24 @@ def render_live(view: RunView) -> str:
 
 
 def render_final(view: RunView) -> str:
-    """The interleaved page: request, input images, then each step's text and accepted image in order."""
+    """The interleaved page's text: the request, then each step's name and text in order. Its
+    pictures are not repeated here: they are in the gallery beside it (lightbox, download), each
+    captioned with its step and named by its file, as this page names it."""
     result = view.result
     if result is None:
         return ""
     trace = result.trace
     parts = [f'<article class="it-final" data-ev="final"><h2>{esc(trace.request.text)}</h2>']
-    inputs = [result.images[n] for n in trace.input_images if n in result.images]
-    parts += [
-        f'<img class="it-input" data-role="input" src="{data_uri(im)}" alt="input image">' for im in inputs
-    ]
+    if trace.input_images:
+        names = ", ".join(esc(n) for n in trace.input_images)
+        parts.append(f'<p class="it-meta" data-role="inputs">input images (in the gallery): {names}</p>')
     for index, step in enumerate(trace.steps, start=1):
         parts.append(f"<h3>{index}. {esc(step.step.step_name or f'Step {index}')}</h3>")
         if step.text:
             parts.append(f"<p>{esc(step.text)}</p>")
-        image = result.images.get(step.accepted_image) if step.accepted_image else None
-        if image is not None:
+        if step.accepted_image:
             parts.append(
-                f'<img class="it-page-image" data-role="step" src="{data_uri(image, PAGE_SIDE)}" alt="step {index}">'
+                f'<p class="it-meta" data-role="picture">picture: {esc(step.accepted_image)} (in the gallery)</p>'
             )
     parts.append("</article>")
     return "".join(parts)
@@ -154,9 +159,17 @@ CSS = """
 .it-notice{background:#fff4d6;border:1px solid #e0b84c;padding:.5rem .8rem;border-radius:6px;color:#222}
 .it-error{color:#b00020;font-weight:600}
 .it-attempt{border:1px solid #ddd;border-radius:6px;padding:.4rem .6rem;margin:.4rem 0}
-.it-attempt img{width:160px;image-rendering:pixelated}
-.it-final img{max-width:100%;min-width:256px;image-rendering:pixelated;display:block;margin:.4rem 0}
+.it-attempt img{width:160px;max-width:100%;image-rendering:pixelated}
 .it-meta{color:#666;font-size:.85rem}
 .it-good{color:#1b7f3b}.it-bad{color:#b00020}.it-forced{color:#9a6700}
 .it-attempt pre{white-space:pre-wrap;font-size:.8rem}
+#it-status,#it-plan,#it-live,#it-final,#it-gallery{overflow-wrap:anywhere;min-width:0}
+#it-examples table{table-layout:fixed;width:100%}
+#it-examples th,#it-examples td{overflow-wrap:anywhere;white-space:normal}
+#it-gallery img{image-rendering:pixelated}
+#it-gallery caption{white-space:normal;max-width:100%;overflow-wrap:anywhere}
+#it-gallery .grid-wrap.fixed-height{height:auto;min-height:0;max-height:none}
+@media (max-width:480px){#it-gallery .grid-container{--grid-cols:2 !important}}
 """
+"""In the status pane's ``<style>``, so a Space's plain ``launch()`` styles the page too. Long words
+(a URL, a model's run-on token) wrap instead of being cut off at a phone's 390 px."""

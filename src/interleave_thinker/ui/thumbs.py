@@ -8,7 +8,6 @@ import io
 from PIL import Image
 
 THUMB_SIDE = 256
-PAGE_SIDE = 512
 
 
 def data_uri(image: Image.Image, max_side: int = THUMB_SIDE) -> str:
