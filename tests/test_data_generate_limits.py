@@ -9,21 +9,17 @@ Real HTTP servers on 127.0.0.1 hold every call a while and record the most calls
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from interleave_thinker.cli.main import app
+from interleave_thinker.testing.doubles.counting import Counting
 from interleave_thinker.testing.doubles.scripted_models import State, chat_reply, handler, text_of
-from interleave_thinker.testing.doubles.server import Handle, LocalServer, Reply, Request
+from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 
-HOLD = 0.3
-"""Seconds each counted call is held: long enough for every call the limit allows to arrive."""
 REQUESTS = 24
 
 
@@ -37,30 +33,6 @@ def teacher(request: Request) -> Reply:
         return Reply(body=chat_reply(body, State()))
     reply = json.dumps({"score": [7], "reasoning": "scored"})
     return Reply(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]})
-
-
-@dataclass
-class Counting:
-    """Holds each POST ``HOLD`` s and records the peak in flight."""
-
-    inner: Handle
-    now: int = 0
-    peak: int = 0
-    calls: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __call__(self, request: Request) -> Reply | None:
-        if request.method != "POST":
-            return self.inner(request)
-        with self.lock:
-            self.now, self.calls = self.now + 1, self.calls + 1
-            self.peak = max(self.peak, self.now)
-        try:
-            time.sleep(HOLD)
-            return self.inner(request)
-        finally:
-            with self.lock:
-                self.now -= 1
 
 
 @pytest.fixture
