@@ -107,3 +107,21 @@ def test_a_planner_limit_holds_beside_the_critics_on_one_transport(
     assert counting.calls == REQUESTS
     assert counting.peak == 12  # 16 requests at once, 12 of them planning
     assert summary["backends"]["planner"]["limit"] == 12  # type: ignore[index]
+
+
+def test_a_pool_files_slots_are_the_generators_limit(
+    servers: dict[str, tuple[str, Counting]], tmp_path: Path
+) -> None:
+    """``host:port slots=N`` lines: their sum is the generator's limit through the meter, as in `batch`."""
+    big, small = (Counting(handler("edit", State()), hold=0.1) for _ in range(2))
+    started = [LocalServer(big).start(), LocalServer(small).start()]
+    try:
+        pool = tmp_path / "pool.txt"
+        pool.write_text(f"{started[0].url} slots=3\n{started[1].url} slots=1\n")
+        chat = servers["chat"][0]
+        summary = run_generate(tmp_path, chat, chat, f"@{pool}", [])
+    finally:
+        for server in started:
+            server.close()
+    assert (big.peak, small.peak) == (3, 1)
+    assert summary["backends"]["generator"]["limit"] == 4  # was 8: the meter hid the pool's capacity
