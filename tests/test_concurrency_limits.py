@@ -8,10 +8,7 @@ hold every call a while and record the most calls they had in flight at once.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -20,36 +17,9 @@ from typer.testing import CliRunner
 from interleave_thinker.backends.remote import EndpointPool, RemoteCaller
 from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.testing.doubles.counting import Counting
 from interleave_thinker.testing.doubles.scripted_models import State, handler
-from interleave_thinker.testing.doubles.server import Handle, LocalServer, Reply, Request
-
-HOLD = 0.3
-"""Seconds each counted call is held: long enough for every call the limit allows to arrive."""
-
-
-@dataclass
-class Counting:
-    """A scripted model server that holds each POST ``HOLD`` s and records the peak in flight."""
-
-    inner: Handle
-    now: int = 0
-    peak: int = 0
-    calls: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __call__(self, request: Request) -> Reply | None:
-        if request.method != "POST":
-            return self.inner(request)
-        with self.lock:
-            self.now += 1
-            self.calls += 1
-            self.peak = max(self.peak, self.now)
-        try:
-            time.sleep(HOLD)
-            return self.inner(request)
-        finally:
-            with self.lock:
-                self.now -= 1
+from interleave_thinker.testing.doubles.server import LocalServer
 
 
 @pytest.fixture

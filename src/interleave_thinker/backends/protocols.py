@@ -101,6 +101,30 @@ class ImageBackend(Protocol):
         ...
 
 
+@runtime_checkable
+class ServedBackend(Protocol):
+    """The optional members of a backend that talks to a server (every ``RemoteBackend``).
+
+    Why declared: the batch runtime reads them off whatever it is given (``runtime/limits.py``,
+    ``runtime/scheduler.py``), and a wrapper that forgot one silently changed how a batch runs (calls on
+    threads instead of the event loop, the transport at its default 8 slots, a pool file's ``slots=``
+    ignored). Every wrapper inherits :class:`~interleave_thinker.backends.wrapping.Wrapper`, which
+    forwards them to the backend it wraps."""
+
+    cooperative: bool
+    """True when every blocking point of a call waits cooperatively (HTTP through the caller), so a batch
+    may run the call on its event loop; a backend without the member is run in an executor."""
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Allow ``concurrency`` calls in flight in the transport (the scheduler's per-backend limit)."""
+        ...
+
+    @property
+    def capacity(self) -> int | None:
+        """The calls the server side declares it takes at once (a pool file's ``slots=``, summed), or None."""
+        ...
+
+
 class Closeable:
     """``close`` (nothing to release by default) and use as a context manager, so every backend can be
     closed the same way whether or not it holds a connection, a process or a scratch folder."""

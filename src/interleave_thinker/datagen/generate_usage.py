@@ -26,6 +26,7 @@ from interleave_thinker.backends.protocols import (
     VLMBatchMixin,
     seed_kwargs,
 )
+from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
 ROLES = ("planner", "critic", "judge", "generator")
@@ -82,11 +83,13 @@ def reply_tokens(backend: object) -> dict[str, int]:
     }
 
 
-class MeteredVLM(VLMBatchMixin):
-    """A chat backend whose every call is counted into ``usage`` (failed calls too: the server saw them)."""
+class MeteredVLM(Wrapper, VLMBatchMixin):
+    """A chat backend whose every call is counted into ``usage`` (failed calls too: the server saw them);
+    the served members pass through (:class:`Wrapper`), so a batch limits the server, not the meter."""
 
     def __init__(self, inner: VLMBackend, usage: Usage) -> None:
-        self.inner, self.usage, self.name = inner, usage, inner.name
+        super().__init__(inner, name=inner.name)
+        self.usage = usage
 
     def chat(
         self,
@@ -109,28 +112,19 @@ class MeteredVLM(VLMBatchMixin):
             if any(tokens.values()):
                 self.usage.add(**tokens)
 
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
 
-
-class MeteredImage(ImageBatchMixin):
+class MeteredImage(Wrapper, ImageBatchMixin):
     """A generator whose every call is counted into ``usage``: one image in per edit, one out per success."""
 
     def __init__(self, inner: ImageBackend, usage: Usage) -> None:
-        self.inner, self.usage, self.name = inner, usage, inner.name
+        super().__init__(inner, name=inner.name)
+        self.usage = usage
 
     def generate(self, request: ImageRequest) -> Image.Image:
         self.usage.add(calls=1, images_in=int(request.image is not None))
         image = self.inner.generate(request)
         self.usage.add(images_out=1)
         return image
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
 
 
 def add_usage(*tables: dict[str, Any] | None) -> dict[str, dict[str, int]]:

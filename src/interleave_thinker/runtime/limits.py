@@ -14,7 +14,9 @@ through.
 
 A served backend's transport has its own slots (``remote.concurrency``); the wrapper sets them to the
 same limit (``RemoteBackend.set_concurrency``), so ``--per-backend-limit generator=64`` means 64 calls
-on the wire, not 64 waiting for the transport's default 8.
+on the wire, not 64 waiting for the transport's default 8 (two limiters over one transport, as when
+`data generate` meters planner and critic apart, give it the sum of theirs). The served members are
+read through any wrapper in between (:class:`~interleave_thinker.backends.wrapping.Wrapper`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +41,7 @@ from interleave_thinker.backends.protocols import (
     VLMBatchMixin,
     seed_kwargs,
 )
+from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
 
@@ -118,19 +122,34 @@ class MicroBatcher:
                         future.set_exception(exc)
 
 
-class _Limited:
+def _transport_of(backend: Any) -> Any:
+    """The innermost backend under a chain of wrappers: the one whose transport the limits share."""
+    seen = 0
+    while getattr(backend, "inner", None) is not None and seen < 32:
+        backend, seen = backend.inner, seen + 1
+    return backend
+
+
+_SHARES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[_Limited]] = weakref.WeakKeyDictionary()
+"""The live limiters over each transport. Why: `data generate` meters planner and critic apart, so one
+loaded backend gets two limiters; its transport takes the sum of their limits, not the last one set
+(``--per-backend-limit planner=32`` with the critic's default 8 used to leave 8 slots for both)."""
+_SHARES_LOCK = threading.Lock()
+
+
+class _Limited(Wrapper):
     """What both wrappers share: the inner backend, the slots bounding calls in flight, the executor
-    for blocking calls, the optional micro-batcher, timing into ``stats``, and ``close``."""
+    for blocking calls, the optional micro-batcher, timing into ``stats``, and ``close``. The members
+    of a served backend are forwarded by :class:`Wrapper`."""
 
     def __init__(self, inner: Any, stats: BackendStats, *, micro_batch: bool, max_wait: float) -> None:
-        self.inner, self.stats, self.name = inner, stats, inner.name
+        super().__init__(inner, name=inner.name)
+        self.stats = stats
         self._slots = green.Semaphore(stats.limit)
         self._cooperative = bool(getattr(inner, "cooperative", False))
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
-        resize = getattr(inner, "set_concurrency", None)
-        if callable(resize):  # a served backend: its transport takes the same limit, one number end to end
-            resize(stats.limit)
+        self._share_transport()
         self._batcher = (
             MicroBatcher(self._run_batch, max_batch=stats.limit, max_wait=max_wait) if micro_batch else None
         )
@@ -160,12 +179,31 @@ class _Limited:
     def _run_batch(self, key: Any, payloads: list[Any]) -> list[Any]:
         raise NotImplementedError
 
+    def _share_transport(self, leaving: bool = False) -> None:
+        """Give a served backend's transport the sum of the limits of the live limiters over it (one
+        limiter: its limit, one number end to end)."""
+        resize = getattr(self.inner, "set_concurrency", None)
+        if not callable(resize):
+            return
+        transport = _transport_of(self.inner)
+        with _SHARES_LOCK:
+            try:
+                limiters = _SHARES.setdefault(transport, weakref.WeakSet())
+            except TypeError:  # not weakly referable: this limiter alone sets it
+                limiters = weakref.WeakSet()
+            if leaving:
+                limiters.discard(self)
+            else:
+                limiters.add(self)
+            total = sum(limiter.stats.limit for limiter in limiters)
+        if total:
+            resize(total)
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
+        self._share_transport(leaving=True)
+        super().close()
 
 
 class LimitedVLM(_Limited, VLMBatchMixin):

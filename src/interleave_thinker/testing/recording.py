@@ -10,6 +10,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message
+from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
 
@@ -22,11 +23,12 @@ class GenCall:
     output: Image.Image
 
 
-class RecordingImage(ImageBatchMixin):
-    """Wraps a real or scripted generator and records each call with its output."""
+class RecordingImage(Wrapper, ImageBatchMixin):
+    """Wraps a real or scripted generator and records each call with its output (the served members
+    and ``close`` pass through, :class:`Wrapper`)."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.name = inner, inner.name
+        super().__init__(inner, name=inner.name)
         self.calls: list[GenCall] = []
 
     def generate(self, request: ImageRequest) -> Image.Image:

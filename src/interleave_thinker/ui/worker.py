@@ -19,6 +19,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends import protocols as proto
+from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
@@ -98,12 +99,20 @@ class EventSink(Observer):
         self.emit("step_end", record.model_copy(deep=True))
 
 
-class ReportingGenerator(proto.ImageBatchMixin):
+class _Reporting(Wrapper):
+    """The served members pass through (:class:`Wrapper`); ``close`` does not: the backends are the
+    page's, shared by every run, and outlive this one."""
+
+    def close(self) -> None:
+        """Nothing of this run's own to release."""
+
+
+class ReportingGenerator(_Reporting, proto.ImageBatchMixin):
     """Forwards to the shared generator and reports each image as soon as it is made."""
 
     def __init__(self, inner: proto.ImageBackend, sink: EventSink) -> None:
-        self.inner, self.sink = inner, sink
-        self.name = getattr(inner, "name", "generator")
+        super().__init__(inner, name=getattr(inner, "name", "generator"))
+        self.sink = sink
 
     def generate(self, request: proto.ImageRequest) -> Image.Image:
         self.sink.check()
@@ -112,12 +121,12 @@ class ReportingGenerator(proto.ImageBatchMixin):
         return output
 
 
-class ReportingVLM(proto.VLMBatchMixin):
+class ReportingVLM(_Reporting, proto.VLMBatchMixin):
     """Forwards to a shared planner/critic; checks Stop before each call and reports critic calls."""
 
     def __init__(self, inner: proto.VLMBackend, sink: EventSink, event: str | None) -> None:
-        self.inner, self.sink, self.event = inner, sink, event
-        self.name = getattr(inner, "name", "vlm")
+        super().__init__(inner, name=getattr(inner, "name", "vlm"))
+        self.sink, self.event = sink, event
 
     def chat(
         self,
