@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from interleave_thinker.cli.main import app
 from interleave_thinker.runtime.store import RunStore
+from interleave_thinker.testing.doubles.judge import judge_server
+from tests.conftest import shared_path
 
 SCHEDULED = (("batch",), ("data", "generate"), ("eval", "generate"), ("eval", "run"))
 SCHEDULING = {
@@ -80,3 +82,18 @@ def test_eval_generate_reruns_a_failed_item_only_with_retry_failed(tmp_path: Pat
     assert "no model loaded" not in output
     assert journal.read_text().count("\n") == lines + 1 and RunStore(out).finished() == {"a": "succeeded"}
     assert json.loads((out / "eval.json").read_text())["written"] == 1
+
+
+@pytest.mark.slow  # two items with the tiny generator, judged by a local double (~6 s here)
+def test_eval_run_scores_the_shard_it_generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS", str(shared_path("reference", "eval")))
+    data, out = str(shared_path("benchmarks", "wise")), tmp_path / "wise"
+    with judge_server(lambda body: "Score: 1") as judge:
+        args = ["eval", "run", "wise", "--data", data, "--out", str(out), "--judge", f"openai:{judge.url}#j",
+                "--limit", "4", "--shard", "1/2", "--preset", "tiny", "--mode", "base", "--quiet"]  # fmt: skip
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert len(judge.bodies) == 2
+    assert sorted(RunStore(out).traces()) == ["2", "4"]  # items 1..4 (--limit), every 2nd from the 2nd
+    summary = json.loads((out / "scores-wise" / "summary.json").read_text())
+    assert summary["counts"]["items"] == 2 and summary["slice"]["items"] == 2
