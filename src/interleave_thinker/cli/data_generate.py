@@ -2,40 +2,37 @@
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli.batch import FreshOption, parse_limits, start_fresh
 from interleave_thinker.cli.options import (
-    ConcurrencyOption,
-    LimitOption,
-    MicroBatchOption,
-    PerBackendLimitOption,
-    QuietOption,
+    SchedulingFlags,
     SettingsFlags,
-    ShardOption,
+    with_scheduling_flags,
     with_settings,
 )
-from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
+from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
-    from interleave_thinker.datagen.generate import GenerateSettings
+    from interleave_thinker.datagen.generate import GenerateSettings, TeacherRun
     from interleave_thinker.runtime.batch_inputs import BatchItem
+    from interleave_thinker.runtime.scheduler import BatchSettings
 
 console = Console(stderr=True)
-logger = logging.getLogger("interleave_thinker.data_generate")
 
 
+@with_scheduling_flags()
 @with_settings(pipeline=True)
 def generate(
     settings: SettingsFlags,
+    scheduling: SchedulingFlags,
     input: Annotated[
         str, typer.Option("--input", help="Prompts: JSONL (as `data prompts` writes), JSON, CSV.")
     ],
@@ -46,27 +43,15 @@ def generate(
         str | None,
         typer.Option(help="VLM spec of the judge scoring every attempt (SC/PQ) \\[default: config 'judge']."),
     ] = None,
-    concurrency: ConcurrencyOption = 16,
-    per_backend_limit: PerBackendLimitOption = None,
-    micro_batch: MicroBatchOption = None,
-    shard: ShardOption = None,
-    limit: LimitOption = None,
-    resume: Annotated[bool, typer.Option(help="Continue a run in --out: skip finished requests.")] = True,
-    retry_failed: Annotated[
-        bool, typer.Option(help="When resuming, run failed requests again (--no-retry-failed keeps them).")
-    ] = True,
-    fresh: FreshOption = False,
     judge_max_new_tokens: JudgeTokensOption = 1024,
-    quiet: QuietOption = False,
 ) -> None:
     """Teacher trajectories for training data: plan, generate, criticise and judge every attempt.
 
     Writes our traces and, beside each, the release's execution_record.json; summary.json counts the
     calls, tokens and images of every backend (and the estimated cost, with prices in the config).
     """
-    from interleave_thinker.datagen.generate import GenerateSettings, check_judge
-    from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
-    from interleave_thinker.runtime.outlock import folder_lock
+    from interleave_thinker.datagen.generate import check_judge
+    from interleave_thinker.runtime.batch_inputs import read_batch_input, select
 
     # 1. Check everything cheap before loading a model.
     if judge:
@@ -75,18 +60,11 @@ def generate(
     if judge:
         cfg.judge = judge
     check_judge(cfg)
-    items = select(read_batch_input(input), shard=parse_shard(shard) if shard else None, limit=limit)
-    options = GenerateSettings(
-        concurrency=concurrency,
-        limits=parse_limits(per_backend_limit or [], micro_batch or []),
-        micro_batch=set(micro_batch or []),
-        retry_failed=retry_failed,
-        resume=resume,
-        judge_max_new_tokens=judge_max_new_tokens,
-    )
-    with folder_lock(out):
-        start_fresh(out, fresh)
-        summary, skipped = _run(cfg, items, out, input, options, quiet)
+    items = select(read_batch_input(input), shard=scheduling.shard_spec(), limit=scheduling.limit)
+    scheduling.limits()
+    # 2. Load the teachers and the judge, run; 3. the outcome.
+    job = TeacherJob(cfg, items, out, input, judge_max_new_tokens)
+    summary, skipped = run_scheduled(out, len(items), scheduling, job)
     _report(summary, skipped)
     typer.echo(str(out / "summary.json"))
 
@@ -103,28 +81,44 @@ def _report(summary: dict[str, Any], skipped: int) -> None:
         console.print(line)
 
 
-def _run(
-    cfg: PipelineConfig,
-    items: list[BatchItem],
-    out: Path,
-    source: str,
-    options: GenerateSettings,
-    quiet: bool,
-) -> tuple[dict[str, Any], int]:
-    """2. Load the teachers and the judge, run with a progress bar; the summary and the requests skipped."""
-    from interleave_thinker.datagen.generate import TeacherRun
+class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
+    """`data generate` on the scheduler: the teachers and the judge over the prompts."""
 
-    with LoadingDisplay(console, "loading the teachers and the judge", quiet=quiet):
-        run = TeacherRun(cfg, items, out, source, options)
-    progress = counter_bar(console, quiet=quiet)
-    task = progress.add_task("requests", total=len(items), completed=len(items) - run.pending())
+    loading = "loading the teachers and the judge"
 
-    def on_done(request_id: str, status: str) -> None:
-        progress.update(task, advance=1, description=f"requests (last: {status})")
-        if quiet:
-            level = logging.INFO if status == "succeeded" else logging.WARNING  # only failures shown
-            logger.log(level, "request %s %s", request_id, status)
+    def __init__(
+        self, cfg: PipelineConfig, items: list[BatchItem], out: Path, source: str, judge_tokens: int
+    ) -> None:
+        self.cfg, self.items, self.out, self.source, self.judge_tokens = cfg, items, out, source, judge_tokens
+        self.resume = True
+        self.teachers: TeacherRun | None = None
 
-    with progress:
-        summary = run.run(on_done)
-    return summary, run.outcome.skipped if run.outcome else 0
+    def open(self, resume: bool, retry_failed: bool) -> int | None:
+        self.resume = resume  # the store opens with the teachers (TeacherRun opens it before loading)
+        return None
+
+    def load(self, settings: BatchSettings) -> None:
+        from interleave_thinker.datagen.generate import TeacherRun
+
+        self.teachers = TeacherRun(self.cfg, self.items, self.out, self.source, self._settings(settings))
+
+    def _settings(self, settings: BatchSettings) -> GenerateSettings:
+        from interleave_thinker.datagen.generate import GenerateSettings
+
+        return GenerateSettings(
+            concurrency=settings.concurrency,
+            limits=settings.limits,
+            micro_batch=settings.micro_batch,
+            retry_failed=settings.retry_failed,
+            resume=self.resume,
+            judge_max_new_tokens=self.judge_tokens,
+        )
+
+    def pending(self) -> int:
+        assert self.teachers is not None
+        return self.teachers.pending()
+
+    def run(self, on_done: Callable[[str, str], None]) -> tuple[dict[str, Any], int]:
+        assert self.teachers is not None
+        summary = self.teachers.run(on_done)
+        return summary, self.teachers.outcome.skipped if self.teachers.outcome else 0

@@ -14,8 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli import eval_run, eval_score
-from interleave_thinker.cli import options as flags
-from interleave_thinker.cli.batch import FreshOption, parse_limits
 from interleave_thinker.cli.eval_generate import (
     BenchmarkArgument,
     IdsOption,
@@ -25,7 +23,12 @@ from interleave_thinker.cli.eval_generate import (
     say_generated,
     split_ids,
 )
-from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.options import (
+    SchedulingFlags,
+    SettingsFlags,
+    with_scheduling_flags,
+    with_settings,
+)
 from interleave_thinker.eval import benchmarks
 
 app = typer.Typer(
@@ -40,33 +43,34 @@ console = Console(stderr=True)
 
 
 @app.command("generate")
+@with_scheduling_flags()
 @with_settings(pipeline=True)
 def generate(
     benchmark: BenchmarkArgument,
     settings: SettingsFlags,
+    scheduling: SchedulingFlags,
     data: Annotated[
         str, typer.Option(help="The benchmark's official local files (folder or file), or hf:ID[:split].")
     ],
     out: Annotated[Path, typer.Option(help="Run folder: official layout, requests/<id>/, eval.json.")],
     mode: ModeOption = "agentic",
-    limit: flags.LimitOption = None,
     ids: IdsOption = None,
-    shard: flags.ShardOption = None,
-    concurrency: flags.ConcurrencyOption = 16,
-    per_backend_limit: flags.PerBackendLimitOption = None,
-    micro_batch: flags.MicroBatchOption = None,
-    resume: Annotated[bool, typer.Option(help="Continue a run in --out: skip finished items.")] = True,
-    quiet: flags.QuietOption = False,
-    fresh: FreshOption = False,
 ) -> None:
     """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
     # 1. Check everything cheap before loading a model.
     cfg = settings.resolve()
-    run = plan_generation(benchmark.value, cfg, data, out, mode, limit=limit, ids=split_ids(ids), shard=shard)
-    limits = parse_limits(per_backend_limit or [], micro_batch or [])
-    record = generate_locked(
-        run, cfg, limits, concurrency, micro_batch, quiet=quiet, resume=resume, fresh=fresh
+    run = plan_generation(
+        benchmark.value,
+        cfg,
+        data,
+        out,
+        mode,
+        limit=scheduling.limit,
+        ids=split_ids(ids),
+        shard=scheduling.shard,
     )
+    scheduling.limits()
+    record = generate_locked(run, scheduling)
     say_generated(record)
     typer.echo(str(run.out))
 

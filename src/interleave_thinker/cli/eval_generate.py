@@ -4,7 +4,7 @@ under the folder lock (a finished run loads no model)."""
 from __future__ import annotations
 
 import enum
-import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -12,9 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.batch import start_fresh
-from interleave_thinker.cli.options import quiet_diffusers
-from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
+from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
     from interleave_thinker.runtime.store import RunStore
 
 console = Console(stderr=True)
-logger = logging.getLogger("interleave_thinker.eval")
 BenchmarkName = enum.Enum("BenchmarkName", [(n, n) for n in benchmarks.names()], type=str)  # type: ignore[misc]
 """The registry's benchmarks, as the CLI's choices."""
 Mode = Literal["agentic", "base"]
@@ -46,28 +44,6 @@ def split_ids(values: list[str] | None) -> tuple[str, ...] | None:
     if not ids:
         raise InputError("--ids: no id given; name item ids, e.g. --ids 1,2,3.")
     return ids
-
-
-def _run_with_progress(
-    run: GenerationRun, store: RunStore, pipeline: Pipeline, settings: BatchSettings, quiet: bool
-) -> dict[str, Any]:
-    from interleave_thinker.eval.generate import execute
-
-    already = store.finished()
-    progress = counter_bar(console, quiet=quiet)
-    task = progress.add_task("items", total=len(run.items), completed=sum(i.id in already for i in run.items))
-    counts = {"succeeded": 0, "failed": 0}
-
-    def on_done(item_id: str, status: str) -> None:
-        counts[status if status in counts else "failed"] += 1
-        ok, failed = counts["succeeded"], counts["failed"]
-        progress.update(task, advance=1, description=f"items (ok {ok}, failed {failed})")
-        if quiet:
-            level = logging.INFO if status == "succeeded" else logging.WARNING  # only failures shown
-            logger.log(level, "item %s %s", item_id, status)
-
-    with progress:
-        return execute(run, store, pipeline, settings, on_done)
 
 
 def plan_generation(
@@ -95,51 +71,56 @@ def plan_generation(
     return run
 
 
-def generate_locked(
-    run: GenerationRun,
-    cfg: PipelineConfig,
-    limits: dict[str, int],
-    concurrency: int,
-    micro_batch: list[str] | None,
-    *,
-    quiet: bool,
-    resume: bool = True,
-    fresh: bool = False,
-) -> dict[str, Any]:
+def generate_locked(run: GenerationRun, scheduling: SchedulingFlags) -> dict[str, Any]:
     """Open (or continue) the run store under the folder lock and generate what is unfinished; a
     finished run writes its layout again and loads no model."""
-    from interleave_thinker.eval.generate import finish_without_models, open_store, unfinished
-    from interleave_thinker.runtime.outlock import folder_lock
-
-    with folder_lock(run.out):  # one process per --out, as `batch`
-        start_fresh(run.out, fresh)
-        store = open_store(run, resume=resume)
-        if not unfinished(run, store):
-            console.print(
-                f"all {len(run.items)} items already finished in {escape(str(run.out))}; no model loaded"
-            )
-            return finish_without_models(run, store)
-        return _generate(run, store, cfg, limits, concurrency, micro_batch, quiet)
+    return run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
 
 
-def _generate(
-    run: GenerationRun,
-    store: RunStore,
-    cfg: PipelineConfig,
-    limits: dict[str, int],
-    concurrency: int,
-    micro_batch: list[str] | None,
-    quiet: bool,
-) -> dict[str, Any]:
-    from interleave_thinker.eval.generate import load_pipeline
-    from interleave_thinker.runtime.scheduler import BatchSettings
+class EvalJob(ScheduledJob[dict[str, Any]]):
+    """`eval generate` on the scheduler: the benchmark's items, written in its official layout."""
 
-    # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
-    quiet_diffusers(cfg.generator)
-    with console.status(f"loading models ({run.mode} mode)"):
-        pipeline = load_pipeline(run)
-    scheduling = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))
-    return _run_with_progress(run, store, pipeline, scheduling, quiet)
+    noun = "items"
+
+    def __init__(self, run: GenerationRun) -> None:
+        self.gen = run
+        self.loading = f"loading models ({run.mode} mode)"
+        self.store: RunStore | None = None
+        self.pipeline: Pipeline | None = None
+        self.settings: BatchSettings | None = None
+        self.retry_failed = True
+
+    def open(self, resume: bool, retry_failed: bool) -> int | None:
+        from interleave_thinker.eval.generate import open_store, unfinished
+
+        self.store, self.retry_failed = open_store(self.gen, resume=resume), retry_failed
+        return unfinished(self.gen, self.store, retry_failed=retry_failed)
+
+    def finish_unloaded(self) -> dict[str, Any] | None:
+        from interleave_thinker.eval.generate import finish_without_models
+
+        assert self.store is not None
+        where = escape(str(self.gen.out))
+        console.print(f"all {len(self.gen.items)} items already finished in {where}; no model loaded")
+        return finish_without_models(self.gen, self.store)
+
+    def load(self, settings: BatchSettings) -> None:
+        from interleave_thinker.eval.generate import load_pipeline
+
+        quiet_diffusers(self.gen.config.generator)  # imports torch and diffusers: part of the time shown
+        self.pipeline, self.settings = load_pipeline(self.gen), settings
+
+    def pending(self) -> int:
+        from interleave_thinker.eval.generate import unfinished
+
+        assert self.store is not None
+        return unfinished(self.gen, self.store, retry_failed=self.retry_failed)
+
+    def run(self, on_done: Callable[[str, str], None]) -> dict[str, Any]:
+        from interleave_thinker.eval.generate import execute
+
+        assert self.store is not None and self.pipeline is not None and self.settings is not None
+        return execute(self.gen, self.store, self.pipeline, self.settings, on_done)
 
 
 def say_generated(record: dict[str, Any]) -> None:

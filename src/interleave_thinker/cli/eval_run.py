@@ -18,8 +18,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli import options as flags
-from interleave_thinker.cli.batch import FreshOption, parse_limits
 from interleave_thinker.cli.eval_generate import (
     BenchmarkArgument,
     IdsOption,
@@ -38,7 +36,12 @@ from interleave_thinker.cli.eval_score import (
     score_options,
     score_with_progress,
 )
-from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.options import (
+    SchedulingFlags,
+    SettingsFlags,
+    with_scheduling_flags,
+    with_settings,
+)
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.eval import benchmarks
@@ -47,6 +50,7 @@ console = Console(stderr=True)
 REPORT = "report.html"
 
 
+@with_scheduling_flags()
 @with_settings(pipeline=True)
 def _protocol(bench: Any, name: str | None) -> Any:
     """The protocol ``--protocol`` names (default: the benchmark's first), refused when it does not score
@@ -61,6 +65,7 @@ def _protocol(bench: Any, name: str | None) -> Any:
 def run(
     benchmark: BenchmarkArgument,
     settings: SettingsFlags,
+    scheduling: SchedulingFlags,
     data: Annotated[
         str, typer.Option(help="The benchmark's data: its official local files, or hf:ID[:split].")
     ],
@@ -70,11 +75,7 @@ def run(
         ProtocolName | None, typer.Option(help="Scoring protocol (default: the benchmark's first).")
     ] = None,
     mode: ModeOption = "agentic",
-    limit: flags.LimitOption = None,
     ids: IdsOption = None,
-    concurrency: flags.ConcurrencyOption = 16,
-    per_backend_limit: flags.PerBackendLimitOption = None,
-    micro_batch: flags.MicroBatchOption = None,
     judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
     judge_attempts: JudgeAttemptsOption = None,
     scorer_version: Annotated[
@@ -83,8 +84,6 @@ def run(
     ueval_mode: Annotated[
         UEvalMode, typer.Option(help="Rubric benchmarks: cached (official default) or direct requests.")
     ] = "cached",
-    quiet: flags.QuietOption = False,
-    fresh: FreshOption = False,
 ) -> None:
     """Generate, score and report a benchmark (or a slice of it: --limit/--ids are scored as a slice)."""
     from interleave_thinker.eval.report import write_report
@@ -96,11 +95,14 @@ def run(
     chosen.prompts()  # judge prompts that cannot be had stop the run now, not after hours of generation
     cfg = settings.resolve()
     selected = split_ids(ids)
-    gen = plan_generation(bench.name, cfg, data, out, mode, limit=limit, ids=selected)
-    limits = parse_limits(per_backend_limit or [], micro_batch or [])
+    limit, shard = scheduling.limit, scheduling.shard
+    gen = plan_generation(bench.name, cfg, data, out, mode, limit=limit, ids=selected, shard=shard)
+    scheduling.limits()
+    if shard:  # a shard is scored as the slice of the items it generated
+        limit, selected = None, tuple(item.id for item in gen.items)
 
     # 2. Generate (resumable; a finished run loads no model).
-    record = generate_locked(gen, cfg, limits, concurrency, micro_batch, quiet=quiet, fresh=fresh)
+    record = generate_locked(gen, scheduling)
     say_generated(record)
 
     # 3. Score exactly the generated items (a slice stays a slice).
@@ -110,7 +112,7 @@ def run(
     options = dataclasses.replace(
         options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, limit=limit, ids=selected
     )
-    summary = score_with_progress(options, quiet)
+    summary = score_with_progress(options, scheduling.quiet)
 
     # 4. Report.
     typer.echo(write_report([options.out], out / REPORT))

@@ -13,13 +13,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from interleave_thinker.core.config import PipelineConfig, PlannerFallback, PresetName, TextSteps
 from interleave_thinker.core.config_keys import field_help
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from interleave_thinker.runtime.scheduler import BatchSettings
 
 PresetOption = Annotated[
     PresetName | None, typer.Option(help=field_help("preset") + " \\[default: official]")
@@ -50,7 +53,32 @@ MicroBatchOption = Annotated[
 ShardOption = Annotated[str | None, typer.Option(help="I/N: run every N-th request starting at I (0-based).")]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")]
 QuietOption = Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")]
-"""The scheduling flags of `batch` and `eval generate` (both run on the batch scheduler)."""
+ResumeOption = Annotated[bool, typer.Option(help="Continue the run in --out: skip finished requests.")]
+RetryFailedOption = Annotated[
+    bool,
+    typer.Option(help="When resuming, run the requests that failed again (--no-retry-failed keeps them)."),
+]
+FreshOption = Annotated[
+    bool,
+    typer.Option(
+        "--fresh",
+        help="Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
+    ),
+]
+SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
+    "concurrency": (ConcurrencyOption, 16),
+    "per_backend_limit": (PerBackendLimitOption, None),
+    "micro_batch": (MicroBatchOption, None),
+    "shard": (ShardOption, None),
+    "limit": (LimitOption, None),
+    "resume": (ResumeOption, True),
+    "retry_failed": (RetryFailedOption, True),
+    "quiet": (QuietOption, False),
+    "fresh": (FreshOption, False),
+}
+"""The scheduling flags of every command on the batch scheduler (`batch`, `data generate`, `eval
+generate`, `eval run`): name -> (declaration, default)."""
+ROLES = ("planner", "critic", "generator")
 
 SETTINGS_FLAGS: dict[str, tuple[str, Any]] = {
     "preset": ("preset", PresetOption),
@@ -104,6 +132,64 @@ class SettingsFlags:
         return cfg
 
 
+@dataclass(frozen=True)
+class SchedulingFlags:
+    """How a command on the batch scheduler runs its items: one declaration, read the same everywhere."""
+
+    concurrency: int = 16
+    per_backend_limit: tuple[str, ...] = ()
+    micro_batch: tuple[str, ...] = ()
+    shard: str | None = None
+    limit: int | None = None
+    resume: bool = True
+    retry_failed: bool = True
+    quiet: bool = False
+    fresh: bool = False
+
+    @classmethod
+    def given(cls, values: dict[str, Any]) -> SchedulingFlags:
+        """The flags as typer hands them (lists, or None for a list flag not given)."""
+        lists = {k: tuple(values[k] or ()) for k in ("per_backend_limit", "micro_batch")}
+        return cls(**{**values, **lists})
+
+    def limits(self) -> dict[str, int]:
+        """``--per-backend-limit ROLE=N`` (and the roles of ``--micro-batch``), checked before anything loads."""
+        return parse_limits(list(self.per_backend_limit), list(self.micro_batch))
+
+    def shard_spec(self) -> tuple[int, int] | None:
+        """``--shard I/N`` checked, or None."""
+        from interleave_thinker.runtime.batch_inputs import parse_shard
+
+        return parse_shard(self.shard) if self.shard else None
+
+    def batch_settings(self) -> BatchSettings:
+        """The scheduler's settings: concurrency, per-backend limits, micro-batching, failed ones retried."""
+        from interleave_thinker.runtime.scheduler import BatchSettings
+
+        return BatchSettings(
+            concurrency=self.concurrency,
+            limits=self.limits(),
+            micro_batch=set(self.micro_batch),
+            retry_failed=self.retry_failed,
+        )
+
+
+def parse_limits(values: list[str], micro_batch: list[str] | None = None) -> dict[str, int]:
+    """``--per-backend-limit ROLE=N`` values (and the roles of ``--micro-batch``), checked."""
+    for role in micro_batch or []:
+        if role not in ROLES:
+            raise InputError(f"--micro-batch {role!r}: choose from {', '.join(ROLES)}.")
+    limits: dict[str, int] = {}
+    for value in values:
+        role, sep, number = value.partition("=")
+        if not sep or role not in ROLES or not number.isdigit() or int(number) < 1:
+            raise InputError(
+                f"--per-backend-limit {value!r}: write ROLE=N with ROLE in {', '.join(ROLES)} and N >= 1."
+            )
+        limits[role] = int(number)
+    return limits
+
+
 EXTRA_KEYS: dict[str, tuple[str, Any]] = {
     "dtype": ("model.dtype", DtypeOption),
     "base_url": ("prompts.base_url", None),
@@ -122,6 +208,11 @@ def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
     flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {})}
     declarations = {name: (declaration, None) for name, (_, declaration) in flags.items()}
     return with_flags(declarations, "settings", lambda given: SettingsFlags(given, pipeline=pipeline))
+
+
+def with_scheduling_flags() -> Callable[[F], F]:
+    """Add the scheduling flags to a command; it declares ``scheduling: SchedulingFlags`` instead."""
+    return with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
 
 
 def with_flags(

@@ -90,9 +90,9 @@ def open_store(run: GenerationRun, *, resume: bool) -> RunStore:
     return store
 
 
-def unfinished(run: GenerationRun, store: RunStore) -> int:
+def unfinished(run: GenerationRun, store: RunStore, *, retry_failed: bool = False) -> int:
     """Items still to run (as the scheduler will choose them): 0 means nothing to load a model for."""
-    return len(pending(batch_items(run.items), store.finished(), retry_failed=False))
+    return len(pending(batch_items(run.items), store.finished(), retry_failed=retry_failed))
 
 
 def finish_without_models(run: GenerationRun, store: RunStore) -> dict[str, Any]:

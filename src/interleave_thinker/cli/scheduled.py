@@ -1,0 +1,102 @@
+"""One way to run a command's items on the batch scheduler: `batch`, `data generate`, `eval generate`
+and `eval run` differ in what they load and write, never in how they schedule.
+
+:func:`run_scheduled` holds the folder lock, applies ``--fresh``, ``--resume`` and ``--retry-failed``,
+builds the scheduler's settings from the same :class:`SchedulingFlags`, and draws one progress bar; a
+:class:`ScheduledJob` says what the command opens, loads and runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from rich.console import Console
+
+from interleave_thinker.cli.options import SchedulingFlags
+from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
+
+if TYPE_CHECKING:
+    from interleave_thinker.runtime.scheduler import BatchSettings
+
+console = Console(stderr=True)
+logger = logging.getLogger("interleave_thinker.scheduled")
+R = TypeVar("R")
+OnDone = Callable[[str, str], None]
+
+
+class ScheduledJob(Generic[R]):
+    """What one command does over its run folder; :func:`run_scheduled` calls it in this order."""
+
+    loading = "loading models"
+    """What the loading display says."""
+    noun = "requests"
+    """What the progress bar counts."""
+
+    def open(self, resume: bool, retry_failed: bool) -> int | None:
+        """Open (or continue) the run store, no model loaded; the items still to run (None: known after load)."""
+        return None
+
+    def finish_unloaded(self) -> R | None:
+        """With nothing left to run: the result without loading a model (None: load and run anyway)."""
+        return None
+
+    def load(self, settings: BatchSettings) -> None:
+        """Load the models and build the scheduler with ``settings``."""
+        raise NotImplementedError
+
+    def pending(self) -> int:
+        """The items still to run, once loaded."""
+        raise NotImplementedError
+
+    def run(self, on_done: OnDone) -> R:
+        """Run the items still to run; ``on_done(id, status)`` as each finishes."""
+        raise NotImplementedError
+
+    def detail(self) -> str:
+        """More to show on the progress bar (e.g. the calls of each backend)."""
+        return ""
+
+
+def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJob[R]) -> R:
+    """Run ``job``'s ``total`` items in ``out`` under the folder lock, as the flags say (one process per folder)."""
+    from interleave_thinker.runtime.outlock import folder_lock
+
+    with folder_lock(out):
+        start_fresh(out, flags.fresh)
+        left = job.open(flags.resume, flags.retry_failed)
+        if left == 0 and (result := job.finish_unloaded()) is not None:
+            return result
+        settings = flags.batch_settings()
+        with LoadingDisplay(console, job.loading, quiet=flags.quiet):
+            job.load(settings)
+        return _with_progress(job, total, flags.quiet)
+
+
+def _with_progress(job: ScheduledJob[R], total: int, quiet: bool) -> R:
+    progress = counter_bar(console, quiet=quiet)
+    task = progress.add_task(job.noun, total=total, completed=total - job.pending())
+    counts = {"succeeded": 0, "failed": 0}
+
+    def on_done(item_id: str, status: str) -> None:
+        counts[status if status in counts else "failed"] += 1
+        shown = f"{job.noun} (ok {counts['succeeded']}, failed {counts['failed']}){job.detail()}"
+        progress.update(task, advance=1, description=shown)
+        if quiet:
+            level = logging.INFO if status == "succeeded" else logging.WARNING  # --quiet: failures only
+            logger.log(level, "%s %s %s", job.noun.removesuffix("s"), item_id, status)
+
+    with progress:
+        return job.run(on_done)
+
+
+def start_fresh(out: Path, fresh: bool) -> None:
+    """``--fresh``: the earlier work in ``out`` moves aside (never deleted), and the command starts over."""
+    from interleave_thinker.runtime.resume import move_aside
+
+    moved = move_aside(out) if fresh else None
+    if moved is not None:
+        message = f"--fresh: moved the earlier contents of {out} to {moved}"
+        console.print(message, highlight=False, markup=False, soft_wrap=True)
