@@ -84,6 +84,8 @@ def _report(summary: dict[str, Any], skipped: int) -> None:
 class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     """`data generate` on the scheduler: the teachers and the judge over the prompts."""
 
+    log_name = "interleave_thinker.datagen"
+
     loading = "loading the teachers and the judge"
 
     def __init__(

@@ -81,6 +81,7 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
     """`eval generate` on the scheduler: the benchmark's items, written in its official layout."""
 
     noun = "items"
+    log_name = "interleave_thinker.eval"
 
     def __init__(self, run: GenerationRun) -> None:
         self.gen = run

@@ -50,8 +50,6 @@ console = Console(stderr=True)
 REPORT = "report.html"
 
 
-@with_scheduling_flags()
-@with_settings(pipeline=True)
 def _protocol(bench: Any, name: str | None) -> Any:
     """The protocol ``--protocol`` names (default: the benchmark's first), refused when it does not score
     ``bench``."""
@@ -62,6 +60,8 @@ def _protocol(bench: Any, name: str | None) -> Any:
     return chosen
 
 
+@with_scheduling_flags()
+@with_settings(pipeline=True)
 def run(
     benchmark: BenchmarkArgument,
     settings: SettingsFlags,

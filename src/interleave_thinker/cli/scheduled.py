@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from interleave_thinker.runtime.scheduler import BatchSettings
 
 console = Console(stderr=True)
-logger = logging.getLogger("interleave_thinker.scheduled")
 R = TypeVar("R")
 OnDone = Callable[[str, str], None]
 
@@ -34,6 +33,8 @@ class ScheduledJob(Generic[R]):
     """What the loading display says."""
     noun = "requests"
     """What the progress bar counts."""
+    log_name = "interleave_thinker.batch"
+    """The logger of ``--quiet``'s failure lines (the command's own name, as users grep for it)."""
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         """Open (or continue) the run store, no model loaded; the items still to run (None: known after load)."""
@@ -86,7 +87,9 @@ def _with_progress(job: ScheduledJob[R], total: int, quiet: bool) -> R:
         progress.update(task, advance=1, description=shown)
         if quiet:
             level = logging.INFO if status == "succeeded" else logging.WARNING  # --quiet: failures only
-            logger.log(level, "%s %s %s", job.noun.removesuffix("s"), item_id, status)
+            logging.getLogger(job.log_name).log(
+                level, "%s %s %s", job.noun.removesuffix("s"), item_id, status
+            )
 
     with progress:
         return job.run(on_done)
