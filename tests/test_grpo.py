@@ -249,7 +249,7 @@ def test_shipped_release_config_has_the_release_settings() -> None:
         8,
         1.0,
         2e-6,
-        0.01,
+        0.0,  # the release's disable_kl: true (docs/training.md, the release's settings)
         4096,
     )
     assert config.reward.stepwise and config.reward.deadline == 70.0

@@ -8,8 +8,8 @@ The models answer with a Python-literal-like dict. Valid JSON is read by :func:`
 - strings in single or double quotes, with JSON and Python escapes; a quote inside a string counts
   as the closing one only when a ``,`` ``:`` ``}`` ``]`` or the end of the text follows it, so
   ``'the cat's tail'`` reads as the model meant;
-- ``True``/``False``/``None`` and ``true``/``false``/``null``; plain decimal numbers (at most 40
-  characters);
+- ``True``/``False``/``None`` and ``true``/``false``/``null`` in any case (``TRUE``, ``Null``: the
+  release's ``json_repair`` reads them so); plain decimal numbers (at most 40 characters);
 - a text cut short (the reply hit its token limit): open strings and containers are closed, and the
   last item is dropped when the end falls inside it (a number or an unfinished word touching the end,
   a key without its value, a bracket with nothing after it), because its value is unknown. Containers closed this way are reported in ``cut``.
@@ -42,6 +42,9 @@ CONSTANTS: dict[str, Any] = {
     "false": False,
     "null": None,
 }
+
+_ANY_CASE: dict[str, Any] = {"true": True, "false": False, "null": None}
+"""JSON's constants in any case (``TRUE``, ``Null``), as ``json_repair`` reads them; ``None`` only as written."""
 
 _SPACE = re.compile(r"\s*")
 _NUMBER = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -155,8 +158,9 @@ class _Reader:
         if match is None:
             raise self.fail(f"unexpected {self.text[start : start + 10]!r}")
         token, self.pos = match.group(), match.end()
-        if token in CONSTANTS:
-            return CONSTANTS[token]  # complete even at the end: no other value starts with it
+        constant = CONSTANTS.get(token, _ANY_CASE.get(token.lower(), _MISSING))
+        if constant is not _MISSING:
+            return constant  # complete even at the end: no other value starts with it
         if self.pos == len(self.text):
             return _MISSING  # a number or word cut by the end: its last characters may be missing
         if _WORD.fullmatch(token):

@@ -27,6 +27,7 @@ from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.types import Trace
 from interleave_thinker.eval.datasets import EvalItem
+from interleave_thinker.runtime.reports import release_text_answer
 from interleave_thinker.runtime.store import RunStore
 
 SUBMISSION = "submission.json"
@@ -78,19 +79,6 @@ def write_item_image(layout: Layout, out: Path, store: RunStore, item: EvalItem,
     if not target.is_file() or target.read_bytes() != data:
         write_atomic(target, data)
     return target
-
-
-def release_text_answer(trace: Trace) -> str:
-    """The release's text answer: per plan step, ``auxiliary_text`` when truthy and not 'None', else
-    ``instruction``; concatenated with no separator (``ueval_klein.py``)."""
-    plan = trace.planner.plan
-    if plan is None:
-        return ""
-    parts = []
-    for step in plan.steps:
-        aux = step.auxiliary_text
-        parts.append(aux if aux and aux != "None" else (step.instruction or ""))
-    return "".join(parts)
 
 
 def ueval_entry(store: RunStore, item: EvalItem, trace: Trace, *, mode: str) -> dict[str, Any]:

@@ -24,8 +24,25 @@ def request_folder(request_id: str, folders: dict[str, str] | None = None) -> st
     return (folders or {}).get(request_id) or f"{REQUESTS}/{request_id}"
 
 
+def release_text_answer(trace: Trace) -> str:
+    """The release's text answer: per plan step, ``auxiliary_text`` when truthy and not 'None', else
+    ``instruction``; concatenated with no separator (``UEval/ueval_klein.py:267-271`` in the release).
+
+    Why here: ``batch``'s ``results.json`` and ``eval generate``'s submission must join alike, and
+    ``eval`` sits above ``runtime``."""
+    plan = trace.planner.plan
+    if plan is None:
+        return ""
+    parts = []
+    for step in plan.steps:
+        aux = step.auxiliary_text
+        parts.append(aux if aux and aux != "None" else (step.instruction or ""))
+    return "".join(parts)
+
+
 def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The UEval submission: id, prompt, task, accepted image paths (relative to the batch folder), step texts joined."""
+    """The UEval submission: id, prompt, task, accepted image paths (relative to the batch folder) and
+    the text answer joined as the release joins it (:func:`release_text_answer`, as ``eval generate``)."""
     rows = []
     for request_id, trace in traces.items():
         images = [
@@ -33,14 +50,13 @@ def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = Non
             for s in trace.steps
             if s.accepted_image
         ]
-        texts = [s.text for s in trace.steps if s.text]
         rows.append(
             {
                 "id": request_id,
                 "prompt": trace.request.text,
                 "task": trace.request.task,
                 "image_answer": images,
-                "text_answer": "\n".join(texts),
+                "text_answer": release_text_answer(trace),
             }
         )
     return rows

@@ -1,6 +1,11 @@
-"""The typed GRPO configuration. Defaults are the release's critic GRPO settings (EasyR1): 8 rollouts
-per prompt, temperature 1.0, top_p 1.0, lr 2e-6, KL as a loss term with coefficient 1e-2 against the
-frozen starting (SFT) model, responses up to 4096 tokens, grad clip 1.0, bf16."""
+"""The typed GRPO configuration. Defaults follow the release's critic GRPO settings (EasyR1) where they
+do not slow the tiny runs: 8 rollouts per prompt, temperature 1.0, top_p 1.0, lr 2e-6, responses up
+to 4096 tokens, grad clip 1.0, bf16. The release's whole recipe (rollout and update geometry, weight
+decay, constant schedule, no KL term) is ``configs/grpo_critic.yaml``; docs/training.md tabulates each
+value with its line in the release.
+
+``global_batch_size`` and ``advantage_clip`` are our two extensions of TRL's options: an update batch
+counted over all processes (EasyR1's unit) and the FastVideo branch's advantage clip."""
 
 from __future__ import annotations
 
@@ -77,7 +82,34 @@ class GRPOTrainingSection(_Section):
     beta: float = Field(default=0.01, ge=0, description="KL coefficient against the frozen starting model.")
     max_completion_length: int = Field(default=4096, ge=1)
     per_device_train_batch_size: int = Field(default=8, ge=1, description="Completions per device per step.")
-    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    gradient_accumulation_steps: int = Field(
+        default=1,
+        ge=1,
+        description="Forward/backward passes per optimizer step (overridden by global_batch_size).",
+    )
+    global_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Completions per optimizer step over all processes; sets gradient_accumulation_steps to "
+        "global_batch_size / (per_device_train_batch_size x processes), so the update batch does not depend on "
+        "the number of GPUs (EasyR1's global batch; TRL counts it per device). None: keep gradient_accumulation_steps.",
+    )
+    generation_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Completions rolled out at once over all processes (TRL's option); a multiple of the "
+        "update batch gives several optimizer steps per rollout batch. None: one optimizer step's worth.",
+    )
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay (TRL's default 0).")
+    lr_scheduler_type: str = Field(
+        default="linear", description="Learning-rate schedule (any transformers name; EasyR1's is constant)."
+    )
+    advantage_clip: float | None = Field(
+        default=None,
+        gt=0,
+        description="Clip every advantage to [-c, c] after TRL's group normalisation (the FastVideo branch's "
+        "critic config clips at 5). None: no clip.",
+    )
     max_steps: int = Field(default=-1)
     num_train_epochs: float = Field(default=1.0, gt=0)
     max_grad_norm: float = Field(default=1.0, gt=0)
@@ -141,8 +173,21 @@ class GRPORunConfig(_Section):
             raise ValueError(
                 "training.eval_steps needs held-out prompts: set data.eval or data.eval_synthetic"
             )
+        t = self.training
+        if t.global_batch_size is not None and t.global_batch_size % t.num_generations:
+            raise ValueError(
+                f"training.global_batch_size ({t.global_batch_size}) must be a multiple of num_generations "
+                f"({t.num_generations}): an update holds whole groups"
+            )
+        if t.generation_batch_size is not None:
+            update = t.global_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
+            if t.generation_batch_size % update:
+                raise ValueError(
+                    f"training.generation_batch_size ({t.generation_batch_size}) must be a multiple of the "
+                    f"update batch ({update}): every rollout batch is used by whole optimizer steps"
+                )
         total = self.training.per_device_train_batch_size * self.training.gradient_accumulation_steps
-        if total % self.training.num_generations:
+        if t.global_batch_size is None and total % self.training.num_generations:
             raise ValueError(
                 f"per_device_train_batch_size x gradient_accumulation_steps ({total}) must be a multiple of "
                 f"num_generations ({self.training.num_generations})"

@@ -226,6 +226,9 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
         "use_cpu": t.use_cpu,
         "use_vllm": t.use_vllm,
         "reward_weights": weights,
+        "weight_decay": t.weight_decay,
+        "lr_scheduler_type": t.lr_scheduler_type,
+        "generation_batch_size": t.generation_batch_size or t.global_batch_size,
         "num_generations_eval": t.num_generations_eval,
         "per_device_eval_batch_size": t.per_device_eval_batch_size or t.per_device_train_batch_size,
         "remove_unused_columns": False,
@@ -240,7 +243,24 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
     unknown = sorted(set(config.trl) - known)
     if unknown:
         raise ConfigError(f"trl: unknown GRPOConfig field(s): {', '.join(unknown)}.")
-    return GRPOConfig(**(args | config.trl))
+    built = GRPOConfig(**(args | config.trl))
+    if t.global_batch_size is not None:
+        built.gradient_accumulation_steps = accumulation_for(
+            t.global_batch_size, t.per_device_train_batch_size, built.world_size
+        )
+    return built
+
+
+def accumulation_for(global_batch: int, per_device: int, processes: int) -> int:
+    """``training.global_batch_size`` as TRL counts it: passes per optimizer step on each process."""
+    share = per_device * processes
+    if global_batch % share:
+        raise ConfigError(
+            f"training.global_batch_size {global_batch} is not a multiple of per_device_train_batch_size x "
+            f"processes ({per_device} x {processes} = {share}): change per_device_train_batch_size or the "
+            "number of processes so that it divides."
+        )
+    return global_batch // share
 
 
 def build_grpo_trainer(
@@ -253,6 +273,8 @@ def build_grpo_trainer(
 ) -> tuple[Any, list[Any]]:
     """The configured ``GRPOTrainer`` and the reward resources to close after training."""
     from trl import GRPOTrainer
+
+    from interleave_thinker.train.grpo.advantages import with_advantage_clip
 
     chosen = _role(config, role)
     model, processor = _load_policy(config)
@@ -275,7 +297,8 @@ def build_grpo_trainer(
             r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
         )
     parts, datasets = (model, processor, args), (train, evals)
-    trainer = trl_trainer(GRPOTrainer, parts, datasets, peft=peft, callbacks=extra, reward_funcs=functions)
+    trainer_class = with_advantage_clip(GRPOTrainer, config.training.advantage_clip)
+    trainer = trl_trainer(trainer_class, parts, datasets, peft=peft, callbacks=extra, reward_funcs=functions)
     return trainer, closers
 
 

@@ -15,9 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import ast
-import json
-import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,63 +29,34 @@ from interleave_thinker.agents.judge import Judge, Judgement, judge_inputs
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.images import is_white_canvas, open_rgb
 from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
+from interleave_thinker.train.rewards.answers import CriticReading, normalize_response, read_critic
 from interleave_thinker.train.rewards.cache import GenerationCache, generation_key
 
-_AROUND_TAG_CHARS = re.compile(r"\s*(<|>|/)\s*")
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-def normalize_response(text: str) -> str:
-    """Delete whitespace around every ``<``, ``>`` and ``/`` (the release's normalisation, refine prompt included)."""
-    return _AROUND_TAG_CHARS.sub(r"\1", text)
-
-
-def parse_critic_answer(normalized: str) -> dict[str, Any] | None:
-    """The answer dict of a normalised response, parsed strictly as a Python or JSON literal; None if invalid."""
-    match = _ANSWER.search(normalized)
-    if match is None:
-        return None
-    body = match.group(1).strip()
-    for parse in (ast.literal_eval, json.loads):
-        try:
-            value = parse(body)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-        return value if isinstance(value, dict) else None
-    return None
-
-
-def format_ok(normalized: str) -> bool:
-    match = _ANSWER.search(normalized)
-    if match is None:
-        return False
-    think = normalized.find("<think>")
-    if think != -1 and think > match.start():
-        return False
-    answer = parse_critic_answer(normalized)
-    return (
-        answer is not None
-        and isinstance(answer.get("previous_step_success"), bool)
-        and isinstance(answer.get("refine_prompt"), str)
-    )
+__all__ = [
+    "CriticReward",
+    "CriticRewardWeights",
+    "StepwiseScorer",
+    "critic_accuracy_reward",
+    "critic_format_reward",
+    "normalize_response",
+]
 
 
 def critic_format_reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
-    """1.0 when the response has a valid ``<answer>`` with a bool and a string field (``<think>`` before it, if any)."""
-    return [1.0 if format_ok(normalize_response(completion_text(c))) else 0.0 for c in completions]
+    """1.0 when the response has a valid ``<answer>`` with a bool and a string field (``<think>`` before it, if any).
 
-
-def predicted_success(completion: Any) -> bool | None:
-    answer = parse_critic_answer(normalize_response(completion_text(completion)))
-    value = answer.get("previous_step_success") if answer else None
-    return value if isinstance(value, bool) else None
+    The answer is read in the models' dialects, as the release's ``json_repair`` reads them
+    (:mod:`interleave_thinker.train.rewards.answers`).
+    """
+    return [1.0 if read_critic(completion_text(c)).format_ok else 0.0 for c in completions]
 
 
 def critic_accuracy_reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:
-    """1.0 when the predicted ``previous_step_success`` equals ``ground_truth.success``; 0.0 if different or missing."""
+    """1.0 when the predicted ``previous_step_success`` equals ``ground_truth.success`` (as the release
+    compares: ``==``); 0.0 if different or missing."""
     truths = column(columns, "ground_truth", len(completions), "evaluation")
     return [
-        1.0 if predicted_success(c) is GroundTruth.parse(t).success else 0.0
+        read_critic(completion_text(c)).accuracy(GroundTruth.parse(t).success)
         for c, t in zip(completions, truths, strict=True)
     ]
 
@@ -240,10 +208,9 @@ class StepwiseScorer:
         self._judge_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def refine_prompt_of(completion: Any, previous_prompt: str) -> str:
+def refine_prompt_of(reading: CriticReading, previous_prompt: str) -> str:
     """The refine prompt read from the normalised response, or the previous prompt when it is empty."""
-    answer = parse_critic_answer(normalize_response(completion_text(completion)))
-    refine = answer.get("refine_prompt") if answer else None
+    refine = reading.refine_prompt
     return refine if isinstance(refine, str) and refine.strip() else previous_prompt
 
 
@@ -267,9 +234,10 @@ class CriticReward:
         n = len(completions)
         truths = [GroundTruth.parse(t) for t in column(columns, "ground_truth", n, "evaluation")]
         previous = column(columns, "previous_prompt", n, "rewritten_prompt")
-        refine = [refine_prompt_of(c, p or "") for c, p in zip(completions, previous, strict=True)]
-        formats = critic_format_reward(prompts, completions)
-        accuracies = critic_accuracy_reward(prompts, completions, ground_truth=[asdict(t) for t in truths])
+        readings = [read_critic(completion_text(c)) for c in completions]  # each rollout read once
+        refine = [refine_prompt_of(r, p or "") for r, p in zip(readings, previous, strict=True)]
+        formats = [1.0 if r.format_ok else 0.0 for r in readings]
+        accuracies = [r.accuracy(t.success) for r, t in zip(readings, truths, strict=True)]
         stepwise = self.scorer.score_batch(
             refine, truths, column(columns, "origin_prompt", n), column(columns, "origin_image_path", n)
         )

@@ -25,8 +25,8 @@ from interleave_thinker.agents.planner import parse_plan
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.types import Plan
 from interleave_thinker.train.rewards._columns import completion_text
+from interleave_thinker.train.rewards.answers import think_then_answer
 
-_STRUCTURE = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 _PREFIX = re.compile(r"^\s*(step\s*\d+\s*[:.)-]|\(\d+\)|\d+[.)]\s)", re.IGNORECASE)
 _WORDS = {
     "one": 1,
@@ -66,7 +66,7 @@ def planner_format_reward(prompts: Any, completions: list[Any], **columns: Any) 
     [1.0]
     """
     return [
-        1.0 if _STRUCTURE.match(completion_text(c)) and _plan(c) is not None else 0.0 for c in completions
+        1.0 if think_then_answer(completion_text(c)) and _plan(c) is not None else 0.0 for c in completions
     ]
 
 

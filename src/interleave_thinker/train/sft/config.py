@@ -1,9 +1,12 @@
 """The typed SFT configuration, loaded from YAML with unknown keys rejected by name.
 
 Defaults are the release's cold-start settings (LLaMA-Factory, Qwen3-VL-8B-Instruct): full fine-tune
-with vision tower and projector frozen, cutoff 16384 tokens, lr 2e-5, 3 epochs, cosine schedule,
-warmup ratio 0.1, bf16, 2 samples per device, ``image_max_pixels`` 1048576, loss on assistant
-tokens only. ``trl:`` passes any further ``trl.SFTConfig`` field through, checked by name.
+with vision tower and projector frozen, cutoff 16384 tokens, lr 2e-5, 3 epochs (the planner's; the
+critic's is 2), cosine schedule, warmup ratio 0.1, bf16, 2 samples per device, ``image_max_pixels``
+1048576, loss on assistant tokens only. Weight decay defaults to TRL's 0 so the tiny models' builds
+stay as they were; the release's 1e-6 is in ``configs/sft_*.yaml`` (docs/training.md lists each
+value with its line in the release). ``trl:`` passes any further ``trl.SFTConfig`` field through,
+checked by name.
 """
 
 from __future__ import annotations
@@ -70,7 +73,12 @@ class DataSection(_Section):
 
 class TrainingSection(_Section):
     learning_rate: float = Field(default=2e-5, gt=0)
-    num_train_epochs: float = Field(default=3.0, gt=0)
+    num_train_epochs: float = Field(
+        default=3.0, gt=0, description="Passes over the data (the release: critic 2.0, planner 3.0)."
+    )
+    weight_decay: float = Field(
+        default=0.0, ge=0, description="AdamW weight decay (the release's configs: 1e-6; TRL's default 0)."
+    )
     max_steps: int = Field(default=-1, description="> 0 overrides num_train_epochs.")
     lr_scheduler_type: str = Field(default="cosine")
     warmup_ratio: float = Field(default=0.1, ge=0.0, lt=1.0)

@@ -122,6 +122,7 @@ def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate
         "learning_rate": t.learning_rate,
         "num_train_epochs": t.num_train_epochs,
         "max_steps": t.max_steps,
+        "weight_decay": t.weight_decay,
         "lr_scheduler_type": t.lr_scheduler_type,
         "warmup_steps": t.warmup_ratio,  # a float below 1 is a ratio of the total steps
         "per_device_train_batch_size": t.per_device_train_batch_size,
