@@ -111,8 +111,8 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
 
     ``variant`` overrides a setting (``warm_steps``, ``warm_until``, ``warm_rounds``, ``inverted``,
     ``lr``, ``beta``, ``temperature``, ``num_generations``, ``batch``, ``steps``, ``synthetic``, ``trl``,
-    ``only_start``, ``truthful_every``, ``mix``, ``warm_schedule``, ``warm_prompts``) for the experiments
-    docs/testing.md reports."""
+    ``only_start``, ``truthful_every``, ``mix``, ``warm_schedule``, ``warm_prompts``, ``flip_advantages``)
+    for the experiments docs/notes/learning-test.md reports."""
     from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
     def warm(model: Path, round_: int) -> Path:
@@ -180,9 +180,24 @@ def learn(critic: Path, work: Path, warm_seed: int, grpo_seed: int, **variant: A
     print(f"@start held-out mean accuracy {before:.3f}, well-formed {before_formed:.3f}", flush=True)
     if variant.get("only_start"):
         return {"before": before, "before_formed": before_formed}
+    if variant.get("flip_advantages"):
+        flip_advantages(trainer)
     trainer.train()
     after, after_formed = scores()
     return {"before": before, "after": after, "before_formed": before_formed, "after_formed": after_formed}
+
+
+def flip_advantages(trainer: Any) -> None:
+    """Break GRPO on purpose: every advantage gets the wrong sign, so the policy moves away from its
+    better rollouts. The learning test must fail so (benchmarks/bench_grpo_learning.py --flip shows it)."""
+    score = trainer._generate_and_score_completions
+
+    def flipped(inputs: Any) -> Any:
+        batch = score(inputs)
+        batch["advantages"] = -batch["advantages"]
+        return batch
+
+    trainer._generate_and_score_completions = flipped
 
 
 def main(argv: list[str]) -> None:

@@ -188,11 +188,11 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         GRPORunConfig.load(path)
 
 
-LEARNING_RUNS = ((0, 42), (1, 0), (2, 7), (3, 1))
-"""(warm start seed, GRPO seed) of each learning run; every run must clear both margins. The first four
-warm seeds, among them the two pairs that missed on earlier designs: (2, 7) on every design before the
-eighth round, (3, 1) on the eighth. Measured with this design (docs/testing.md, ninth round): these four
-and (4, 2), (5, 3), (6, 11) all clear both margins."""
+LEARNING_RUNS = ((0, 42),)
+"""(warm start seed, GRPO seed) of the learning run. One pair: the design starts every pair from the same
+measured place, and the sweep over seven pairs, which all clear both margins, is an experiment, not a
+test: ``benchmarks/bench_grpo_learning.py`` runs it, and with ``--flip`` (every advantage's sign
+flipped) what this pair gives when GRPO is broken (docs/notes/learning-test.md, "The seed sweep")."""
 
 
 def learning_run(critic: Path, work: Path, warm_seed: int, grpo_seed: int) -> dict[str, float]:
@@ -226,7 +226,8 @@ def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, 
     every seed pair, the mean accuracy reward on 16 held-out prompts (subjects no train row has, 4 samples
     each) must rise by at least 0.3 over the starting checkpoint, and the accuracy of the well-formed
     answers by 0.2 (so the gain is not only repaired formatting). Each run is a child process with pinned
-    numerics (``tests/grpo_learning.py``), so it computes the same bits on every x86 machine with AVX2."""
+    numerics (``tests/grpo_learning.py``), so it computes the same bits on every x86 machine with AVX2.
+    About 4 minutes on 2 cores."""
     for warm_seed, grpo_seed in LEARNING_RUNS:
         r = learning_run(
             format_trained.critic, tmp_path / f"run-{warm_seed}-{grpo_seed}", warm_seed, grpo_seed
