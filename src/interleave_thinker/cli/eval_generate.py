@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from interleave_thinker.cli.batch import start_fresh
 from interleave_thinker.cli.options import quiet_diffusers
-from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
@@ -136,7 +136,7 @@ def _generate(
 
     # 2. Load the models and run (diffusers, which loads torch, only when a local generator needs it).
     quiet_diffusers(cfg.generator)
-    with console.status(f"loading models ({run.mode} mode)"):
+    with LoadingDisplay(console, f"loading models ({run.mode} mode)"):  # a line too when not a terminal
         pipeline = load_pipeline(run)
     scheduling = BatchSettings(concurrency=concurrency, limits=limits, micro_batch=set(micro_batch or []))
     return _run_with_progress(run, store, pipeline, scheduling, quiet)
