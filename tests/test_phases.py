@@ -121,3 +121,37 @@ def test_a_dead_generator_announces_each_retry_and_fails_once(tmp_path: Path) ->
     assert sorted(m.group(1) for m in map(retry.match, retries) if m) == ["1"] * 3 + ["2"] * 3
     (error,) = [line for line in lines if line.startswith("error: ")]
     assert error.count("3 tries failed") == 1 and "(3 attempts)" in error
+
+
+@pytest.mark.slow
+def test_grpo_names_its_phases_in_order(tmp_path: Path) -> None:
+    import contextlib
+    from collections.abc import Iterator
+
+    from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
+
+    config = GRPORunConfig.model_validate(
+        {
+            "role": "critic",
+            "output_dir": str(tmp_path / "grpo"),
+            "model": {"name_or_path": "tiny:critic"},
+            "data": {"synthetic": 2},
+            "reward": {"stepwise": False},
+            "training": {"max_steps": 1, "bf16": False, "use_cpu": True, "report_to": "none"},
+        }
+    )
+    seen: list[str] = []
+
+    @contextlib.contextmanager
+    def phase(text: str) -> Iterator[None]:
+        seen.append(text)
+        yield
+
+    build_grpo_trainer(config, phase=phase)
+    assert seen == [
+        "importing TRL",
+        "loading model tiny:critic",
+        "setting up the rewards",
+        "building the prompts",
+        "building the trainer (2 prompts)",
+    ]
