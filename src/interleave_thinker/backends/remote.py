@@ -372,7 +372,15 @@ class RemoteCaller:
             if attempt < self.retry.max_retries:
                 delay = self.retry.delay(attempt, retry_after)
                 delay = min(delay, max(0.0, deadline - (time.monotonic() - start)))
-                logger.info("%s: retrying in %.2fs after: %s", self.name, delay, problems[-1])
+                # A warning, so a dead server is not minutes of silence: each retry says why and how long.
+                logger.warning(
+                    "%s: %s; retry %d/%d in %.1f s",
+                    self.name,
+                    problems[-1],
+                    attempt + 1,
+                    self.retry.max_retries,
+                    delay,
+                )
                 self._sleep(delay)
         over = time.monotonic() - start >= deadline
         reason = f"deadline of {deadline:.3g}s passed" if over else f"{len(problems)} tries failed"

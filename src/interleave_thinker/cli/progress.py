@@ -6,7 +6,9 @@ rich would take a plan's ``[image]`` label or a reply's ``[bold]`` for a style t
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 from rich.console import Console
 from rich.progress import (
@@ -21,6 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
 from rich.text import Text
 
 from interleave_thinker.core.build_progress import BuildReporter, reporting_builds
@@ -32,10 +35,20 @@ SHOWN_CHARS = 200
 """Longest model text one terminal line shows (the trace and the page keep all of it)."""
 
 
+BAR_WIDTH = 20
+"""Columns of the bar itself: with the figures (``500/1000 0:01:02 0:03:04``) it fits 80 columns."""
+
+
+def label_column(label: str = "{task.description}", *, markup: bool = True) -> TextColumn:
+    """A bar's label that wraps onto a second line when the terminal is narrow, so the figures after it
+    are never cut (rich shrinks every column of a too-wide row otherwise, ``500/10…``)."""
+    return TextColumn(label, markup=markup, table_column=Column(no_wrap=False, ratio=1))
+
+
 def counter_bar(console: Console, label: str = "{task.description}", *, quiet: bool = False) -> Progress:
     """The bar of the commands that work through many things (requests, items, rollouts, attempts)."""
     return Progress(
-        *(TextColumn(label), BarColumn(), MofNCompleteColumn()),
+        *(label_column(label), BarColumn(bar_width=BAR_WIDTH), MofNCompleteColumn()),
         *(TimeElapsedColumn(), TimeRemainingColumn()),
         console=console,
         disable=quiet,
@@ -87,7 +100,7 @@ def attempt_line(step_index: int, attempt: Attempt) -> Text:
 def phase_bar(console: Console, *extra: ProgressColumn, quiet: bool = False) -> Progress:
     """A live bar for one phase, drawn on a terminal only and not when ``quiet`` (the phase lines say it all)."""
     return Progress(
-        *(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), StepsColumn()),
+        *(SpinnerColumn(), label_column(markup=False), BarColumn(bar_width=BAR_WIDTH), StepsColumn()),
         *(TimeElapsedColumn(), *extra),
         console=console,
         transient=True,
@@ -97,6 +110,19 @@ def phase_bar(console: Console, *extra: ProgressColumn, quiet: bool = False) -> 
 
 def elapsed_since(start: float) -> str:
     return f"{time.monotonic() - start:.1f} s"
+
+
+@contextlib.contextmanager
+def phase(console: Console, text: str, *, quiet: bool = False) -> Iterator[None]:
+    """``text ...`` when a phase starts and ``text: 3.2 s`` when it ends (nothing more if it fails: the
+    error says why). Why: no command may sit silent for seconds (imports, model loads, dataset building)
+    with nothing on the screen, and a log should say what took the time."""
+    start = time.monotonic()
+    if not quiet:
+        console.print(Text(f"{text} ..."), soft_wrap=True)
+    yield
+    if not quiet:
+        console.print(Text(f"{text}: {elapsed_since(start)}"), soft_wrap=True)
 
 
 class LoadingDisplay(BuildReporter):

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import BaseModel
+from rich.console import Console
 
 from interleave_thinker.cli.options import deprecated, with_flags
 from interleave_thinker.train.sft.config import Role
@@ -91,6 +93,13 @@ def summary(global_step: int, start_step: int, name: str, values: list[float], l
     return f"{line}; no {name} logged (logging_steps {logging_steps}, {ran} step(s) in this run)"
 
 
+def train_phase(text: str) -> AbstractContextManager[None]:
+    """A phase of building the run, as a line on stderr with its time (the bar comes only with training)."""
+    from interleave_thinker.cli.progress import phase
+
+    return phase(Console(stderr=True), text)
+
+
 CONFIG_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 """Click settings of the train commands: any config key is also a flag, as in TRL (``--learning_rate 1e-5``)."""
 CONFIG_FLAGS_HELP = (
@@ -127,7 +136,7 @@ def sft(
         flags, flags.out or run_config.output_dir, training.max_steps, training.num_train_epochs
     ):
         return
-    result = run_sft(run_config, flags.role, resume=flags.resume, output_dir=flags.out)
+    result = run_sft(run_config, flags.role, resume=flags.resume, output_dir=flags.out, phase=train_phase)
     leave_process_group()
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports

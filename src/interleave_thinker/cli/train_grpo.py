@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 
 from interleave_thinker.cli.specs import check_spec
-from interleave_thinker.cli.train import TrainFlags, already_finished, config_sets, summary, with_train_flags
+from interleave_thinker.cli.train import (
+    TrainFlags,
+    already_finished,
+    config_sets,
+    summary,
+    train_phase,
+    with_train_flags,
+)
 
 
 @with_train_flags
@@ -36,7 +43,7 @@ def grpo(
     from interleave_thinker.train.common import leave_process_group
     from interleave_thinker.train.grpo import run_grpo
 
-    result = run_grpo(run_config, flags.role, resume=flags.resume)
+    result = run_grpo(run_config, flags.role, resume=flags.resume, phase=train_phase)
     leave_process_group()
     if not result.main_process:
         return  # under `accelerate launch` only rank 0 reports

@@ -123,9 +123,9 @@ class StepLoop:
                 "request (loop.generator_budget) was used up by the steps before it."
             )
         else:
-            trace.error = f"Step {index} produced no image: " + "; ".join(
-                a.generation_error or "" for a in record.attempts
-            )
+            errors = dict.fromkeys(a.generation_error or "" for a in record.attempts)  # each error once
+            tries = f" ({len(record.attempts)} attempts)" if len(record.attempts) > 1 else ""
+            trace.error = f"Step {index} produced no image: " + "; ".join(errors) + tries
 
     def _plan(self, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
         trace = recorder.trace

@@ -7,10 +7,11 @@ trainer with copies of the same code, so a fix to one (a dtype, a frozen project
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,15 @@ logger = logging.getLogger(__name__)
 VISION_MARKERS = ("visual.", "vision_tower", "vision_model")
 PROJECTOR_MARKERS = ("visual.merger", "deepstack_merger", "multi_modal_projector", "mm_projector")
 TINY_STARTS = ("planner", "critic", "planner-sft", "critic-sft")
+
+Phase = Callable[[str], contextlib.AbstractContextManager[object]]
+"""Shows one phase of building a run (``with phase("loading model x"): ...``); the CLI passes one that prints
+the phase and its time, so the seconds before the progress bar are not silent."""
+
+
+def no_phase(text: str) -> contextlib.AbstractContextManager[object]:
+    """The default :data:`Phase`: shows nothing (library callers and tests)."""
+    return contextlib.nullcontext()
 
 
 def base_checkpoint(name: str) -> str:

@@ -19,9 +19,11 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
+    Phase,
     checkpoint_step,
     last_checkpoint,
     load_policy,
+    no_phase,
     report_targets,
     training_callbacks,
     trl_common_args,
@@ -270,22 +272,26 @@ def build_grpo_trainer(
     *,
     generator: Any = None,
     judge_backend: Any = None,
+    phase: Phase = no_phase,
 ) -> tuple[Any, list[Any]]:
     """The configured ``GRPOTrainer`` and the reward resources to close after training."""
-    from trl import GRPOTrainer
+    with phase("importing TRL"):
+        from trl import GRPOTrainer
 
     from interleave_thinker.train.grpo.advantages import with_advantage_clip
 
     chosen = _role(config, role)
-    model, processor = _load_policy(config)
-    functions, weights, closers = reward_functions(
-        config, chosen, generator=generator, judge_backend=judge_backend
-    )
+    with phase(f"loading model {config.model.name_or_path}"):
+        model, processor = _load_policy(config)
+    with phase("setting up the rewards"):
+        functions, weights, closers = reward_functions(
+            config, chosen, generator=generator, judge_backend=judge_backend
+        )
     # The TRL config first: it sets up the distributed state, so the main process writes the synthetic
     # prompts' images before the other ranks read them. Reward backends are loaded on every rank (each
     # scores its own slice of the rollouts; served backends are shared through their URLs).
     args = trl_config(config, config.output_dir, weights)
-    with args.main_process_first(desc="GRPO prompts"):
+    with args.main_process_first(desc="GRPO prompts"), phase("building the prompts"):
         train, evals = train_dataset(config, chosen), eval_dataset(config, chosen)
     extra = training_callbacks(callbacks, config.training.replica_check_steps, config.output_dir)
     peft = None
@@ -298,12 +304,17 @@ def build_grpo_trainer(
         )
     parts, datasets = (model, processor, args), (train, evals)
     trainer_class = with_advantage_clip(GRPOTrainer, config.training.advantage_clip)
-    trainer = trl_trainer(trainer_class, parts, datasets, peft=peft, callbacks=extra, reward_funcs=functions)
+    with phase(f"building the trainer ({len(train)} prompts)"):
+        trainer = trl_trainer(
+            trainer_class, parts, datasets, peft=peft, callbacks=extra, reward_funcs=functions
+        )
     return trainer, closers
 
 
-def run_grpo(config: GRPORunConfig, role: Role | None = None, *, resume: bool = False) -> GRPOResult:
-    trainer, closers = build_grpo_trainer(config, role)
+def run_grpo(
+    config: GRPORunConfig, role: Role | None = None, *, resume: bool = False, phase: Phase = no_phase
+) -> GRPOResult:
+    trainer, closers = build_grpo_trainer(config, role, phase=phase)
     checkpoint = last_checkpoint(config.output_dir) if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint-N folder in {config.output_dir}.")

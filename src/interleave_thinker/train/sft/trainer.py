@@ -15,9 +15,11 @@ from typing import Any
 
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
+    Phase,
     checkpoint_step,
     last_checkpoint,
     load_policy,
+    no_phase,
     report_targets,
     training_callbacks,
     trl_common_args,
@@ -148,25 +150,30 @@ def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate
     return SFTConfig(**(args | config.trl))
 
 
-def build_trainer(config: SFTRunConfig, role: Role | None = None, callbacks: Sequence[Any] = ()) -> Any:
+def build_trainer(
+    config: SFTRunConfig, role: Role | None = None, callbacks: Sequence[Any] = (), phase: Phase = no_phase
+) -> Any:
     """Everything up to ``trainer.train()``: data, model, frozen parts, TRL config and trainer."""
-    from trl import SFTTrainer
+    with phase("importing TRL"):
+        from trl import SFTTrainer
 
     # 1. Check the config and read the data.
     role = _check_role(config, role)
-    train = load_training_data(
-        config.data.train, role, image_dir=config.data.image_dir, check=config.data.check_replies
-    )
-    evals = (
-        load_training_data(
-            config.data.eval, role, image_dir=config.data.image_dir, check=config.data.check_replies
+    with phase("reading the training data"):
+        train = load_training_data(
+            config.data.train, role, image_dir=config.data.image_dir, check=config.data.check_replies
         )
-        if config.data.eval
-        else None
-    )
+        evals = (
+            load_training_data(
+                config.data.eval, role, image_dir=config.data.image_dir, check=config.data.check_replies
+            )
+            if config.data.eval
+            else None
+        )
     vision = "images" in train.column_names
     # 2. Model, processor, frozen vision parts, the training chat template.
-    model, processor = _load_model(config)
+    with phase(f"loading model {config.model.name_or_path}"):
+        model, processor = _load_model(config)
     original_template = processor.chat_template
     if config.training.assistant_only_loss:
         template = training_chat_template(processor)
@@ -175,9 +182,14 @@ def build_trainer(config: SFTRunConfig, role: Role | None = None, callbacks: Seq
     # 3. TRL (every rank builds the same trainer; accelerate shards the batches across ranks).
     args = trl_config(config, config.output_dir, vision=vision, evaluate=evals is not None)
     callbacks = training_callbacks(callbacks, config.training.replica_check_steps, config.output_dir)
-    trainer = trl_trainer(
-        SFTTrainer, (model, processor, args), (train, evals), peft=_peft_config(config), callbacks=callbacks
-    )
+    with phase(f"building the trainer ({len(train)} rows)"):
+        trainer = trl_trainer(
+            SFTTrainer,
+            (model, processor, args),
+            (train, evals),
+            peft=_peft_config(config),
+            callbacks=callbacks,
+        )
     trainer.inference_chat_template = original_template
     return trainer
 
@@ -195,6 +207,7 @@ def run_sft(
     resume: bool = False,
     output_dir: Path | None = None,
     callbacks: Sequence[Any] = (),
+    phase: Phase = no_phase,
 ) -> SFTResult:
     """Train, save the final model (and processor) into ``output_dir``, and report what happened."""
     if output_dir is not None:
@@ -206,7 +219,7 @@ def run_sft(
             raise ConfigError(
                 f"--resume: no checkpoint-N folder in {config.output_dir}; train without --resume first."
             )
-    trainer = build_trainer(config, role, callbacks)
+    trainer = build_trainer(config, role, callbacks, phase)
     # 4. Train.
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     # 5. Save what the pipeline loads: weights (or adapter) and the processor with its inference template.
