@@ -209,14 +209,23 @@ def test_defaults_checkpoint_decoding_and_max_tokens(http: httpx.Client, recordi
             "The model `other` does not exist",
         ),
         (
-            {"messages": [{"role": "user", "content": "x"}], "stream": True},
+            {"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": True}},
             400,
-            "stream=true is not supported",
+            "stream_options: only allowed with stream=true",
         ),
         ({"messages": []}, 400, "messages"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
     ],
-    ids=["remote-url", "bad-base64", "not-an-image", "part-type", "model", "stream", "empty", "max-tokens"],
+    ids=[
+        "remote-url",
+        "bad-base64",
+        "not-an-image",
+        "part-type",
+        "model",
+        "stream-options",
+        "empty",
+        "max-tokens",
+    ],
 )
 def test_bad_requests_are_openai_shaped_4xx(
     http: httpx.Client, recording: RecordingBackend, body: dict[str, Any], status: int, needle: str

@@ -39,9 +39,7 @@ def command(
     timeout: Annotated[
         float, typer.Option(min=0.001, help="Seconds per request, queueing included; later: 504.")
     ] = 300.0,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="Require 'Authorization: Bearer $NAME' on every route but /health.")
-    ] = None,
+    api_key_env: shared.ApiKeyEnvOption = None,
     max_body_mb: shared.MaxBodyOption = 20.0,
     max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
     max_prompt_chars: Annotated[

@@ -22,6 +22,13 @@ ReadTimeoutOption = Annotated[
     float,
     typer.Option(min=0.001, help="Seconds to send the request headers, and at most between two body chunks."),
 ]
+ApiKeyEnvOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Require 'Authorization: Bearer $NAME' on every route but /health (the key is read from the "
+        "environment variable NAME: never a value on the command line)."
+    ),
+]
 LogLevelOption = Annotated[str, typer.Option(help="debug (adds the access log), info, warning, error.")]
 
 

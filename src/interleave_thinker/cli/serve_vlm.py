@@ -35,6 +35,7 @@ def command(
     ] = None,
     served_name: Annotated[str | None, typer.Option("--served-name", hidden=True)] = None,
     dtype: DtypeOption = None,
+    api_key_env: shared.ApiKeyEnvOption = None,
     max_tokens: Annotated[
         int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
     ] = 8192,
@@ -43,11 +44,12 @@ def command(
     read_timeout: shared.ReadTimeoutOption = 30.0,
     log_level: shared.LogLevelOption = "info",
 ) -> None:
-    """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, /v1/models, /health, /metrics).
+    """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, stream=true included; /v1/models, /health, /metrics).
 
     For CPU users and tests: one model, one request at a time; a request whose client disconnects is stopped at its next token, and SIGTERM stops within a few seconds. The production server is vLLM (`vllm serve InterleaveThinker/InterleaveThinker-Planner-8B`); point the `openai:` backend at either, they speak the same API.
     """
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
+    from interleave_thinker.server.auth import api_key_from_env
     from interleave_thinker.server.generator.run import signals_end_cleanly
     from interleave_thinker.server.limits import read_timeout_protocol
     from interleave_thinker.server.vlm_service import VLMLimits, create_app
@@ -55,15 +57,18 @@ def command(
     check_spec("--model", model, "vlm")
     served_model_name = renamed("--served-name", served_name, "--served-model-name", served_model_name)
     cfg = settings.resolve(dtype=dtype)
-    if not _is_loopback(host):
-        typer.echo(f"warning: binding {host}: this server has no authentication.", err=True)
+    api_key = api_key_from_env(api_key_env)
+    if api_key is None and not _is_loopback(host):
+        typer.echo(
+            f"warning: binding {host} without --api-key-env: anyone who can reach it can use it.", err=True
+        )
     backend = load_vlm_backend(model, BackendOptions.from_config(cfg))
     limits = VLMLimits(
         max_tokens=max_tokens, max_body_bytes=int(max_body_mb * 1024 * 1024), max_pixels=max_pixels
     )
     import uvicorn
 
-    app = create_app(backend, served_model_name or model, limits)
+    app = create_app(backend, served_model_name or model, limits, api_key)
     config = uvicorn.Config(
         app,
         host=host,

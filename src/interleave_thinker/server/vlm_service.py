@@ -4,6 +4,8 @@ vLLM (``vllm serve CHECKPOINT``) is the production server: batching, paged atten
 exists so that the ``openai:`` backend, and any tool that speaks chat completions, can be pointed at
 a local transformers model or the tiny models with nothing else installed. It runs one model, one
 call at a time (a lock), and accepts images only as base64 ``data:`` URLs: it never fetches URLs.
+``stream: true`` answers with Server-Sent Events (:mod:`~interleave_thinker.server.vlm_stream`); with
+an API key (``--api-key-env``) every route but ``/health`` wants ``Authorization: Bearer``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from PIL import Image, UnidentifiedImageError
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,13 +31,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from interleave_thinker.backends.protocols import Message, VLMBackend
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.core.images import MAX_IMAGE_PIXELS
+from interleave_thinker.server.auth import UNAUTHORIZED, BearerAuth
 from interleave_thinker.server.cancel import CallGate, install_stop_check
 from interleave_thinker.server.limits import BodyLimit
 from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
+from interleave_thinker.server.vlm_stream import StreamJob, events, token_streamer, tokenizer_of
 
 DEFAULT_MAX_TOKENS = 4096
 """Reply length when a request names none (the agents' own default)."""
 DISCONNECT_POLL_S = 0.25
+OPEN_PATHS = frozenset({"/health"})
+"""Routes answered without the bearer token: a load balancer's probe carries none."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,13 @@ class ChatMessage(BaseModel):
     content: str | list[ContentPart] | None = None
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+    """A last chunk with ``choices: []`` and the ``usage``, before ``[DONE]``."""
+
+
 class ChatRequest(BaseModel):
     """The chat-completions fields we honour; other OpenAI fields are accepted and ignored."""
 
@@ -87,6 +100,7 @@ class ChatRequest(BaseModel):
     )
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
 
 
 class RequestError(Exception):
@@ -97,15 +111,20 @@ class RequestError(Exception):
         self.status = status
 
 
-def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None = None) -> FastAPI:
-    """The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``."""
+def create_app(
+    backend: VLMBackend, served_name: str, limits: VLMLimits | None = None, api_key: str | None = None
+) -> FastAPI:
+    """The app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``;
+    with ``api_key``, every route but ``/health`` answers 401 without ``Authorization: Bearer api_key``."""
     limits = limits or VLMLimits()
     app = FastAPI(title="interleave-thinker VLM server", version="1")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
+    if api_key is not None:  # outside the body limit (no body read), inside the metrics (401s counted)
+        app.add_middleware(BearerAuth, api_key=api_key, reply=_unauthorized, open_paths=OPEN_PATHS)
     gate = CallGate()
     tokens = _add_metrics(app, gate)
     app.state.gate = gate
-    app.state.cancellable = install_stop_check(backend, gate.should_stop)
+    app.state.cancellable = install_stop_check(backend, gate.should_stop, gate.streamer)
     created = int(time.time())
 
     _add_error_handlers(app)
@@ -120,13 +139,15 @@ def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None =
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(body: ChatRequest, request: Request) -> dict[str, Any] | JSONResponse:
+    async def chat_completions(
+        body: ChatRequest, request: Request
+    ) -> dict[str, Any] | JSONResponse | StreamingResponse:
         if body.model is not None and body.model != served_name:
             raise RequestError(
                 f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
             )
-        if body.stream:
-            raise RequestError("stream=true is not supported by this server; send stream=false.")
+        if body.stream_options is not None and not body.stream:
+            raise RequestError("stream_options: only allowed with stream=true; drop it or set stream.")
         max_tokens = (
             body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
         )
@@ -141,14 +162,31 @@ def create_app(backend: VLMBackend, served_name: str, limits: VLMLimits | None =
         def call() -> str:
             return backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature)
 
+        def settle(text: str) -> tuple[dict[str, int] | None, str]:
+            usage = _usage(backend, messages, text)
+            if usage is not None:
+                tokens.labels("prompt").inc(usage["prompt_tokens"])
+                tokens.labels("completion").inc(usage["completion_tokens"])
+            return usage, _finish_reason(usage, max_tokens)
+
+        if body.stream:  # the checks above answered in JSON; from here on, errors go in the stream
+            job = StreamJob(
+                gate=gate,
+                call=call,
+                served_name=served_name,
+                settle=settle,
+                failure=_failure_body,
+                streamer=lambda push: token_streamer(backend, push) if app.state.cancellable else None,
+                include_usage=body.stream_options is not None and body.stream_options.include_usage,
+            )
+            return StreamingResponse(
+                events(job, request), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
         text = await _run_while_connected(gate, call, request)
         if text is None:  # the client left: nobody reads this reply
             return _error(499, "The client closed the connection; generation was stopped.", "cancelled")
-        usage = _usage(backend, messages, text)
-        if usage is not None:
-            tokens.labels("prompt").inc(usage["prompt_tokens"])
-            tokens.labels("completion").inc(usage["completion_tokens"])
-        return _completion(served_name, text, usage, max_tokens)
+        usage, finish = settle(text)
+        return _completion(served_name, text, usage, finish)
 
     return app
 
@@ -190,12 +228,19 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BackendError)
     async def _failed(request: Request, exc: BackendError) -> JSONResponse:
-        return _error(500, str(exc), "server_error")
+        return JSONResponse(status_code=500, content=_failure_body(exc))
 
     @app.exception_handler(Exception)
     async def _crashed(request: Request, exc: Exception) -> JSONResponse:
         """Anything else (a tokenizer's TypeError...) in the same shape, not Starlette's text/plain."""
-        return _error(500, f"The model failed: {type(exc).__name__}: {str(exc)[:300]}", "server_error")
+        return JSONResponse(status_code=500, content=_failure_body(exc))
+
+
+def _failure_body(exc: BaseException) -> dict[str, Any]:
+    """A failed generation as an OpenAI error body: a 500 reply, or a streamed reply's error event."""
+    if isinstance(exc, BackendError):
+        return _error_body(500, str(exc), "server_error")
+    return _error_body(500, f"The model failed: {type(exc).__name__}: {str(exc)[:300]}", "server_error")
 
 
 async def _run_while_connected(gate: CallGate, call: Any, request: Request) -> str | None:
@@ -280,8 +325,11 @@ def decode_data_url(
         raise RequestError(f"{where}: the data URL is not a readable image ({exc}).") from None
 
 
-def _completion(served_name: str, text: str, usage: dict[str, int] | None, max_tokens: int) -> dict[str, Any]:
-    finish = "length" if usage is not None and usage["completion_tokens"] >= max_tokens else "stop"
+def _finish_reason(usage: dict[str, int] | None, max_tokens: int) -> str:
+    return "length" if usage is not None and usage["completion_tokens"] >= max_tokens else "stop"
+
+
+def _completion(served_name: str, text: str, usage: dict[str, int] | None, finish: str) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -294,9 +342,8 @@ def _completion(served_name: str, text: str, usage: dict[str, int] | None, max_t
 
 def _usage(backend: VLMBackend, messages: list[Message], text: str) -> dict[str, int] | None:
     """Best effort: token counts from the backend's tokenizer, text only (image tokens not counted)."""
-    processor = getattr(backend, "processor", None)
-    tokenizer = getattr(processor, "tokenizer", None) or getattr(backend, "tokenizer", None)
-    if tokenizer is None or not callable(tokenizer):
+    tokenizer = tokenizer_of(backend)
+    if tokenizer is None:
         return None
     try:
         prompt = "".join(p["text"] for m in messages for p in m["content"] if p["type"] == "text")
@@ -320,10 +367,18 @@ def _too_large(size: int, limits: VLMLimits) -> JSONResponse:
     )
 
 
+def _unauthorized() -> JSONResponse:
+    reply = _error(401, UNAUTHORIZED, "authentication_error")
+    reply.headers["WWW-Authenticate"] = "Bearer"
+    return reply
+
+
 def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content=_error_body(status, message, kind))
+
+
+def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
     """OpenAI's error shape, so OpenAI clients (and ours) show the message (made encodable: it may
     quote a request's own text)."""
     message = message.encode("utf-8", "replace").decode("utf-8")
-    return JSONResponse(
-        status_code=status, content={"error": {"message": message, "type": kind, "code": status}}
-    )
+    return {"error": {"message": message, "type": kind, "code": status}}

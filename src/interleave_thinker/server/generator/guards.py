@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
+from interleave_thinker.server.auth import UNAUTHORIZED, bearer_ok
 from interleave_thinker.server.generator.protocol import EditJob, RequestError
 
 
 def check_token(request: Request, api_key: str | None) -> None:
     """401 unless the request carries ``Authorization: Bearer <the service's token>``."""
-    if api_key is None:
-        return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-        raise RequestError(
-            401,
-            "Missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the "
-            "service reads from its --api-key-env variable.",
-            {"WWW-Authenticate": "Bearer"},
-        )
+    if not bearer_ok(request.headers.get("authorization", ""), api_key):
+        raise RequestError(401, UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -95,15 +95,3 @@ def worker_devices(device: str, workers: int | None) -> tuple[str, ...]:
             raise ConfigError("--device cuda, but torch sees no CUDA device; use --device cpu.")
         return ("cpu",) * (workers or 1)
     return tuple(f"cuda:{i % gpus}" for i in range(workers or gpus))
-
-
-def api_key_from_env(name: str | None) -> str | None:
-    """The bearer token the service requires, read from the variable named by ``--api-key-env``."""
-    if not name:
-        return None
-    value = os.environ.get(name, "").strip()
-    if not value:
-        raise ConfigError(
-            f"--api-key-env {name}: the environment variable {name} is empty; export {name}=<token>."
-        )
-    return value
