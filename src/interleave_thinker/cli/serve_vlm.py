@@ -18,6 +18,12 @@ SHUTDOWN_GRACE_S = 3
 """On SIGTERM, requests in flight get this long; then their generations are stopped at the next token."""
 
 
+ServedModelNameOption = Annotated[
+    str | None,
+    typer.Option(help="Model name clients send and /v1/models lists, as vLLM's flag \\[default: the spec]."),
+]
+
+
 @with_settings()
 def command(
     settings: SettingsFlags,
@@ -27,12 +33,7 @@ def command(
     ],
     host: shared.HostOption = "127.0.0.1",
     port: shared.PortOption = 8000,
-    served_model_name: Annotated[
-        str | None,
-        typer.Option(
-            help="Model name clients send and /v1/models lists, as vLLM's flag \\[default: the spec]."
-        ),
-    ] = None,
+    served_model_name: ServedModelNameOption = None,
     served_name: Annotated[str | None, typer.Option("--served-name", hidden=True)] = None,
     dtype: DtypeOption = None,
     api_key_env: shared.ApiKeyEnvOption = None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import io
 import threading
 import time
@@ -142,32 +143,14 @@ def create_app(
     async def chat_completions(
         body: ChatRequest, request: Request
     ) -> dict[str, Any] | JSONResponse | StreamingResponse:
-        if body.model is not None and body.model != served_name:
-            raise RequestError(
-                f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
-            )
-        if body.stream_options is not None and not body.stream:
-            raise RequestError("stream_options: only allowed with stream=true; drop it or set stream.")
-        max_tokens = (
-            body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
-        )
-        if max_tokens > limits.max_tokens:
-            raise RequestError(
-                f"max_tokens: {max_tokens} is over this server's limit of {limits.max_tokens} "
-                "(serve vlm --max-tokens); ask for fewer."
-            )
+        max_tokens = _checked_max_tokens(body, served_name, limits)
         messages = await asyncio.to_thread(to_project_messages, body.messages, limits.max_pixels)
         temperature = body.temperature
 
         def call() -> str:
             return backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature)
 
-        def settle(text: str) -> tuple[dict[str, int] | None, str]:
-            usage = _usage(backend, messages, text)
-            if usage is not None:
-                tokens.labels("prompt").inc(usage["prompt_tokens"])
-                tokens.labels("completion").inc(usage["completion_tokens"])
-            return usage, _finish_reason(usage, max_tokens)
+        settle = functools.partial(_settle, backend, messages, tokens, max_tokens)
 
         if body.stream:  # the checks above answered in JSON; from here on, errors go in the stream
             job = StreamJob(
@@ -179,9 +162,7 @@ def create_app(
                 streamer=lambda push: token_streamer(backend, push) if app.state.cancellable else None,
                 include_usage=body.stream_options is not None and body.stream_options.include_usage,
             )
-            return StreamingResponse(
-                events(job, request), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-            )
+            return _event_stream(job, request)
         text = await _run_while_connected(gate, call, request)
         if text is None:  # the client left: nobody reads this reply
             return _error(499, "The client closed the connection; generation was stopped.", "cancelled")
@@ -189,6 +170,40 @@ def create_app(
         return _completion(served_name, text, usage, finish)
 
     return app
+
+
+def _settle(
+    backend: VLMBackend, messages: list[Message], tokens: Counter, max_tokens: int, text: str
+) -> tuple[dict[str, int] | None, str]:
+    """A finished reply's usage (counted into the token metric) and finish reason."""
+    usage = _usage(backend, messages, text)
+    if usage is not None:
+        tokens.labels("prompt").inc(usage["prompt_tokens"])
+        tokens.labels("completion").inc(usage["completion_tokens"])
+    return usage, _finish_reason(usage, max_tokens)
+
+
+def _checked_max_tokens(body: ChatRequest, served_name: str, limits: VLMLimits) -> int:
+    """The request's token budget, after the checks that answer in JSON whether or not it streams."""
+    if body.model is not None and body.model != served_name:
+        raise RequestError(
+            f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
+        )
+    if body.stream_options is not None and not body.stream:
+        raise RequestError("stream_options: only allowed with stream=true; drop it or set stream.")
+    max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
+    if max_tokens > limits.max_tokens:
+        raise RequestError(
+            f"max_tokens: {max_tokens} is over this server's limit of {limits.max_tokens} "
+            "(serve vlm --max-tokens); ask for fewer."
+        )
+    return max_tokens
+
+
+def _event_stream(job: StreamJob, request: Request) -> StreamingResponse:
+    return StreamingResponse(
+        events(job, request), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
 
 
 def _add_metrics(app: FastAPI, gate: CallGate) -> Counter:
