@@ -175,9 +175,9 @@ def test_a_large_reply_is_decoded_off_the_loop_and_a_small_one_right_there(
     threads: list[str] = []
     decode = encoding._decode
 
-    def recorded(raw: bytes) -> Image.Image:
+    def recorded(raw: bytes, max_pixels: int) -> Image.Image:
         threads.append(threading.current_thread().name)
-        return decode(raw)
+        return decode(raw, max_pixels)
 
     monkeypatch.setattr(encoding, "_decode", recorded)
     large = png_of(Image.new("RGB", (512, 512), (3, 4, 5)))  # a few KB, but 262,144 pixels to inflate
