@@ -30,6 +30,7 @@ from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.limits import read_timeout_protocol
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
+from interleave_thinker.testing.doubles.stoppable import ModelBackend
 
 FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -380,40 +381,6 @@ def test_tiny_server_reports_usage_and_models(tiny_server: str) -> None:
 
 
 # -- limits: max_tokens, body, pixels, slow clients, disconnects ---------------------------------
-
-
-class CountingModel:
-    """Stands in for a transformers model's ``generate`` loop: one step per token, asking the stopping
-    criteria after each, as ``GenerationMixin`` does."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.finished = threading.Event()
-
-    def generate(self, *, max_new_tokens: int, stopping_criteria: Any = None) -> int:
-        import torch
-
-        self.steps = 0
-        try:
-            for _ in range(max_new_tokens):
-                self.steps += 1
-                time.sleep(0.01)
-                if stopping_criteria is not None and bool(stopping_criteria(torch.zeros((1, 1)), None).all()):
-                    break
-            return self.steps
-        finally:
-            self.finished.set()
-
-
-class ModelBackend(VLMBatchMixin):
-    """A backend with a ``model`` attribute, like the transformers backend."""
-
-    def __init__(self) -> None:
-        self.name = "model"
-        self.model = CountingModel()
-
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
-        return "x" * self.model.generate(max_new_tokens=max_new_tokens)
 
 
 class LimitedServer(AppServer):

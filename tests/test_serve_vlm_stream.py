@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from interleave_thinker.backends.specs import load_vlm_backend
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
+from interleave_thinker.testing.doubles.stoppable import ModelBackend
 
 REPLY = "Step 1: sketch the kite.\nStep 2: colour it red."
 KEY = "s3cret-token"
@@ -158,36 +158,6 @@ def test_a_failure_after_the_start_is_an_error_event_then_done() -> None:
         with sdk(server) as client, pytest.raises(openai.APIError) as info:
             streamed(client)
         assert "out of memory" in info.value.message
-
-
-class CountingModel:
-    """A transformers-like ``generate`` loop: one step per token, asking the stopping criteria after each."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.finished = threading.Event()
-
-    def generate(self, *, max_new_tokens: int, stopping_criteria: Any = None) -> int:
-        import torch
-
-        try:
-            for _ in range(max_new_tokens):
-                self.steps += 1
-                time.sleep(0.01)
-                if bool(stopping_criteria(torch.zeros((1, 1)), None).all()):
-                    break
-            return self.steps
-        finally:
-            self.finished.set()
-
-
-class ModelBackend(VLMBatchMixin):
-    def __init__(self) -> None:
-        self.name = "model"
-        self.model = CountingModel()
-
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
-        return "x" * self.model.generate(max_new_tokens=max_new_tokens)
 
 
 def test_a_client_leaving_mid_stream_stops_the_generation() -> None:
