@@ -81,6 +81,10 @@ class ImageRequest:
     seed: int = 0
     steps: int | None = None
     guidance: float | None = None
+    references: tuple[Image.Image, ...] = ()
+    """Images the result must stay consistent with (the subject, the style), in order, beside ``image``;
+    empty in the released loop (``loop.references``). A backend declares how many it takes
+    (``max_references``) and refuses more at load time."""
 
     @property
     def settings(self) -> tuple[int, int, int | None, float | None]:

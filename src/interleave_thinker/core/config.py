@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
@@ -29,6 +29,8 @@ PlannerFallback = Literal["error", "single-step"]
 TextSteps = Literal["text", "generate"]
 FirstRewrittenPrompt = Literal["planned", "empty"]
 Decoding = Literal["checkpoint", "greedy"]
+ReferencePolicy = Literal["release", "previous+inputs", "anchor"]
+SelectBest = Literal["off", "critic", "judge"]
 """The choices of settings fields, also the choices of their flags (one spelling everywhere)."""
 PRESETS: tuple[str, ...] = get_args(PresetName)
 
@@ -118,6 +120,43 @@ class LoopOptions(_Section):
         description="The critic's rewritten_prompt on a step's first attempt: 'planned' (the planned prompt, as "
         "the UEval runner and demo) or 'empty' (the authors' data-generation scripts).",
     )
+
+    references: ReferencePolicy = Field(
+        default="release",
+        description="Images sent with each edit to keep the subject: 'release' (the previous image only), "
+        "'previous+inputs' (also the request's input images) or 'anchor' (the input images and the first "
+        "accepted image of the sequence, plus the previous one); with a policy on, the critic also judges "
+        "consistency with them.",
+    )
+    candidates: int = Field(
+        default=1,
+        ge=1,
+        description="Attempts of a step sent side by side in one round, each with its own seed; the first "
+        "accepted in seed order is kept; 1 = the released sequential loop.",
+    )
+    select_best: SelectBest = Field(
+        default="off",
+        description="When no attempt of a step is accepted: 'off' keeps the last (the release), 'critic' "
+        "keeps the one the critic ranks best, 'judge' the one with the best judge SC/PQ.",
+    )
+    repair_budget: int = Field(
+        default=0,
+        ge=0,
+        description="Generator calls a sequence review may spend regenerating steps that break consistency "
+        "after the last step; 0 = no review (the release).",
+    )
+
+    OPT_IN: ClassVar[tuple[str, ...]] = ("references", "candidates", "select_best", "repair_budget")
+    """Settings beyond the release: recorded in a trace only when changed, so a run with them at their
+    defaults writes the same trace, byte for byte, as before they existed."""
+
+    def trace_settings(self) -> dict[str, Any]:
+        """The settings a trace and a folder's settings record keep (opt-in ones only when changed)."""
+        dumped = self.model_dump(mode="json")
+        for key in self.OPT_IN:
+            if dumped[key] == type(self).model_fields[key].default:
+                del dumped[key]
+        return dumped
 
     @model_validator(mode="after")
     def _seeds_distinct(self) -> LoopOptions:

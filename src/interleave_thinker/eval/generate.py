@@ -150,7 +150,7 @@ def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = N
         "protocol": run.items[0].protocol if run.items else None,
         "backends": {"planner": cfg.planner, "critic": cfg.critic, "generator": cfg.generator},
         "generation": cfg.generation.model_dump(mode="json"),
-        "loop": cfg.loop.model_dump(mode="json"),
+        "loop": cfg.loop.trace_settings(),
         "preset": run.config.preset,
         "items": len(run.items),
         "items_in_data": total,

@@ -296,7 +296,7 @@ class Pipeline:
             request=request,
             backends=self._used_backends(),
             settings={
-                "loop": self.config.loop.model_dump(),
+                "loop": self.config.loop.trace_settings(),
                 "generation": self.config.generation.model_dump(),
                 **call_settings(self.call_overrides),
             },
