@@ -234,7 +234,7 @@ def test_without_the_bearer_every_route_but_health_is_a_401(keyed: tuple[Scripte
     assert refused.json() == {
         "error": {
             "message": "Missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the "
-            "service reads from its --api-key-env variable.",
+            "service reads from its --api-key-env variable (or VLLM_API_KEY).",
             "type": "authentication_error",
             "code": 401,
         }
@@ -263,4 +263,31 @@ def test_cli_reads_the_key_from_the_environment_only() -> None:
     assert "--api-key-env IT_EMPTY_KEY: the environment variable IT_EMPTY_KEY is empty" in empty.stderr
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert "--api-key-env" in shown.stdout
-    assert "--api-key " not in shown.stdout  # no flag takes the key's value
+    assert "vLLM's flag, refused here" in shown.stdout  # the flag is listed, and says it takes no value
+
+
+@pytest.mark.parametrize(
+    "service", [["vlm", "--model", "tiny:planner"], ["generator", "--generator", "tiny:"]]
+)
+def test_vllms_api_key_flag_is_refused_without_repeating_the_value(service: list[str]) -> None:
+    """``--api-key VALUE`` (vLLM's habit) exits 2 before loading anything, names the two ways that keep the
+    key out of ``ps`` and shell history, and never prints the value it was given."""
+    env = {**os.environ, "COLUMNS": "300"}
+    command = [sys.executable, "-m", "interleave_thinker", "serve", *service, "--api-key", "s3cr3t-VALUE"]
+    refused = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert "--api-key takes no value here" in refused.stderr
+    assert "export VLLM_API_KEY=<token>" in refused.stderr and "--api-key-env NAME" in refused.stderr
+    assert "s3cr3t-VALUE" not in refused.stdout + refused.stderr
+
+
+def test_vllm_api_key_variable_is_read_as_vllm_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``--api-key-env``, ``VLLM_API_KEY`` is the key (vLLM's own fallback); the named variable wins."""
+    from interleave_thinker.server.auth import api_key_from_env
+
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert api_key_from_env(None) is None
+    monkeypatch.setenv("VLLM_API_KEY", " from-vllm-var ")
+    monkeypatch.setenv("IT_NAMED_KEY", "from-named-var")
+    assert api_key_from_env(None) == "from-vllm-var"
+    assert api_key_from_env("IT_NAMED_KEY") == "from-named-var"

@@ -40,6 +40,7 @@ def command(
         float, typer.Option(min=0.001, help="Seconds per request, queueing included; later: 504.")
     ] = 300.0,
     api_key_env: shared.ApiKeyEnvOption = None,
+    api_key: shared.ApiKeyOption = None,
     max_body_mb: shared.MaxBodyOption = 20.0,
     max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
     max_prompt_chars: Annotated[
@@ -62,7 +63,7 @@ def command(
         port=port,
         queue_size=queue_size,
         timeout=timeout,
-        api_key=api_key_from_env(api_key_env),
+        api_key=api_key_from_env(api_key_env, refused_value=api_key),
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         max_pixels=max_pixels,
         max_prompt_chars=max_prompt_chars,
@@ -71,7 +72,8 @@ def command(
     )
     if service.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(
-            f"warning: binding {host} without --api-key-env: anyone who can reach it can use it.", err=True
+            f"warning: binding {host} without a key (--api-key-env or VLLM_API_KEY): anyone who can reach it can use it.",
+            err=True,
         )
     serve(service)
 

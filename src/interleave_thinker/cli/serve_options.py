@@ -26,7 +26,16 @@ ApiKeyEnvOption = Annotated[
     str | None,
     typer.Option(
         help="Require 'Authorization: Bearer $NAME' on every route but /health (the key is read from the "
-        "environment variable NAME: never a value on the command line)."
+        "environment variable NAME: never a value on the command line). Without it, VLLM_API_KEY is read when set, as vLLM does."
+    ),
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        metavar="(refused)",
+        help="vLLM's flag, refused here: a key on the command line shows in ps and shell history. Export "
+        "VLLM_API_KEY=<token> (read as vLLM reads it) or use --api-key-env NAME.",
     ),
 ]
 LogLevelOption = Annotated[str, typer.Option(help="debug (adds the access log), info, warning, error.")]

@@ -37,6 +37,7 @@ def command(
     served_name: Annotated[str | None, typer.Option("--served-name", hidden=True)] = None,
     dtype: DtypeOption = None,
     api_key_env: shared.ApiKeyEnvOption = None,
+    api_key: shared.ApiKeyOption = None,
     max_tokens: Annotated[
         int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
     ] = 8192,
@@ -58,10 +59,11 @@ def command(
     check_spec("--model", model, "vlm")
     served_model_name = renamed("--served-name", served_name, "--served-model-name", served_model_name)
     cfg = settings.resolve(dtype=dtype)
-    api_key = api_key_from_env(api_key_env)
-    if api_key is None and not _is_loopback(host):
+    key = api_key_from_env(api_key_env, refused_value=api_key)
+    if key is None and not _is_loopback(host):
         typer.echo(
-            f"warning: binding {host} without --api-key-env: anyone who can reach it can use it.", err=True
+            f"warning: binding {host} without a key (--api-key-env or VLLM_API_KEY): anyone who can reach it can use it.",
+            err=True,
         )
     backend = load_vlm_backend(model, BackendOptions.from_config(cfg))
     limits = VLMLimits(
@@ -69,7 +71,7 @@ def command(
     )
     import uvicorn
 
-    app = create_app(backend, served_model_name or model, limits, api_key)
+    app = create_app(backend, served_model_name or model, limits, key)
     config = uvicorn.Config(
         app,
         host=host,

@@ -1,8 +1,10 @@
 """The bearer token both services share (`serve generator`, `serve vlm`): read once from the environment,
 compared in constant time.
 
-Why only ``--api-key-env NAME`` and no ``--api-key VALUE``: a value on the command line is visible to
-every user of the machine (``ps``, ``/proc/PID/cmdline``) and lands in shell history and job logs.
+Why ``--api-key-env NAME`` and ``VLLM_API_KEY`` but no ``--api-key VALUE``: a value on the command line
+is visible to every user of the machine (``ps``, ``/proc/PID/cmdline``) and lands in shell history and
+job logs. vLLM reads ``VLLM_API_KEY`` when its ``--api-key`` is absent, so a vLLM user's environment
+carries over unchanged; ``--api-key`` itself is accepted only to say so.
 """
 
 from __future__ import annotations
@@ -16,15 +18,25 @@ from interleave_thinker.core.errors import ConfigError
 
 UNAUTHORIZED = (
     "Missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the "
-    "service reads from its --api-key-env variable."
+    "service reads from its --api-key-env variable (or VLLM_API_KEY)."
 )
+VLLM_KEY_VARIABLE = "VLLM_API_KEY"
+"""Read when ``--api-key-env`` is not given, as vLLM reads it when ``--api-key`` is not given."""
 """The 401 message of both services: it names the fix and never the expected token."""
 
 
-def api_key_from_env(name: str | None) -> str | None:
-    """The bearer token the service requires, read from the variable named by ``--api-key-env``."""
+def api_key_from_env(name: str | None, *, refused_value: str | None = None) -> str | None:
+    """The bearer token the service requires: from the variable named by ``--api-key-env``, else from
+    ``VLLM_API_KEY`` when set, else none. ``refused_value`` is what ``--api-key`` was given: any value
+    is refused (and never repeated in the message)."""
+    if refused_value is not None:
+        raise ConfigError(
+            "--api-key takes no value here: a key on the command line shows in ps and shell history. "
+            f"export {VLLM_KEY_VARIABLE}=<token> (read as vLLM reads it), or name another variable with "
+            "--api-key-env NAME."
+        )
     if not name:
-        return None
+        return os.environ.get(VLLM_KEY_VARIABLE, "").strip() or None
     value = os.environ.get(name, "").strip()
     if not value:
         raise ConfigError(
