@@ -94,22 +94,54 @@ def test_run_fails_at_once_on_an_unknown_hub_name_or_offline(
 
 
 class _Hub(BaseHTTPRequestHandler):
-    """The hub's model-info route: ``/api/models/ORG/NAME`` with ``blobs=true`` lists files and sizes."""
+    """The hub's routes as ``huggingface_hub`` reads them: ``/api/models/ORG/NAME`` with ``blobs=true``
+    lists files and sizes, ``.../revision/REV`` names the commit, ``/ORG/NAME/resolve/COMMIT/FILE``
+    serves a file (HEAD: its commit, etag and size headers) from ``files``."""
 
     repos: ClassVar[dict[str, dict[str, object]]] = {}
+    files: ClassVar[dict[str, dict[str, bytes]]] = {}
     asked: ClassVar[list[str]] = []
+    COMMIT: ClassVar[str] = "0123456789abcdef0123456789abcdef01234567"
 
     def do_GET(self) -> None:
+        self._answer(head=False)
+
+    def do_HEAD(self) -> None:
+        self._answer(head=True)
+
+    def _answer(self, *, head: bool) -> None:
         path, _, query = self.path.partition("?")
-        self.asked.append(self.path)
-        repo = path.removeprefix("/api/models/")
+        self.asked.append(f"{self.command} {self.path}")
+        if "/resolve/" in path:
+            repo, _, rest = path.lstrip("/").partition("/resolve/")
+            data = self.files.get(repo, {}).get(rest.partition("/")[2])
+            headers = {"x-repo-commit": self.COMMIT, "etag": f'"{hash(data)}"'} if data is not None else {}
+            self._send(200 if data is not None else 404, data or b"", headers, head=head)
+            return
+        if "/tree/" in path:
+            repo = path.removeprefix("/api/models/").partition("/tree/")[0]
+            listed = self.repos.get(repo, {}).get("siblings") or []
+            tree = [
+                {"type": "file", "path": e["rfilename"], "size": e["size"], "oid": str(hash(e["rfilename"]))}
+                for e in listed  # type: ignore[attr-defined]
+            ]
+            self._send(200, json.dumps(tree).encode(), {"content-type": "application/json"}, head=head)
+            return
+        repo, _, revision = path.removeprefix("/api/models/").partition("/revision/")
         info = self.repos.get(repo)
-        body = json.dumps(info or {"error": "Repository not found"}).encode()
-        self.send_response(200 if info is not None and "blobs=true" in query else 404)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
+        ok = info is not None and ("blobs=true" in query or bool(revision))
+        reply = {**info, "sha": self.COMMIT} if ok and info is not None else {"error": "Repository not found"}
+        self._send(
+            200 if ok else 404, json.dumps(reply).encode(), {"content-type": "application/json"}, head=head
+        )
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str], *, head: bool) -> None:
+        self.send_response(status)
+        for name, value in {**headers, "content-length": str(len(body))}.items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if not head:
+            self.wfile.write(body)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -119,7 +151,7 @@ class _Hub(BaseHTTPRequestHandler):
 def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_Hub]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Hub.repos, _Hub.asked = {}, []
+    _Hub.repos, _Hub.files, _Hub.asked = {}, {}, []
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -132,8 +164,14 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_
 
 
 def test_a_download_is_announced_with_its_size_once(
-    fake_hub: type[_Hub], capsys: pytest.CaptureFixture[str]
+    fake_hub: type[_Hub], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from interleave_thinker.backends import hub_download
+
+    fetched: list[tuple[str, tuple[str, ...], int]] = []
+    monkeypatch.setattr(
+        hub_download, "fetch", lambda repo, skipped, size, **_: fetched.append((repo, skipped, size))
+    )
     fake_hub.repos["org/model"] = {
         "id": "org/model",
         "gated": False,
@@ -150,6 +188,51 @@ def test_a_download_is_announced_with_its_size_once(
     assert err.count("downloading org/model") == 1
     assert "5.5 GB" in err
     assert len(fake_hub.asked) == 1
+    assert fetched == [("org/model", hub.skipped_patterns(fake_hub.repos["org/model"]), 5_500_002_000)]
+    assert "*.bin" in fetched[0][1]
+
+
+def test_a_download_is_fetched_under_one_bar_without_the_fallback_weights(
+    fake_hub: type[_Hub], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The announced files land in the cache before the loader asks (so the loader draws no bars of its
+    own), the skipped fallback weights are never requested, and stderr has one bar: the model's."""
+    files = {"config.json": b"{}", "model.safetensors": b"w" * 300_000, "sub/tokenizer.json": b"[1]"}
+    fake_hub.files["org/small"] = {**files, "pytorch_model.bin": b"b" * 1_000}
+    fake_hub.repos["org/small"] = {
+        "id": "org/small",
+        "gated": False,
+        "siblings": [
+            {"rfilename": name, "size": len(data)} for name, data in fake_hub.files["org/small"].items()
+        ],
+    }
+    hub.ensure_available("org/small")
+    snapshot = tmp_path / "hf" / "hub" / "models--org--small" / "snapshots" / _Hub.COMMIT
+    assert {
+        p.relative_to(snapshot).as_posix(): p.read_bytes() for p in snapshot.rglob("*") if p.is_file()
+    } == files
+    assert not any("pytorch_model.bin" in line for line in fake_hub.asked)
+    err = capfd.readouterr().err
+    labels = {
+        line.split(":")[0].strip()
+        for line in err.replace("\r", "\n").splitlines()
+        if "%" in line or "B/s" in line
+    }
+    assert labels == {"downloading org/small"}, err
+    assert "Fetching" not in err and "Downloading bytes" not in err
+    assert "downloading org/small from" in err and ": 300 KB (first use only" in err
+
+
+def test_a_download_that_stops_names_the_model_and_the_way_on(fake_hub: type[_Hub]) -> None:
+    fake_hub.repos["org/broken"] = {
+        "id": "org/broken",
+        "gated": False,
+        "siblings": [{"rfilename": "a.json", "size": 2}],
+    }
+    with pytest.raises(
+        ModelNotFoundError, match=r"Downloading org/broken stopped \(.*\)\. Run the command again"
+    ):
+        hub.ensure_available("org/broken")
 
 
 def test_a_missing_or_gated_model_is_one_line_naming_the_way_out(fake_hub: type[_Hub]) -> None:

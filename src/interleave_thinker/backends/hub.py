@@ -46,7 +46,8 @@ def ensure_available(repo_id: str) -> None:
     """Return when ``repo_id`` can be loaded; else raise :class:`ModelNotFoundError` with one line.
 
     Cached repositories return at once (a partial cache too: the loader then names the missing file).
-    A repository that will be downloaded is announced on stderr with its size, once per process.
+    A repository that will be downloaded is announced on stderr with its size, once per process, then
+    fetched under one progress bar (:mod:`.hub_download`), so the loader reads it from the cache.
     """
     with _lock:
         if repo_id in _checked or _in_cache(repo_id):
@@ -85,6 +86,9 @@ def ensure_available(repo_id: str) -> None:
         file=sys.stderr,
         flush=True,
     )
+    from interleave_thinker.backends.hub_download import fetch
+
+    fetch(repo_id, skipped_patterns(answer.info or {}), size, endpoint=_endpoint(), cache=where)
     with _lock:
         _checked.add(repo_id)
 
@@ -127,6 +131,14 @@ def _ask(endpoint: str, repo_id: str) -> HubAnswer:
     except ValueError:
         return HubAnswer(502, "not JSON")
     return HubAnswer(200, info=info if isinstance(info, dict) else {})
+
+
+def skipped_patterns(info: dict[str, Any]) -> tuple[str, ...]:
+    """File patterns a loader does not read (fallback weight formats beside safetensors): not fetched."""
+    names = [str(s.get("rfilename", "")) for s in info.get("siblings") or [] if isinstance(s, dict)]
+    if not any(n.endswith(".safetensors") for n in names):
+        return ()
+    return tuple(f"*{suffix}" for suffix in _WEIGHT_FALLBACKS)
 
 
 def download_size(info: dict[str, Any]) -> int:
@@ -196,7 +208,9 @@ def _reason(exc: BaseException) -> str:
 def _gigabytes(size: int) -> str:
     if size <= 0:
         return "size unknown"
-    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.0f} MB"
+    if size >= 1e8:
+        return f"{size / 1e9:.1f} GB"
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{max(1, round(size / 1e3))} KB"
 
 
-__all__ = ["HubAnswer", "download_size", "ensure_available", "probe"]
+__all__ = ["HubAnswer", "download_size", "ensure_available", "probe", "skipped_patterns"]
