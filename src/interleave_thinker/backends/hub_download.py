@@ -31,7 +31,9 @@ class _OneBar(tqdm):
         kept = str(kwargs.get("desc") or "").startswith(BYTES_BAR_PREFIX)
         kwargs.pop("name", None)
         if kept:
-            kwargs.update(desc=self.label, total=self.size or None, ncols=80, file=sys.stderr, mininterval=1.0)
+            kwargs.update(
+                desc=self.label, total=self.size or None, ncols=80, file=sys.stderr, mininterval=1.0
+            )
         super().__init__(*args, **{**kwargs, "disable": not kept or kwargs.get("disable", False)})
         self._kept = kept
 
