@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
 
+from interleave_thinker.core.config_sources import deep_merge, format_validation_error, load_yaml
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.redact import redact_spec
 
@@ -354,9 +355,9 @@ class PipelineConfig(_Section):
         name = preset or file_data.get("preset") or (None if "planner" in file_data else "official")
         if name is not None:
             data = preset_data(name)
-        _deep_merge(data, file_data)
-        _deep_merge(data, env_overrides(os.environ if environ is None else environ))
-        _deep_merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
+        deep_merge(data, file_data)
+        deep_merge(data, env_overrides(os.environ if environ is None else environ))
+        deep_merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
         return cls.from_dict(data, origin=str(config_file) if config_file else "configuration")
 
     @classmethod
@@ -367,19 +368,6 @@ class PipelineConfig(_Section):
             raise ConfigError(f"Invalid {origin}: {format_validation_error(exc)}") from None
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        if error["type"] == "extra_forbidden":
-            problems.append(f"unknown key '{key}'")
-        elif error["type"] == "missing":
-            problems.append(f"missing key '{key}'")
-        else:
-            problems.append(f"'{key}': {error['msg']}")
-    return "; ".join(problems)
-
-
 def preset_data(name: str) -> dict[str, Any]:
     if name not in PRESETS:
         raise ConfigError(f"Unknown preset '{name}'; choose one of: {', '.join(PRESETS)}.")
@@ -387,20 +375,6 @@ def preset_data(name: str) -> dict[str, Any]:
     data = yaml.safe_load(text)
     data["preset"] = name
     return dict(data)
-
-
-def load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"Cannot read config file {path}: {exc.strerror}.") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Config file {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"Config file {path} must hold a mapping of keys, not a {type(data).__name__}.")
-    return data
 
 
 def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
@@ -423,9 +397,4 @@ def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
     return result
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
-        else:
-            base[key] = value
+__all__ = ["PipelineConfig", "env_overrides", "format_validation_error", "load_yaml", "preset_data"]
