@@ -16,7 +16,7 @@ from typing import Any
 from _sim import SimVLM  # type: ignore[import-not-found]
 from interleave_thinker.backends.specs import load_image_backend
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.testing.tiny_format import ensure_format_trained_tiny
+from interleave_thinker.tiny.format_trained import ensure_format_trained_tiny
 from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 
 

@@ -31,7 +31,7 @@ MEAN_MARGIN, FORMED_MARGIN = 0.3, 0.2
 
 
 def run_pair(critic: Path, work: Path, warm_seed: int, grpo_seed: int, flip: bool) -> dict[str, float]:
-    from interleave_thinker.testing.pinned import pinned_env
+    from interleave_thinker.tiny.pinned import pinned_env
 
     args = {"critic": str(critic), "work": str(work), "warm_seed": warm_seed, "grpo_seed": grpo_seed}
     if flip:
@@ -61,7 +61,7 @@ def main() -> None:
     options = parser.parse_args()
 
     from interleave_thinker.core.prompt_store import builtin_templates
-    from interleave_thinker.testing.tiny_format import ensure_format_trained_tiny
+    from interleave_thinker.tiny.format_trained import ensure_format_trained_tiny
 
     critic = ensure_format_trained_tiny(templates=builtin_templates()).critic
     print(

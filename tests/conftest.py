@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from interleave_thinker.testing.pinned import PINNED_NUMERICS
+from interleave_thinker.tiny.pinned import PINNED_NUMERICS
 
 # The test process (and the services it starts) runs with the tiny builds' kernel caps and thread counts,
 # set before anything imports torch. Not MKL's reproducible mode: it makes results depend on the thread

@@ -4,7 +4,7 @@ Why a child: training amplifies a last-bit difference into other weights, and wh
 computes depends on the CPU kernels and BLAS branch torch picks when it loads. The test process cannot
 pin MKL's reproducible branch (tests compare served and local generators across thread counts, see
 docs/testing.md), so the learning run gets a fresh process with every setting of
-``testing.pinned.PINNED_NUMERICS`` and the training block of the tiny builds (fixed threads,
+``tiny.pinned.PINNED_NUMERICS`` and the training block of the tiny builds (fixed threads,
 deterministic algorithms, no oneDNN): the same figures on every x86 machine with AVX2, so a pass here
 is a pass in CI.
 
@@ -203,8 +203,8 @@ def flip_advantages(trainer: Any) -> None:
 def main(argv: list[str]) -> None:
     import warnings
 
-    from interleave_thinker.testing.tiny import deterministic_torch
-    from interleave_thinker.testing.tiny_format import TRAIN_THREADS
+    from interleave_thinker.tiny.format_trained import TRAIN_THREADS
+    from interleave_thinker.tiny.models import deterministic_torch
 
     args: dict[str, Any] = json.loads(argv[0])
     warnings.simplefilter("ignore")

@@ -12,7 +12,7 @@ from rich.console import Console
 from interleave_thinker.cli.progress import LoadingDisplay
 from interleave_thinker.core.build_progress import BuildReporter, current_reporter, reporting_builds
 from interleave_thinker.core.errors import InterleaveThinkerError
-from interleave_thinker.testing.pinned import PROGRESS_PREFIX, parse_progress, run_pinned
+from interleave_thinker.tiny.pinned import PROGRESS_PREFIX, parse_progress, run_pinned
 
 CHILD = (
     "import os\n"

@@ -148,7 +148,7 @@ def test_tiny_run_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_demo_shows_a_real_plan_and_verdicts(tmp_path: Path) -> None:
     """What `make demo` runs: the format-trained tiny planner and critic write parsable replies."""
-    from interleave_thinker.testing.tiny_format import ensure_format_trained_tiny
+    from interleave_thinker.tiny.format_trained import ensure_format_trained_tiny
 
     ensure_format_trained_tiny()  # built here, once, without the command's timeout (minutes on a busy CI)
     result = cli("run", "How to draw a cat step by step?", "--preset", "tiny", "--out", "demo", cwd=tmp_path)

@@ -23,7 +23,7 @@ from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.types import Plan, Trace
 from interleave_thinker.testing.doubles.openai_chat import ScriptedServer, ok
 from interleave_thinker.testing.scripted import ScriptedVLMBackend
-from interleave_thinker.testing.tiny_kind import tiny_vlm_folder
+from interleave_thinker.tiny.kind import tiny_vlm_folder
 
 SAMPLING = {"do_sample": True, "temperature": 2.5, "top_k": 40, "top_p": 0.95}
 """A sampling config unlike transformers' defaults (1.0, 50, 1.0), so only the checkpoint can set it; hot,

@@ -180,7 +180,7 @@ def test_sft_resume_from_a_two_process_checkpoint_continues_the_step_count(
 def format_trained_critic() -> Path:
     """Built (or found) once here, so the two ranks only load it."""
     from interleave_thinker.core.prompt_store import builtin_templates
-    from interleave_thinker.testing.tiny_format import ensure_format_trained
+    from interleave_thinker.tiny.format_trained import ensure_format_trained
 
     return ensure_format_trained("critic", templates=builtin_templates())
 
@@ -298,7 +298,7 @@ def test_shipped_fsdp_config_loads_and_wraps_the_qwen3_vl_blocks(monkeypatch: py
     from accelerate.utils import FullyShardedDataParallelPlugin
     from transformers import AutoModelForImageTextToText
 
-    from interleave_thinker.testing.tiny import ensure_tiny_models
+    from interleave_thinker.tiny.models import ensure_tiny_models
 
     args, env = launch_env(REPO / "configs" / "accelerate" / "fsdp.yaml")
     assert args.use_fsdp and args.num_processes == 8 and args.mixed_precision == "bf16"

@@ -58,7 +58,7 @@ def critic_config(tmp_path: Path, model: str, max_steps: int, *, synthetic: bool
 
 @pytest.fixture(scope="module")
 def format_trained() -> Any:
-    from interleave_thinker.testing.tiny_format import ensure_format_trained_tiny
+    from interleave_thinker.tiny.format_trained import ensure_format_trained_tiny
 
     return ensure_format_trained_tiny(templates=builtin_templates())
 
@@ -68,7 +68,7 @@ def released_critic() -> Path:
     """The tiny critic format-trained on the released critic template, the one the fixture's prompts use
     (trained on our built-in template it answers the fixture with a bare "</answer>", so no reward varies)."""
     from interleave_thinker.core.prompt_store import TemplateStore
-    from interleave_thinker.testing.tiny_format import ensure_format_trained
+    from interleave_thinker.tiny.format_trained import ensure_format_trained
 
     released = TemplateStore(folder=shared_path("reference", "prompts"), download=False).load()
     return ensure_format_trained("critic", templates=released)
@@ -201,7 +201,7 @@ def learning_run(critic: Path, work: Path, warm_seed: int, grpo_seed: int) -> di
     import subprocess
     import sys
 
-    from interleave_thinker.testing.pinned import pinned_env
+    from interleave_thinker.tiny.pinned import pinned_env
 
     from .grpo_learning import RESULT_PREFIX
 

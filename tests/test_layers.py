@@ -187,3 +187,16 @@ def test_the_rules_catch_upward_sideways_forbidden_arrows_and_cycles() -> None:
         "p.top.d -> p.bottom.a (top may not import bottom)",
     ]
     assert cycles(graph) == [["p.bottom.a", "p.left.b"]]
+
+
+def test_no_product_module_imports_the_testing_wing(graph: dict[str, set[str]]) -> None:
+    """``testing/`` holds doubles and contracts only: the tiny preset the product runs lives in ``tiny/``."""
+    product = {module: targets for module, targets in graph.items() if layer_of(module) != "testing"}
+    wing = sorted(
+        f"{module} -> {target}"
+        for module, targets in product.items()
+        for target in targets
+        if layer_of(target) == "testing"
+    )
+    assert wing == []
+    assert "interleave_thinker.tiny.kind" in graph["interleave_thinker"]

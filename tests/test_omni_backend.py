@@ -295,7 +295,7 @@ def test_a_reply_without_an_image_is_an_error_not_a_crash(server: OmniServer) ->
 @pytest.fixture(scope="module")
 def tiny_generator() -> Any:
     from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
-    from interleave_thinker.testing.tiny import ensure_tiny_models
+    from interleave_thinker.tiny.models import ensure_tiny_models
 
     return DiffusersImageBackend(str(ensure_tiny_models().generator), device="cpu")
 

@@ -31,7 +31,7 @@ from interleave_thinker.agents.planner import planner_messages
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.prompt_store import TemplateStore
 from interleave_thinker.server.generator import free_port
-from interleave_thinker.testing.tiny_kind import tiny_vlm_folder
+from interleave_thinker.tiny.kind import tiny_vlm_folder
 
 pytestmark = pytest.mark.slow
 

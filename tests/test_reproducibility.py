@@ -1,6 +1,6 @@
 """Reproducibility across machines: the tiny cache and the format training give byte-identical weights
 when built in fresh folders, whatever CPU kernels and thread count the calling process would use; and
-the shipped tiny models (``testing/artefacts``) are exactly what a fresh build makes."""
+the shipped tiny models (``tiny/artefacts``) are exactly what a fresh build makes."""
 
 from __future__ import annotations
 
@@ -13,15 +13,10 @@ from typing import Any
 import pytest
 
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.testing import shipped, tiny, tiny_format
-from interleave_thinker.testing.shipped import REBUILD_ENV, file_digest, load_manifest, recipe_digest
-from interleave_thinker.testing.tiny import (
-    COMPLETE_MARKER,
-    ensure_tiny_model,
-    ensure_tiny_models,
-    tiny_recipe,
-)
-from interleave_thinker.testing.tiny_format import (
+from interleave_thinker.tiny import format_trained as tiny_format
+from interleave_thinker.tiny import models as tiny
+from interleave_thinker.tiny import shipped
+from interleave_thinker.tiny.format_trained import (
     FORMAT_VERSION,
     SHIPPED_ROLES,
     _build_one,
@@ -29,6 +24,13 @@ from interleave_thinker.testing.tiny_format import (
     format_recipe,
     template_digest,
 )
+from interleave_thinker.tiny.models import (
+    COMPLETE_MARKER,
+    ensure_tiny_model,
+    ensure_tiny_models,
+    tiny_recipe,
+)
+from interleave_thinker.tiny.shipped import REBUILD_ENV, file_digest, load_manifest, recipe_digest
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -75,7 +77,7 @@ def expected_recipes() -> dict[str, dict[str, Any]]:
 
 def test_shipped_models_match_their_manifest_and_the_current_recipes() -> None:
     """If this fails after a change to a tiny model's recipe, regenerate them:
-    python -m interleave_thinker.testing.tiny_format --write-artefacts (docs/testing.md)."""
+    python -m interleave_thinker.tiny.format_trained --write-artefacts (docs/testing.md)."""
     models = load_manifest()["models"]
     assert json.loads(json.dumps(expected_recipes())) == {key: e["recipe"] for key, e in models.items()}
     for key, entry in models.items():

@@ -21,7 +21,7 @@ from interleave_thinker.cli.data import app as data_app
 from interleave_thinker.cli.train import app as train_app
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.testing.tiny import ensure_tiny_models
+from interleave_thinker.tiny.models import ensure_tiny_models
 from interleave_thinker.train.sft.config import SFTRunConfig
 from interleave_thinker.train.sft.trainer import build_trainer, run_sft
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from interleave_thinker.backends.protocols import ImageRequest
-from interleave_thinker.testing import tiny
-from interleave_thinker.testing.tiny import (
+from interleave_thinker.tiny import models as tiny
+from interleave_thinker.tiny.models import (
     COMPLETE_MARKER,
     TINY_DIR_ENV,
     TinyModelPaths,

@@ -12,7 +12,7 @@ from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.prompt_store import TemplateStore
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.pipeline import Pipeline
-from interleave_thinker.testing.tiny_format import MAX_NEW_TOKENS, ensure_format_trained_tiny
+from interleave_thinker.tiny.format_trained import MAX_NEW_TOKENS, ensure_format_trained_tiny
 
 pytestmark = pytest.mark.slow
 

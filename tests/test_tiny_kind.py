@@ -11,13 +11,13 @@ import pytest
 from interleave_thinker.backends import specs
 from interleave_thinker.backends.specs import checkpoint_folder, load_image_backend, load_vlm_backend
 from interleave_thinker.core.errors import ConfigError
-from interleave_thinker.testing.tiny import ensure_tiny_models
+from interleave_thinker.tiny.models import ensure_tiny_models
 from interleave_thinker.train.common import base_checkpoint
 
 PROBE = """
 import json, sys
 from interleave_thinker.backends import specs
-from interleave_thinker.testing import tiny_tokenizer
+from interleave_thinker.tiny import tokenizer as tiny_tokenizer
 from interleave_thinker.train.sft.templates import TRAINING_VARIANTS
 heavy = sorted(m for m in ("torch", "transformers", "diffusers", "trl", "datasets") if m in sys.modules)
 print(json.dumps({

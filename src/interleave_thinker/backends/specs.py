@@ -1,7 +1,7 @@
 """Backend specs: one URL-like string picks a backend, e.g. ``transformers:Qwen/Qwen3-VL-8B-Instruct``.
 
 The registries below are plain dicts from kind to a loader; later backends (``openai:``, ``http:``,
-``gemini:``...) are one entry each. Kinds that live above this layer (``tiny:``, in ``testing``) are added
+``gemini:``...) are one entry each. Kinds that live above this layer (``tiny:``, in ``tiny``) are added
 with :func:`register_kind` by the package root, so this module imports nothing above ``backends`` and
 nothing heavy: a bad spec is reported before torch or diffusers load.
 """

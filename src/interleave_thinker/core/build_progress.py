@@ -1,7 +1,7 @@
 """Progress of long one-off builds (the tiny models), from the code that builds to whoever shows it.
 
-Why in ``core``: the builder (``testing``) and the display (``cli``) sit side by side and may not import
-each other; both may import this. A display enters :func:`reporting_builds`; builds started inside it
+Why in ``core``: the builder (``tiny``) may not import the display (``cli``, a layer above it); both may
+import this. A display enters :func:`reporting_builds`; builds started inside it
 call the reporter's methods (from the calling thread).
 """
 

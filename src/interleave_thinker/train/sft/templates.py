@@ -2,26 +2,17 @@
 
 Why: assistant-only loss needs the processor to report which tokens the assistant wrote, which
 transformers does from ``{% generation %}`` blocks. TRL ships such variants for the real Qwen3-VL
-template; the tiny models' variant is registered from ``testing`` (:data:`TRAINING_VARIANTS`). The
-rendered text is identical to the inference template's, so a model trained with it sees at inference
-exactly what it learned on.
+template; the tiny models' variant is registered with the ``tiny`` kind in
+``backends/chat_templates.py``, read here. The rendered text is identical to the inference template's, so
+a model trained with it sees at inference exactly what it learned on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from interleave_thinker.backends.chat_templates import TRAINING_VARIANTS
 from interleave_thinker.core.errors import ConfigError
-
-TRAINING_VARIANTS: dict[str, str] = {}
-"""Inference chat template -> its variant with ``{% generation %}`` markers, for templates TRL does not know.
-Filled through :func:`register_training_template` (the tiny models' own template is registered by the
-package root from ``testing``, so training imports nothing from the testing wing)."""
-
-
-def register_training_template(inference: str, training: str) -> None:
-    """Train checkpoints whose processor uses ``inference`` with ``training`` (same text, with markers)."""
-    TRAINING_VARIANTS[inference] = training
 
 
 def training_chat_template(processor: Any) -> str | None:

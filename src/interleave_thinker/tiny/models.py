@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interleave_thinker.core.paths import cache_home
-from interleave_thinker.testing.pinned import run_pinned
-from interleave_thinker.testing.shipped import install_shipped, library_versions
-from interleave_thinker.testing.tiny_tokenizer import (
+from interleave_thinker.tiny.pinned import run_pinned
+from interleave_thinker.tiny.shipped import install_shipped, library_versions
+from interleave_thinker.tiny.tokenizer import (
     CHAT_TEMPLATE,
     ENDOFTEXT,
     IM_END,
@@ -98,7 +98,7 @@ def deterministic_torch(threads: int) -> Iterator[None]:
     more cores otherwise splits reductions differently. oneDNN and NNPACK are off for the block: they
     choose their blocking (so the order of a convolution's sums) from the machine's cache sizes, where
     ATen's own kernels and MKL's reproducible branch do not. CPU kernel choice (AVX2 vs AVX-512) cannot be
-    changed once torch is loaded; it is pinned through the environment (``testing.pinned``).
+    changed once torch is loaded; it is pinned through the environment (``tiny.pinned``).
     """
     import torch
 
@@ -325,7 +325,7 @@ def _ensure_one(root: Path, name: str) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     if not install_shipped(name, tiny_recipe(name), tmp):
-        args = ["-m", "interleave_thinker.testing.tiny", name, str(tmp), str(SEEDS[name])]
+        args = ["-m", "interleave_thinker.tiny.models", name, str(tmp), str(SEEDS[name])]
         run_pinned(args, f"the tiny {name}")
     (tmp / COMPLETE_MARKER).write_text(TINY_PRESET_VERSION + "\n", encoding="utf-8")
     tmp.rename(final)
@@ -355,7 +355,7 @@ def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
 
     Idempotent and crash-safe: complete folders (marker present, same preset version) are reused
     as-is; anything else is removed and remade atomically under a file lock, from the shipped copy
-    when one fits (``testing.shipped``), else built.
+    when one fits (``tiny.shipped``), else built.
     """
     paths = {name: ensure_tiny_model(name, root) for name in SEEDS}
     return TinyModelPaths(planner=paths["planner"], critic=paths["critic"], generator=paths["generator"])
@@ -363,7 +363,7 @@ def ensure_tiny_models(root: Path | None = None) -> TinyModelPaths:
 
 if (
     __name__ == "__main__"
-):  # the child process of run_pinned: python -m interleave_thinker.testing.tiny NAME DEST SEED
+):  # the child process of run_pinned: python -m interleave_thinker.tiny.models NAME DEST SEED
     import sys
 
     BUILDERS[sys.argv[1]](Path(sys.argv[2]), seed=int(sys.argv[3]))

@@ -2,12 +2,12 @@
 code builds them, committed as package data so a first ``make demo`` trains nothing.
 
 Why: format training takes minutes of CPU and the demo needs it on first use. The files under
-``testing/artefacts/`` are exactly what a fresh build writes (``tests/test_reproducibility.py`` rebuilds
+``tiny/artefacts/`` are exactly what a fresh build writes (``tests/test_reproducibility.py`` rebuilds
 them and requires byte-identical files); ``manifest.json`` records each model's recipe (versions, seed,
 template digest, library versions) and the SHA-256 of each file. A cache folder is filled from them only
 when the recipe the code would build now is the recorded one and every digest matches; otherwise the
 model is built as before. ``INTERLEAVE_THINKER_TINY_REBUILD=1`` always builds.
-Regenerate with ``python -m interleave_thinker.testing.tiny_format --write-artefacts`` (see docs/testing.md).
+Regenerate with ``python -m interleave_thinker.tiny.format_trained --write-artefacts`` (see docs/testing.md).
 """
 
 from __future__ import annotations

@@ -30,11 +30,11 @@ bytes on every x86 machine with AVX2, Intel or AMD. Why ``COMPATIBLE`` and not M
 branch: MKL honours an ISA branch on Intel processors only and silently falls back to its ``AUTO``
 dispatch elsewhere, so an AMD machine built other weights (seen: the shipped planner, built on an AMD
 EPYC, differed from a CI machine's build). oneDNN and NNPACK, which pick their blocking from the cache
-sizes, are switched off while training (:func:`interleave_thinker.testing.tiny.deterministic_torch`)."""
+sizes, are switched off while training (:func:`interleave_thinker.tiny.models.deterministic_torch`)."""
 
 PINNED_BUILD_ENV = {"HF_HUB_OFFLINE": "1"}
 """Also set for every build, beside the numerics: a saved tokenizer config records whether the hub was
-offline (``local_files_only``), and the shipped files (``testing.shipped``) must not depend on the shell."""
+offline (``local_files_only``), and the shipped files (``tiny.shipped``) must not depend on the shell."""
 
 PROGRESS_PREFIX = "@build-progress "
 """A child's stdout line ``@build-progress DONE TOTAL`` reports its steps; any other line is kept for errors."""

@@ -4,13 +4,15 @@
 Why here and registered from the package root: the format-trained tiny models are made by our own SFT
 (``train``), so resolving them from ``backends`` would point an arrow up. The package root calls
 :func:`register_tiny_kind` once, which makes ``tiny:`` work from the CLI, the UI, the servers and the
-Python API alike. Light on purpose: the loaders import torch, transformers and diffusers when called.
+Python API alike. Light on purpose: no torch, transformers, diffusers or ``train`` at import (the training
+variant of the tiny chat template goes to ``backends/chat_templates.py``); the loaders import them when called.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from interleave_thinker.backends.chat_templates import register_training_template
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.backends.specs import (
     BackendOptions,
@@ -20,8 +22,7 @@ from interleave_thinker.backends.specs import (
     register_kind,
 )
 from interleave_thinker.core.errors import ConfigError
-from interleave_thinker.testing.tiny_tokenizer import CHAT_TEMPLATE, TRAINING_TEMPLATE
-from interleave_thinker.train.sft.templates import register_training_template
+from interleave_thinker.tiny.tokenizer import CHAT_TEMPLATE, TRAINING_TEMPLATE
 
 VLM_TARGETS = ("planner", "critic", "judge", "planner-sft", "critic-sft", "judge-sft")
 
@@ -37,10 +38,10 @@ def tiny_vlm_folder(target: str) -> Path:
             f"tiny VLM target {target!r}: use planner, critic, judge, planner-sft, critic-sft or judge-sft."
         )
     if target.endswith("-sft") or target == "judge":
-        from interleave_thinker.testing.tiny_format import ensure_format_trained
+        from interleave_thinker.tiny.format_trained import ensure_format_trained
 
         return ensure_format_trained(target.removesuffix("-sft"))
-    from interleave_thinker.testing.tiny import ensure_tiny_model
+    from interleave_thinker.tiny.models import ensure_tiny_model
 
     return ensure_tiny_model(target)
 
@@ -57,7 +58,7 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
 def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
     if spec.target not in ("", "generator"):
         raise ConfigError(f"tiny image spec {spec.raw!r}: target must be 'generator' or empty.")
-    from interleave_thinker.testing.tiny import ensure_tiny_model
+    from interleave_thinker.tiny.models import ensure_tiny_model
 
     return load_image_backend(f"diffusers:{ensure_tiny_model('generator')}", options)
 

@@ -4,7 +4,7 @@ Why: the random tiny models never write a valid plan, so ``make demo`` could onl
 single-step fallback. These are the same Qwen3-VL class, a little wider and deeper (still ~1M
 parameters), with the tiny preset's processor and tokenizer, fully fine-tuned on CPU for a few
 hundred steps on :mod:`~interleave_thinker.train.synthetic` data filled with the template set the
-pipeline will use. Built once, cached per template set, crash-safe like ``testing.tiny``. The judge
+pipeline will use. Built once, cached per template set, crash-safe like ``tiny.models``. The judge
 (``tiny:judge``) learns from data that scores bright pictures high and dark ones low; after its short
 training its quality (PQ) score follows the brightness, its SC score barely does.
 """
@@ -17,9 +17,7 @@ from pathlib import Path
 
 from interleave_thinker.core.build_progress import current_reporter
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
-from interleave_thinker.testing.pinned import PINNED_NUMERICS, progress_callback, run_pinned
-from interleave_thinker.testing.shipped import install_shipped, library_versions
-from interleave_thinker.testing.tiny import (
+from interleave_thinker.tiny.models import (
     COMPLETE_MARKER,
     CRITIC_SEED,
     PLANNER_SEED,
@@ -30,6 +28,8 @@ from interleave_thinker.testing.tiny import (
     file_lock,
     seeded,
 )
+from interleave_thinker.tiny.pinned import PINNED_NUMERICS, progress_callback, run_pinned
+from interleave_thinker.tiny.shipped import install_shipped, library_versions
 from interleave_thinker.train.sft.config import (
     DataSection,
     ModelSection,
@@ -38,7 +38,7 @@ from interleave_thinker.train.sft.config import (
 )
 
 FORMAT_VERSION = "4"
-"""Bump when data, dimensions, training or the base tiny models (``testing.tiny.TINY_PRESET_VERSION``) change,
+"""Bump when data, dimensions, training or the base tiny models (``tiny.models.TINY_PRESET_VERSION``) change,
 so stale caches are rebuilt."""
 TEXT_HIDDEN = 64
 TEXT_LAYERS = 3
@@ -49,14 +49,14 @@ PLANNER_STEPS = 200
 CRITIC_STEPS = 160
 JUDGE_STEPS = 120
 JUDGE_SEED = 4
-"""After ``testing.tiny``'s planner, critic and generator seeds."""
+"""After ``tiny.models``'s planner, critic and generator seeds."""
 JUDGE_DATA_VERSION = "1"
 """Bump when the judge's synthetic data or steps change: part of the judge's cache key only."""
 ROLES = ("planner", "critic", "judge")
 SEEDS = {"planner": PLANNER_SEED, "critic": CRITIC_SEED, "judge": JUDGE_SEED}
 STEPS = {"planner": PLANNER_STEPS, "critic": CRITIC_STEPS, "judge": JUDGE_STEPS}
 SHIPPED_ROLES = ("planner", "critic", "judge")
-"""Shipped for the built-in templates (``testing.shipped``): what the tiny preset's first run needs."""
+"""Shipped for the built-in templates (``tiny.shipped``): what the tiny preset's first run needs."""
 ROLE_TEMPLATES = {
     "planner": ("planner_narrative", "critic"),
     "critic": ("planner_narrative", "critic"),
@@ -128,7 +128,7 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
 
 
 def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps: int | None = None) -> None:
-    """Build in a child process with pinned numerics (``testing.tiny.run_pinned``), quietly."""
+    """Build in a child process with pinned numerics (``tiny.models.run_pinned``), quietly."""
     import json
     import logging
 
@@ -150,7 +150,7 @@ def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps
         ),
         encoding="utf-8",
     )
-    run_pinned(["-m", "interleave_thinker.testing.tiny_format", str(job)], f"the format-trained tiny {role}")
+    run_pinned(["-m", "interleave_thinker.tiny.format_trained", str(job)], f"the format-trained tiny {role}")
 
 
 def _build_from_job(job: Path) -> None:
@@ -241,7 +241,7 @@ def ensure_format_trained(
     role: str, root: Path | None = None, *, templates: TemplateSet | None = None
 ) -> Path:
     """One format-trained tiny model (``planner``, ``critic`` or ``judge``), made alone when only one is
-    needed: copied from the shipped artefact when its recipe matches (``testing.shipped``), else trained."""
+    needed: copied from the shipped artefact when its recipe matches (``tiny.shipped``), else trained."""
     if role not in ROLES:
         raise ValueError(f"role must be planner, critic or judge, not {role!r}")
     templates = templates or TemplateStore().load()
@@ -267,8 +267,8 @@ def build_shipped(work: Path) -> dict[str, tuple[dict[str, object], Path]]:
     """Fresh builds, never copies, of every shipped model (the tiny generator and the format-trained planner,
     critic and judge for the built-in templates) under ``work``: ``{artefact key: (recipe, folder)}``."""
     from interleave_thinker.core.prompt_store import builtin_templates
-    from interleave_thinker.testing.shipped import rebuilding
-    from interleave_thinker.testing.tiny import tiny_recipe
+    from interleave_thinker.tiny.models import tiny_recipe
+    from interleave_thinker.tiny.shipped import rebuilding
 
     templates = builtin_templates()
     root = work / "tiny"
@@ -285,7 +285,7 @@ def write_artefacts(dest: Path | None = None) -> Path:
     """Rebuild every shipped model in a temp folder and write it with its manifest into ``dest``."""
     import tempfile
 
-    from interleave_thinker.testing.shipped import ARTEFACTS, write_artefact, write_manifest
+    from interleave_thinker.tiny.shipped import ARTEFACTS, write_artefact, write_manifest
 
     dest = dest or ARTEFACTS
     with tempfile.TemporaryDirectory(prefix="tiny-artefacts-") as work:
@@ -301,5 +301,5 @@ if __name__ == "__main__":
 
     if sys.argv[1] == "--write-artefacts":  # [DEST]: rebuild the shipped models (docs/testing.md)
         print(f"wrote {write_artefacts(Path(sys.argv[2]) if len(sys.argv) > 2 else None)}")
-    else:  # the child process of _build_one: python -m interleave_thinker.testing.tiny_format JOB
+    else:  # the child process of _build_one: python -m interleave_thinker.tiny.format_trained JOB
         _build_from_job(Path(sys.argv[1]))
