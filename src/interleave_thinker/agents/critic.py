@@ -1,14 +1,20 @@
 """The critic agent: judges one attempt from the images before and after it, and refines the prompt.
 
 Template ``critic``; messages ``[before, after, filled template]`` in this order, as the critic was
-trained; the reply read into a :class:`Verdict` (:func:`parse_verdict`), valid only with a bool
+trained. With reference images (``loop.references``), our own template ``prompts/references/critic.txt``
+instead, which also asks for consistency with them, and messages ``[before, after, *references, text]``.
+The reply read into a :class:`Verdict` (:func:`parse_verdict`), valid only with a bool
 ``previous_step_success`` and a str ``refine_prompt``, and, the inverse, a verdict written as the
 critic would answer it (:func:`format_verdict`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 
 from PIL import Image
 
@@ -22,6 +28,22 @@ from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Verdict
 
 TEMPLATE = "critic"
+REFERENCES_TEMPLATE = "references/critic"
+"""Our own critic template for a loop with reference images, ``prompts/references/critic.txt``: in a
+folder of its own, so the built-in template set stays the released set and the released critic
+template stays the one used without references."""
+
+
+@functools.cache
+def references_template() -> str:
+    """The text of :data:`REFERENCES_TEMPLATE` (package data)."""
+    path = resources.files("interleave_thinker.prompts").joinpath(f"{REFERENCES_TEMPLATE}.txt")
+    return path.read_text(encoding="utf-8")
+
+
+def references_template_digest() -> str:
+    """SHA-256 of :func:`references_template`, recorded in a trace that used it."""
+    return hashlib.sha256(references_template().encode("utf-8")).hexdigest()
 
 
 def critic_messages(
@@ -31,14 +53,17 @@ def critic_messages(
     after: Image.Image,
     original_instruction: str,
     rewritten_prompt: str,
+    references: Sequence[Image.Image] = (),
 ) -> list[Message]:
-    """``[before, after, text]`` in this order, as the critic was trained."""
-    text = fill(
-        templates.get(TEMPLATE),
-        original_instruction=original_instruction,
-        rewritten_prompt=rewritten_prompt,
-    )
-    return user_turn(image_part(before), image_part(after), text_part(text))
+    """``[before, after, text]`` in this order, as the critic was trained; with ``references``,
+    ``[before, after, *references, text]`` and our template that asks for consistency with them."""
+    values = {"original_instruction": original_instruction, "rewritten_prompt": rewritten_prompt}
+    if not references:
+        return user_turn(
+            image_part(before), image_part(after), text_part(fill(templates.get(TEMPLATE), **values))
+        )
+    text = fill(references_template(), **values, reference_count=str(len(references)))
+    return user_turn(*(image_part(im) for im in (before, after, *references)), text_part(text))
 
 
 def parse_verdict(reply: str) -> Verdict:
@@ -91,15 +116,17 @@ class Critic(Agent):
         original_instruction: str,
         rewritten_prompt: str,
         turn: Turn | None = None,
+        references: Sequence[Image.Image] = (),
     ) -> CriticResult:
         """A verdict on this attempt, or none (with the replies and errors) when every reply was unparsable;
-        with ``turn``, every call's seed too."""
+        with ``turn``, every call's seed too; with ``references``, judged for consistency with them too."""
         messages = critic_messages(
             self.templates,
             before=before,
             after=after,
             original_instruction=original_instruction,
             rewritten_prompt=rewritten_prompt,
+            references=references,
         )
         outcome = self.ask(messages, parse_verdict, turn)
         return CriticResult(

@@ -101,6 +101,12 @@ class Attempt(_Model):
     prompt: str
     seed: int
     before_image: str = Field(description=f"File name of the 'before' image, or '{WHITE_CANVAS}'.")
+    references: list[str] = Field(
+        default_factory=list,
+        exclude_if=lambda names: not names,
+        description="File names of the reference images sent with the call and shown to the critic, in "
+        "order (``loop.references``); left out of the JSON when none, so a released loop's trace is unchanged.",
+    )
     image_file: str | None = None
     critic_called: bool = False
     critic_raw: list[str] = Field(default_factory=list, description="Every raw critic reply, in order.")

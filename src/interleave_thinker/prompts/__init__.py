@@ -12,6 +12,7 @@ released templates are the authors' text and are never shipped here: the prompt 
 | ``critic.txt`` | :class:`~interleave_thinker.agents.critic.Critic` | ``{original_instruction}``, ``{rewritten_prompt}`` |
 | ``judge_context.txt``, ``judge_edit_rule.txt``, ``judge_edit_sc.txt`` | :class:`~interleave_thinker.agents.judge.Judge`, semantic consistency (joined by newlines) | ``<instruction>`` |
 | ``judge_context.txt``, ``judge_pq.txt`` | the judge, perceptual quality | none |
+| ``references/critic.txt`` | the critic, for an attempt with reference images (``loop.references``; not a released template: in a folder of its own, never in the built-in set) | ``{original_instruction}``, ``{rewritten_prompt}``, ``{reference_count}`` |
 | ``datagen/lexicon.txt`` | `data prompts` (:mod:`interleave_thinker.datagen.prompts_teacher`): the teacher's lexicon and instruction templates for one sub-category | ``{domain}``, ``{domain_description}``, ``{subcategory}``, ``{subcategory_description}``, ``{lexicon_size}``, ``{template_count}`` |
 | ``datagen/prompts.txt`` | `data prompts`: one batch of prompts for a sub-category | ``{domain}``, ``{subcategory}``, ``{subcategory_description}``, ``{batch}``, ``{terms}``, ``{templates}``, ``{count}`` |
 

@@ -37,6 +37,7 @@ from interleave_thinker.core.types import (
 )
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
+from interleave_thinker.runtime.references import Named, References, max_references
 
 
 class StepLoop:
@@ -58,6 +59,8 @@ class StepLoop:
         self.loop = loop
         self.generation = generation
         self.observer = observer or Observer()
+        self.references: References | None = None
+        """Each attempt's reference images (``loop.references``), set for the request :meth:`run` runs."""
 
     def seed(self, step_index: int, attempt: int) -> int:
         return self.loop.seed_base + step_index * self.loop.seed_stride + attempt
@@ -73,6 +76,7 @@ class StepLoop:
         a third of a batch's CPU goes to creating files, docs/notes/scale.md).
         """
         trace = recorder.trace
+        self.references = self._references(recorder, input_images, input_names)
         # 1. Plan (unless resuming with a plan on disk).
         if trace.planner.plan is None:
             self._plan(recorder, input_images)
@@ -104,6 +108,17 @@ class StepLoop:
                     return
                 latest = (recorder.images[step_record.accepted_image], step_record.accepted_image)
         trace.status = "succeeded"  # written by the caller's closing checkpoint (``Pipeline._close_trace``)
+
+    def _references(
+        self, recorder: RunRecorder, input_images: list[Image.Image], input_names: list[str]
+    ) -> References:
+        """The request's reference chooser; its anchor comes from the trace, so a resumed run has it."""
+        inputs = list(zip(input_images, input_names, strict=True))
+        chosen = References(
+            self.loop.references, inputs, recorder.trace, recorder.images, max_references(self.generator)
+        )
+        chosen.note_template()
+        return chosen
 
     def _attempt_limit(self, trace: Trace) -> int:
         """Generator calls the next step may make: ``max_attempts``, or what the request's budget has left."""
@@ -203,15 +218,17 @@ class StepLoop:
         last: bool,
     ) -> Attempt:
         """One generator call, then (unless forced) the critic's verdict and (with a judge) the scores."""
+        references = self.references.for_attempt(latest) if self.references else []
         attempt = Attempt(
             step_number=index,
             attempt=attempt_index,
             prompt=prompt,
             seed=self.seed(index, attempt_index),
             before_image=latest[1] if latest else WHITE_CANVAS,
+            references=[name for _, name in references],
         )
         self.observer.on_attempt_start(index, attempt_index, prompt)
-        image = self._generate(attempt, latest)
+        image = self._generate(attempt, latest, references)
         if image is None:
             return attempt
         attempt.image_file = recorder.add_image(f"step{index:02d}_attempt{attempt_index}.png", image)
@@ -221,12 +238,14 @@ class StepLoop:
         else:
             first_empty = attempt_index == 0 and self.loop.first_rewritten_prompt == "empty"
             turn = Turn(self.loop.seed_base, index, attempt_index)
-            self._review(attempt, before, image, planned, "" if first_empty else prompt, turn)
+            self._review(attempt, before, image, planned, "" if first_empty else prompt, turn, references)
         if self.judge is not None:
             attempt.scores = _scores(self.judge, before, image, planned)
         return attempt
 
-    def _generate(self, attempt: Attempt, latest: tuple[Image.Image, str] | None) -> Image.Image | None:
+    def _generate(
+        self, attempt: Attempt, latest: tuple[Image.Image, str] | None, references: list[Named]
+    ) -> Image.Image | None:
         """The attempt's image, or None with the generation error recorded; the time goes in its durations."""
         start = time.perf_counter()
         try:
@@ -238,6 +257,7 @@ class StepLoop:
                 seed=attempt.seed,
                 steps=self.generation.steps,
                 guidance=self.generation.guidance,
+                references=tuple(image for image, _ in references),
             )
             return self.generator.generate(request)
         except InterleaveThinkerError as exc:
@@ -254,10 +274,17 @@ class StepLoop:
         planned: str,
         rewritten: str,
         turn: Turn,
+        references: list[Named],
     ) -> None:
-        """The critic's verdict on the attempt; no verdict leaves it not accepted, with the errors."""
+        """The critic's verdict on the attempt (judged for consistency with ``references`` too, when there
+        are some); no verdict leaves it not accepted, with the errors."""
         result = self.critic.review(
-            before=before, after=image, original_instruction=planned, rewritten_prompt=rewritten, turn=turn
+            before=before,
+            after=image,
+            original_instruction=planned,
+            rewritten_prompt=rewritten,
+            turn=turn,
+            references=[ref for ref, _ in references],
         )
         attempt.critic_called = True
         attempt.critic_raw = result.raw_replies
