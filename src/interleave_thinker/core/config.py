@@ -145,8 +145,19 @@ class LoopOptions(_Section):
         description="Generator calls a sequence review may spend regenerating steps that break consistency "
         "after the last step; 0 = no review (the release).",
     )
+    repair_reviewer: str | None = Field(
+        default=None,
+        description="VLM backend spec of the sequence review (loop.repair_budget), which names the steps that "
+        "break consistency; none = the critic's backend.",
+    )
 
-    OPT_IN: ClassVar[tuple[str, ...]] = ("references", "candidates", "select_best", "repair_budget")
+    OPT_IN: ClassVar[tuple[str, ...]] = (
+        "references",
+        "candidates",
+        "select_best",
+        "repair_budget",
+        "repair_reviewer",
+    )
     """Settings beyond the release: recorded in a trace only when changed, so a run with them at their
     defaults writes the same trace, byte for byte, as before they existed."""
 
@@ -157,6 +168,11 @@ class LoopOptions(_Section):
             if dumped[key] == type(self).model_fields[key].default:
                 del dumped[key]
         return dumped
+
+    @field_serializer("repair_reviewer", when_used="json")
+    def _recorded_reviewer(self, spec: str | None) -> str | None:
+        """The reviewer's spec as a trace records it: URL credentials as ``***``."""
+        return None if spec is None else redact_spec(spec)
 
     @model_validator(mode="after")
     def _seeds_distinct(self) -> LoopOptions:
@@ -337,6 +353,11 @@ class PipelineConfig(_Section):
                     f"{role} spec {getattr(self, role)!r} has no backend kind; write e.g. 'transformers:ID' "
                     "or 'diffusers:ID' or 'tiny:'"
                 )
+        if self.loop.select_best == "judge" and not self.judge:
+            raise ValueError(
+                "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (--judge "
+                "SPEC) or choose loop.select_best 'critic'"
+            )
         return self
 
     @classmethod
