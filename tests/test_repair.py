@@ -221,3 +221,16 @@ def test_the_review_reply_is_read_within_bounds() -> None:
     for bad in ("[{'step': 5, 'reason': 'x'}]", "[{'step': True}]", "['2']", "{'steps': []}", "[[2]]"):
         with pytest.raises(ParseError):
             parse_review(f"<answer>{bad}</answer>", [1, 2])
+
+
+def test_a_generator_that_takes_no_references_is_refused_at_load() -> None:
+    from interleave_thinker.backends.specs import BackendOptions
+    from interleave_thinker.core.errors import ConfigError
+
+    class NoReferences(ScriptedImageBackend):
+        max_references = 0
+
+    built = build(ACCEPT_ALL, NoReferences(), repair_budget=2)
+    with pytest.raises(ConfigError, match=r"loop\.repair_budget .* cannot take"):
+        built["pipe"]._load_opt_in(BackendOptions())
+    build(ACCEPT_ALL, NoReferences())["pipe"]._load_opt_in(BackendOptions())  # no repair: no refusal

@@ -334,7 +334,8 @@ class PipelineConfig(_Section):
     remote: RemoteOptions = Field(default_factory=RemoteOptions)
     judge: str | None = Field(
         default=None,
-        description="VLM backend spec of the judge that scores every attempt in `data generate`.",
+        description="VLM backend spec of the judge that scores every attempt in `data generate` (and in any "
+        "run with loop.select_best 'judge').",
     )
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")

@@ -24,7 +24,7 @@ from interleave_thinker.backends.specs import (
     load_vlm_backend,
 )
 from interleave_thinker.core.config import PipelineConfig
-from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
@@ -170,6 +170,11 @@ class Pipeline:
         """The backends of opt-in settings: the sequence review's (``loop.repair_reviewer``, when it is
         not the critic's) and the judge that scores every attempt for ``loop.select_best: judge``."""
         config = self.config
+        if config.loop.repair_budget > 0 and getattr(self.generator, "max_references", None) == 0:
+            raise ConfigError(
+                f"loop.repair_budget regenerates steps with reference images, which the generator "
+                f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
+            )
         reviewer = config.loop.repair_reviewer
         if config.loop.repair_budget > 0 and reviewer and reviewer != config.critic:
             self.reviewer = load_vlm_backend(reviewer, options, role="critic")

@@ -133,7 +133,8 @@ def repair_step(loop: StepLoop, recorder: RunRecorder, flag: Flag, left: int) ->
     prompt = kept.prompt if kept is not None else planned
     before_name = _shown_name(trace, kept.before_image if kept is not None else WHITE_CANVAS)
     before = None if before_name == WHITE_CANVAS else recorder.images[before_name]
-    names = reference_names(trace, flag.step, getattr(loop.generator, "max_references", None))
+    cap = getattr(loop.generator, "max_references", None)
+    names = reference_names(trace, flag.step, cap if isinstance(cap, int) else None)
     references = tuple(recorder.images[name] for name in names)
     repair = StepRepair(
         step_number=flag.step, reason=flag.reason, original_image=step.accepted_image, references=names
