@@ -107,6 +107,9 @@ def test_a_flagged_step_is_regenerated_with_references(tmp_path: Path) -> None:
     ]
     page = (tmp_path / "document.md").read_text(encoding="utf-8")
     assert "images/step02_repair0.png" in page and "images/step02_attempt0.png" not in page
+    assert 'class="accepted" src="images/step02_repair0.png"' in (tmp_path / "index.html").read_text(
+        encoding="utf-8"
+    )
     assert (tmp_path / "images" / "step02_attempt0.png").is_file()
     review_call = built["critic"].calls[3]
     assert len(ScriptedVLMBackend.images_in(review_call)) == 3
