@@ -10,17 +10,24 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, model_validator
+from pydantic import Field, ValidationError, field_serializer, model_validator
 
+from interleave_thinker.core.config_sections import (
+    EvalOptions,
+    PriceOptions,
+    PromptOptions,
+    RemoteOptions,
+    RolePrices,
+)
+from interleave_thinker.core.config_sections import (
+    Section as _Section,
+)
 from interleave_thinker.core.config_sources import deep_merge, format_validation_error, load_yaml
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.redact import redact_spec
-
-if TYPE_CHECKING:
-    from interleave_thinker.core.prompt_store import TemplateStore
 
 ENV_PREFIX = "INTERLEAVE_THINKER_"
 PresetName = Literal[
@@ -34,10 +41,6 @@ ReferencePolicy = Literal["release", "previous+inputs", "anchor"]
 SelectBest = Literal["off", "critic", "judge"]
 """The choices of settings fields, also the choices of their flags (one spelling everywhere)."""
 PRESETS: tuple[str, ...] = get_args(PresetName)
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class ModelOptions(_Section):
@@ -146,8 +149,19 @@ class LoopOptions(_Section):
         description="Generator calls a sequence review may spend regenerating steps that break consistency "
         "after the last step; 0 = no review (the release).",
     )
+    repair_reviewer: str | None = Field(
+        default=None,
+        description="VLM backend spec of the sequence review (loop.repair_budget), which names the steps that "
+        "break consistency; none = the critic's backend.",
+    )
 
-    OPT_IN: ClassVar[tuple[str, ...]] = ("references", "candidates", "select_best", "repair_budget")
+    OPT_IN: ClassVar[tuple[str, ...]] = (
+        "references",
+        "candidates",
+        "select_best",
+        "repair_budget",
+        "repair_reviewer",
+    )
     """Settings beyond the release: recorded in a trace only when changed, so a run with them at their
     defaults writes the same trace, byte for byte, as before they existed."""
 
@@ -158,6 +172,11 @@ class LoopOptions(_Section):
             if dumped[key] == type(self).model_fields[key].default:
                 del dumped[key]
         return dumped
+
+    @field_serializer("repair_reviewer", when_used="json")
+    def _recorded_reviewer(self, spec: str | None) -> str | None:
+        """The reviewer's spec as a trace records it: URL credentials as ``***``."""
+        return None if spec is None else redact_spec(spec)
 
     @model_validator(mode="after")
     def _seeds_distinct(self) -> LoopOptions:
@@ -182,122 +201,6 @@ class GenerationOptions(_Section):
     )
 
 
-class RemoteOptions(_Section):
-    """Transport settings of served backends (openai:, http:, gemini:, ...)."""
-
-    timeout: float = Field(default=300.0, gt=0, description="Seconds per HTTP request of a served backend.")
-    max_retries: int = Field(
-        default=4,
-        ge=0,
-        description="Retries on connection errors, timeouts and 408/429/5xx except 501 (never other 4xx).",
-    )
-    backoff_base: float = Field(
-        default=0.5, ge=0, description="First retry delay in seconds; doubled each retry, with 50 % jitter."
-    )
-    backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay, seconds.")
-    deadline: float | None = Field(
-        default=None, gt=0, description="Total seconds per call, retries and a dripping reply included."
-    )
-    concurrency: int = Field(
-        default=8,
-        ge=1,
-        description="Calls in flight per served backend; in `batch`, the default per-backend limit of a served "
-        "backend (`--per-backend-limit` overrides it).",
-    )
-    cooldown: float = Field(
-        default=30.0, ge=0, description="Seconds an endpoint that failed is skipped in a pool."
-    )
-    api_key_env: str | None = Field(
-        default=None,
-        description="Environment variable holding the API key (default: the service's own, e.g. OPENAI_API_KEY, "
-        "GEMINI_API_KEY).",
-    )
-    max_reply_mb: float = Field(
-        default=64.0, gt=0, description="Largest reply of a served backend in MiB (after gzip), cut early."
-    )
-    max_image_pixels: int = Field(
-        default=4096 * 4096, ge=1, description="Largest reply image (width x height), read before decoding."
-    )
-
-
-class PromptOptions(_Section):
-    folder: Path | None = Field(
-        default=None,
-        description="Folder holding the released templates as <name>.txt (default: $INTERLEAVE_THINKER_PROMPTS).",
-    )
-    cache_dir: Path | None = Field(default=None, description="Template cache (default: <home>/prompts).")
-    base_url: str | None = Field(
-        default=None,
-        description="Mirror to download the authors' source files from (default: their raw GitHub files, or "
-        "$INTERLEAVE_THINKER_PROMPTS_URL).",
-    )
-    download: bool = Field(default=True, description="Download the released templates when not cached.")
-    verify: bool = Field(
-        default=True,
-        description="Check every released template's SHA-256 (false allows edited templates, recorded as custom).",
-    )
-    builtin_fallback: bool = Field(
-        default=True, description="Use our own templates when the released ones are unavailable."
-    )
-
-    def store(self) -> TemplateStore:
-        """The template store these settings describe: the one way every command and trainer builds it.
-
-        The fields are named as ``TemplateStore``'s keyword arguments, so they pass straight through.
-        """
-        from interleave_thinker.core.prompt_store import TemplateStore
-
-        return TemplateStore(**dict(self))
-
-
-class RolePrices(_Section):
-    """Prices of one backend role, in any one currency; 0 = free or unknown."""
-
-    per_call: float = Field(default=0.0, ge=0, description="Price of one call.")
-    per_1k_input_tokens: float = Field(
-        default=0.0, ge=0, description="Price of 1,000 input tokens (as the server reports them)."
-    )
-    per_1k_output_tokens: float = Field(
-        default=0.0, ge=0, description="Price of 1,000 output tokens (as the server reports them)."
-    )
-    per_image: float = Field(default=0.0, ge=0, description="Price of one generated image.")
-
-
-class PriceOptions(_Section):
-    """What each backend role costs, for the estimated cost of `data generate` (docs/data.md)."""
-
-    currency: str = Field(default="USD", description="Label of the prices' currency in the summary.")
-    planner: RolePrices = Field(default_factory=RolePrices, description="Prices of the planner's calls.")
-    critic: RolePrices = Field(default_factory=RolePrices, description="Prices of the critic's calls.")
-    judge: RolePrices = Field(default_factory=RolePrices, description="Prices of the judge's calls.")
-    generator: RolePrices = Field(default_factory=RolePrices, description="Prices of the generator's calls.")
-
-
-class EvalOptions(_Section):
-    """Bounds of `eval score` on what it reads and what it asks (docs/evaluation.md)."""
-
-    max_image_bytes: int = Field(
-        default=64 * 1024 * 1024,
-        ge=1,
-        description="`eval score`: largest image file an item may hold (bytes); a larger one fails the item.",
-    )
-    max_image_pixels: int = Field(
-        default=4096 * 4096,
-        ge=1,
-        description="`eval score`: most pixels an image may declare in its header; more fails the item, undecoded.",
-    )
-    judge_calls_per_item: int = Field(
-        default=100,
-        ge=1,
-        description="`eval score`: judge calls one item may make (all its questions and attempts); then it fails.",
-    )
-    judge_calls_per_run: int = Field(
-        default=50_000,
-        ge=1,
-        description="`eval score`: judge calls one run may make; then every question left fails, recorded.",
-    )
-
-
 class PipelineConfig(_Section):
     """Everything needed to build a :class:`~interleave_thinker.Pipeline`."""
 
@@ -319,7 +222,8 @@ class PipelineConfig(_Section):
     remote: RemoteOptions = Field(default_factory=RemoteOptions)
     judge: str | None = Field(
         default=None,
-        description="VLM backend spec of the judge that scores every attempt in `data generate`.",
+        description="VLM backend spec of the judge that scores every attempt in `data generate` (and in any "
+        "run with loop.select_best 'judge').",
     )
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
@@ -338,6 +242,11 @@ class PipelineConfig(_Section):
                     f"{role} spec {getattr(self, role)!r} has no backend kind; write e.g. 'transformers:ID' "
                     "or 'diffusers:ID' or 'tiny:'"
                 )
+        if self.loop.select_best == "judge" and not self.judge:
+            raise ValueError(
+                "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (--judge "
+                "SPEC) or choose loop.select_best 'critic'"
+            )
         return self
 
     @classmethod
@@ -397,4 +306,15 @@ def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
     return result
 
 
-__all__ = ["PipelineConfig", "env_overrides", "format_validation_error", "load_yaml", "preset_data"]
+__all__ = [
+    "EvalOptions",
+    "PipelineConfig",
+    "PriceOptions",
+    "PromptOptions",
+    "RemoteOptions",
+    "RolePrices",
+    "env_overrides",
+    "format_validation_error",
+    "load_yaml",
+    "preset_data",
+]

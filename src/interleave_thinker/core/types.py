@@ -8,9 +8,9 @@ which checks ``schema_version`` and migrates older traces).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION = 4
 """Version of ``trace.json``; older ones are migrated on read (``core/run_folder.py``).
@@ -24,6 +24,21 @@ WHITE_CANVAS = "white-canvas"
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _OmitsAbsent(_Model):
+    """A record whose opt-in fields (:attr:`OPT_IN`) are left out of its dump while None, so a run
+    without the opt-in settings writes the same trace, byte for byte, as before the fields existed."""
+
+    OPT_IN: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        for name in self.OPT_IN:
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
 
 
 class Request(_Model):
@@ -123,7 +138,20 @@ class Attempt(_Model):
     durations: Durations = Field(default_factory=Durations)
 
 
-class StepRecord(_Model):
+class Selection(_Model):
+    """Which attempt a step kept when the critic accepted none (``loop.select_best``), and why."""
+
+    attempt: int = Field(description="The kept attempt's number (``Attempt.attempt``).")
+    by: Literal["critic", "judge"]
+    reason: str
+    raw_replies: list[str] = Field(default_factory=list, description="The critic's ranking replies.")
+    seeds: list[int] = Field(default_factory=list, description="The seed of every ranking call.")
+    error: str | None = Field(default=None, description="Why no ranking was usable (the last is then kept).")
+
+
+class StepRecord(_OmitsAbsent):
+    OPT_IN: ClassVar[tuple[str, ...]] = ("selected",)
+
     step: PlanStep
     kind: Literal["image", "text"]
     text: str | None = None
@@ -135,6 +163,9 @@ class StepRecord(_Model):
     attempts: list[Attempt] = Field(default_factory=list)
     accepted_image: str | None = None
     complete: bool = Field(default=False, description="False while the step's attempts are still running.")
+    selected: Selection | None = Field(
+        default=None, description="The attempt kept by ``loop.select_best`` (absent when it did not choose)."
+    )
 
     @property
     def accepted_attempt(self) -> Attempt | None:
@@ -160,8 +191,47 @@ class TemplateInfo(_Model):
     digests: dict[str, str] = Field(default_factory=dict)
 
 
-class Trace(_Model):
+class Flag(_Model):
+    """A step the sequence review says breaks the sequence's consistency, and why."""
+
+    step: int
+    reason: str
+
+
+class StepRepair(_Model):
+    """One flagged step regenerated after the last step: its attempts and, when the critic accepted one,
+    the repaired image shown in its place (the original stays in ``StepRecord.accepted_image``)."""
+
+    step_number: int
+    reason: str
+    original_image: str
+    references: list[str] = Field(
+        default_factory=list, description="The images sent as references, in order."
+    )
+    attempts: list[Attempt] = Field(default_factory=list)
+    repaired_image: str | None = None
+    complete: bool = False
+
+
+class RepairRecord(_Model):
+    """The sequence review (``loop.repair_budget``) and the repairs it led to."""
+
+    reviewer: str = Field(description="The backend that reviewed the sequence.")
+    template: str = Field(description="SHA-256 of the review template (ours, ``prompts/``).")
+    budget: int
+    raw_replies: list[str] = Field(default_factory=list)
+    seeds: list[int] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    flagged: list[Flag] | None = Field(default=None, description="The parsed verdict; None when unusable.")
+    error: str | None = Field(default=None, description="Why no repair was made, when the review failed.")
+    steps: list[StepRepair] = Field(default_factory=list)
+    complete: bool = False
+
+
+class Trace(_OmitsAbsent):
     """Everything that happened in one request, enough to audit, resume or build training data."""
+
+    OPT_IN: ClassVar[tuple[str, ...]] = ("repair",)
 
     schema_version: int = SCHEMA_VERSION
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -176,3 +246,6 @@ class Trace(_Model):
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
     duration_s: float = 0.0
+    repair: RepairRecord | None = Field(
+        default=None, description="The sequence review and its repairs (absent when loop.repair_budget is 0)."
+    )

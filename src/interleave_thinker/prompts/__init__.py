@@ -15,6 +15,8 @@ released templates are the authors' text and are never shipped here: the prompt 
 | ``references/critic.txt`` | the critic, for an attempt with reference images (``loop.references``; not a released template: in a folder of its own, never in the built-in set) | ``{original_instruction}``, ``{rewritten_prompt}``, ``{reference_count}`` |
 | ``datagen/lexicon.txt`` | `data prompts` (:mod:`interleave_thinker.datagen.prompts_teacher`): the teacher's lexicon and instruction templates for one sub-category | ``{domain}``, ``{domain_description}``, ``{subcategory}``, ``{subcategory_description}``, ``{lexicon_size}``, ``{template_count}`` |
 | ``datagen/prompts.txt`` | `data prompts`: one batch of prompts for a sub-category | ``{domain}``, ``{subcategory}``, ``{subcategory_description}``, ``{batch}``, ``{terms}``, ``{templates}``, ``{count}`` |
+| ``loop/rank_attempts.txt`` | :class:`~interleave_thinker.agents.ranking.Ranker` (``loop.select_best: critic``): rank a step's attempts | ``{count}``, ``{count_plus_one}``, ``{instruction}`` |
+| ``loop/review_sequence.txt`` | :class:`~interleave_thinker.agents.sequence_review.SequenceReviewer` (``loop.repair_budget``): name the steps that break consistency | ``{count}``, ``{steps}`` |
 
 Being data, this package imports nothing and any layer may read it (``importlib.resources``).
 """

@@ -23,7 +23,7 @@ from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.planner import Planner, single_step_plan
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.agents.seeds import Turn
-from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
+from interleave_thinker.backends.protocols import ImageBackend, ImageRequest, VLMBackend
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
 from interleave_thinker.core.types import (
@@ -38,9 +38,14 @@ from interleave_thinker.core.types import (
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.references import Named, References, max_references
+from interleave_thinker.runtime.repair import repair_sequence
+from interleave_thinker.runtime.selection import keep_best
 
 
 class StepLoop:
+    reviewer: VLMBackend | None = None
+    """The sequence review's backend (``loop.repair_reviewer``); None: the critic's."""
+
     def __init__(
         self,
         *,
@@ -107,6 +112,7 @@ class StepLoop:
                     self._fail_step(trace, index, step_record)
                     return
                 latest = (recorder.images[step_record.accepted_image], step_record.accepted_image)
+        repair_sequence(self, recorder, input_images)
         trace.status = "succeeded"  # written by the caller's closing checkpoint (``Pipeline._close_trace``)
 
     def _references(
@@ -205,6 +211,7 @@ class StepLoop:
             if last is not None:
                 last.accepted = last.forced = True
                 record.accepted_image = last.image_file
+        keep_best(self, recorder, index, record, latest)
 
     def _attempt(
         self,

@@ -24,7 +24,7 @@ from interleave_thinker.backends.specs import (
     load_vlm_backend,
 )
 from interleave_thinker.core.config import PipelineConfig
-from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
@@ -41,6 +41,7 @@ from interleave_thinker.runtime.input_images import InputImages, open_image_file
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
+from interleave_thinker.runtime.repair import shown_steps
 from interleave_thinker.runtime.resume import is_finished, restore_pages, resume_recorder
 from interleave_thinker.runtime.used_backends import backend_description
 
@@ -69,7 +70,7 @@ class Result:
 
     @property
     def steps(self) -> list[StepOutput]:
-        return [_step_output(s, self.images) for s in self.trace.steps]
+        return [_step_output(s, self.images) for s in shown_steps(self.trace)]
 
     def save(self, out_dir: str | Path) -> Path:
         """Write ``trace.json``, ``images/``, ``document.md`` and ``index.html`` into ``out_dir``."""
@@ -135,6 +136,10 @@ class Pipeline:
         """Set by `data generate`: every attempt is then scored (SC/PQ) as it is made."""
         self.call_overrides: dict[str, Any] = {}
         """The per-call settings this copy runs with (``runtime/call_overrides.for_call``)."""
+        self.reviewer: VLMBackend | None = None
+        """The sequence review's backend (``loop.repair_reviewer``); None: the critic's."""
+        self._loaded: list[VLMBackend] = []
+        """Backends :meth:`from_config` loaded for opt-in settings, closed with the pipeline."""
 
     @classmethod
     def from_preset(
@@ -157,7 +162,27 @@ class Pipeline:
             else load_vlm_backend(config.critic, options, role="critic")
         )
         generator = load_image_backend(config.generator, options)
-        return cls(planner=planner, critic=critic, generator=generator, config=config, templates=templates)
+        pipe = cls(planner=planner, critic=critic, generator=generator, config=config, templates=templates)
+        pipe._load_opt_in(options)
+        return pipe
+
+    def _load_opt_in(self, options: BackendOptions) -> None:
+        """The backends of opt-in settings: the sequence review's (``loop.repair_reviewer``, when it is
+        not the critic's) and the judge that scores every attempt for ``loop.select_best: judge``."""
+        config = self.config
+        if config.loop.repair_budget > 0 and getattr(self.generator, "max_references", None) == 0:
+            raise ConfigError(
+                f"loop.repair_budget regenerates steps with reference images, which the generator "
+                f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
+            )
+        reviewer = config.loop.repair_reviewer
+        if config.loop.repair_budget > 0 and reviewer and reviewer != config.critic:
+            self.reviewer = load_vlm_backend(reviewer, options, role="critic")
+            self._loaded.append(self.reviewer)
+        if config.loop.select_best == "judge" and config.judge:
+            backend = load_vlm_backend(config.judge, options, role="critic")
+            self._loaded.append(backend)
+            self.judge = Judge(backend, self.templates, max_new_tokens=config.agents.max_new_tokens)
 
     def __call__(
         self,
@@ -267,6 +292,7 @@ class Pipeline:
             observer=observer,
             judge=self.judge,
         )
+        loop.reviewer = self.reviewer
         loop.run(recorder, input_images, recorder.trace.input_images)
 
     def _close_trace(self, recorder: RunRecorder, start: float) -> None:
@@ -323,7 +349,7 @@ class Pipeline:
     def close(self) -> None:
         """Release the backends' connections (served backends hold HTTP clients)."""
         seen: set[int] = set()
-        for backend in (self.planner_backend, self.critic_backend, self.generator):
+        for backend in (self.planner_backend, self.critic_backend, self.generator, *self._loaded):
             close = getattr(backend, "close", None)
             if callable(close) and id(backend) not in seen:
                 seen.add(id(backend))

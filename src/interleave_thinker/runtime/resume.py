@@ -47,6 +47,7 @@ from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import failure_reason, one_line
 from interleave_thinker.runtime.recorder import RunRecorder
+from interleave_thinker.runtime.repair import repair_images
 
 FINISHED = ("succeeded", "failed")
 
@@ -208,8 +209,8 @@ def resume_recorder(out_dir: Path, request: Request) -> RunRecorder | None:
 
 
 def _kept_images(trace: Trace) -> set[str]:
-    """The images a resumed run keeps: the inputs, and every image of a complete step."""
-    keep = set(trace.input_images)
+    """The images a resumed run keeps: the inputs, every image of a complete step and of a finished repair."""
+    keep = set(trace.input_images) | repair_images(trace)
     for step in trace.steps:
         if step.complete:
             keep |= {a.image_file for a in step.attempts if a.image_file}

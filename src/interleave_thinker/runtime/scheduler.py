@@ -93,6 +93,7 @@ def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline,
         planner=planner, critic=critic, generator=generator, config=config, templates=pipe.templates
     )
     limited.judge = pipe.judge
+    limited.reviewer = pipe.reviewer
     return limited, stats
 
 
