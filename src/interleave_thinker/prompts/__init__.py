@@ -14,6 +14,7 @@ released templates are the authors' text and are never shipped here: the prompt 
 | ``judge_context.txt``, ``judge_pq.txt`` | the judge, perceptual quality | none |
 | ``datagen/lexicon.txt`` | `data prompts` (:mod:`interleave_thinker.datagen.prompts_teacher`): the teacher's lexicon and instruction templates for one sub-category | ``{domain}``, ``{domain_description}``, ``{subcategory}``, ``{subcategory_description}``, ``{lexicon_size}``, ``{template_count}`` |
 | ``datagen/prompts.txt`` | `data prompts`: one batch of prompts for a sub-category | ``{domain}``, ``{subcategory}``, ``{subcategory_description}``, ``{batch}``, ``{terms}``, ``{templates}``, ``{count}`` |
+| ``consistency/system.txt``, ``consistency/pair.txt`` | `eval score consistency` (:mod:`interleave_thinker.eval.benchmarks.consistency`): our own rubric for a pair of consecutive images, pinned by SHA-256 there | ``{request}``, ``{first_step}``, ``{first_prompt}``, ``{second_step}``, ``{second_prompt}`` (``pair.txt``) |
 
 Being data, this package imports nothing and any layer may read it (``importlib.resources``).
 """
