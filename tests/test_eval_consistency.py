@@ -135,7 +135,9 @@ def test_consistency_scores_pairs_and_sequences_records_failures_and_resumes(tmp
     assert summary["overall"]["score"] == pytest.approx(((9 + 13 / 3) / 2 + 9) / 2)
     assert summary["overall"]["n"] == 2 and summary["overall"]["pairs"] == 3
     assert summary["counts"] == {"items": 4, "scored": 2, "failed": 1, "missing_outputs": 1}
-    assert summary["judge_calls"]["this_run"] == 0 and summary["judge"]["official_model"] is None
+    # the rerun judged nothing again (not even from the reply cache): every stored line still binds its inputs
+    assert summary["judge_calls"] == {"this_run": 0, "cache_hits": 0}
+    assert summary["judge"]["official_model"] is None
     assert (
         summary["prompts"]["sha256"] == consistency.PINNED and "not a published protocol" in summary["rubric"]
     )
@@ -161,6 +163,18 @@ def test_a_changed_trace_is_judged_again_and_an_edited_rubric_is_refused(
     monkeypatch.setitem(consistency.PINNED, "consistency_pair", "0" * 64)
     with pytest.raises(TemplateError, match="pin the new digest"):
         consistency.prompts()
+
+
+def test_an_image_named_outside_its_run_folder_fails_that_sequence_alone(tmp_path: Path) -> None:
+    runs = write_runs(tmp_path / "batch", {"owl": [RED, RED], "fox": [RED, RED]}, batch_manifest())
+    Image.new("RGB", (24, 16), RED).save(tmp_path / "secret.png")
+    trace = runs / "requests" / "fox" / "trace.json"
+    trace.write_text(trace.read_text().replace('"step2_attempt1.png"', '"../../../../secret.png"'))
+    with judge_server(scripted) as judge:
+        result = score(runs, judge)
+        assert result.exit_code == 0 and judge.calls == 1, result.output
+    fox = rows(runs / "scores-consistency")["fox"]
+    assert fox["status"] == "failed" and "leads outside" in fox["errors"][0]
 
 
 def test_data_is_required_where_the_items_are_not_the_outputs(tmp_path: Path) -> None:
@@ -234,6 +248,34 @@ def test_report_sets_base_agentic_and_references_side_by_side_with_a_consistency
                    "--out", str(tmp_path / "alone.html"))  # fmt: skip
     assert alone.exit_code == 0, alone.output
     assert "| Overall | 7.83 (identity 7.50" in alone.output and "| 9.00 (identity 9.00" in alone.output
+
+
+@pytest.mark.slow
+def test_eval_run_consistency_generates_the_sequences_and_scores_them(tmp_path: Path) -> None:
+    stories = tmp_path / "stories.jsonl"
+    stories.write_text(
+        json.dumps(
+            {
+                "id": "s1",
+                "prompt": "Tell a three-step story of a red fox, with a picture per step",
+                "category": "story",
+            }
+        )
+        + "\n"
+    )
+    out = tmp_path / "run"
+    with judge_server(lambda body: json.dumps({**SAME, "reason": "scripted"})) as judge:
+        result = invoke("eval", "run", "consistency", "--data", str(stories), "--out", str(out), "--judge",
+                        f"openai:{judge.url}#my-judge", "--preset", "tiny", "--quiet")  # fmt: skip
+        assert result.exit_code == 0, (result.output, result.exception)
+    scored = rows(out / "scores-consistency")["s1"]
+    accepted = [
+        s
+        for s in json.loads((out / "requests" / "s1" / "trace.json").read_text())["steps"]
+        if s["accepted_image"]
+    ]
+    assert scored["status"] == "ok" and scored["score"] == 9.0 and len(scored["pairs"]) == len(accepted) - 1
+    assert judge.calls == len(accepted) - 1 and "| story | 9.00 (identity 9.00" in result.output
 
 
 # --- the registry ------------------------------------------------------------------------------------
