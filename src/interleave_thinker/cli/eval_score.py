@@ -32,6 +32,18 @@ ProtocolName = enum.Enum("ProtocolName", [(n, n) for n in benchmarks.protocol_na
 ScorerVersion = Literal["current", "pre-2026-04-13"]
 UEvalMode = Literal["cached", "direct"]
 MAX_SHOWN_FAILURES = 20
+DataOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The benchmark's official local files, or hf:ID[:split] (consistency: default --outputs)."
+    ),
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Scoring folder: scores.jsonl, summary.json, replies, cache (default: OUTPUTS/scores-PROTOCOL)."
+    ),
+]
 
 
 @with_settings()
@@ -44,12 +56,13 @@ def score(
         Path,
         typer.Option(
             help="Outputs in the official layout: WISE a folder of {prompt_id}.png; RISEBench the folder "
-            "holding images/{category}/{index}.png; UEval the submission JSON (or a folder with results.json)."
+            "holding images/{category}/{index}.png; UEval the submission JSON (or a folder with results.json); "
+            "consistency a `batch` or `eval generate` folder of runs."
         ),
     ],
-    data: Annotated[str, typer.Option(help="The benchmark's official local files, or hf:ID[:split].")],
     judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
-    out: Annotated[Path, typer.Option(help="Scoring folder: scores.jsonl, summary.json, replies, cache.")],
+    data: DataOption = None,
+    out: OutOption = None,
     scorer_version: Annotated[
         ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
     ] = "current",
@@ -86,23 +99,26 @@ def score(
     )
     summary = score_with_progress(options, quiet)
     typer.echo(json.dumps(_headline(summary), indent=2))
-    exit_if_nothing_scored(summary, out)
+    exit_if_nothing_scored(summary, options.out)
 
 
 def score_options(
     protocol: str,
     outputs: Path,
-    data: str,
+    data: str | None,
     judge: str,
-    out: Path,
+    out: Path | None,
     cfg: PipelineConfig,
     scorer_version: str,
     judge_concurrency: int,
 ) -> ScoreOptions:
-    """A scoring run on the settings' device, transport (``model.*``, ``remote.*``) and ``eval.*`` bounds."""
+    """A scoring run on the settings' device, transport (``model.*``, ``remote.*``) and ``eval.*`` bounds;
+    ``data`` and ``out`` left out are the benchmark's defaults (:func:`resolve_data`, :func:`default_out`)."""
     from interleave_thinker.backends.specs import BackendOptions
-    from interleave_thinker.eval.score_run import ScoreOptions
+    from interleave_thinker.eval.score_run import ScoreOptions, default_out, resolve_data
 
+    data = resolve_data(protocol, outputs, data)
+    out = out or default_out(protocol, outputs)
     options = ScoreOptions(protocol, outputs, data, judge, out, scorer_version, judge_concurrency)
     return dataclasses.replace(options, backend_options=BackendOptions.from_config(cfg), limits=cfg.eval)
 

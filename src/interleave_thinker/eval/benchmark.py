@@ -78,6 +78,9 @@ class ReportRules:
     passed: Callable[[dict[str, Any]], bool] = plain_passed
     """Whether a scored row (status ok) passed: picks the paired gallery's items."""
     categories_key: str = "categories"
+    column: str | None = None
+    """Set for a measure of any run (not a benchmark of its own): ``eval report`` shows it as a column of
+    this title beside another protocol's scores of the same outputs."""
 
 
 @dataclass(frozen=True)
@@ -110,3 +113,5 @@ class Benchmark:
     protocols: tuple[Protocol, ...]
     """The first is the default of ``eval run``."""
     published: tuple[Published, ...] = ()
+    data_from_outputs: bool = False
+    """The items are read from the outputs themselves (a folder of runs): ``--data`` may be left out."""

@@ -23,6 +23,7 @@ from interleave_thinker.eval.layouts import SUBMISSION
 from interleave_thinker.eval.report_data import (
     Run,
     cleaned,
+    column_table,
     load_runs,
     markdown_table,
     paired_ids,
@@ -156,11 +157,16 @@ def gallery(first: Run, other: Run, page_dir: Path) -> str:
     return head + "".join(rows) + tail
 
 
-def _table_html(runs: list[Run]) -> str:
-    header, body = table(runs)
+def _html_table(table_id: str, header: list[str], body: list[list[str]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body)
-    return f'<table id="scores"><tr>{head}</tr>{rows}</table>'
+    return f'<table id="{table_id}"><tr>{head}</tr>{rows}</table>'
+
+
+def _table_html(runs: list[Run]) -> str:
+    columns = column_table(runs)
+    extra = "" if columns is None else "<h2>Runs side by side</h2>" + _html_table("columns", *columns)
+    return _html_table("scores", *table(runs)) + extra
 
 
 def _provenance(runs: list[Run]) -> str:
@@ -173,6 +179,7 @@ def _provenance(runs: list[Run]) -> str:
             f"<li><b>{_e(run.label)}</b>: measured with {_e(run.judge)}, protocol {_e(run.protocol)}, "
             f"scorer {_e(run.summary.get('scorer_version', '?'))}; counts {_e(json.dumps(counts))}"
             + (f"; {_e(note)}" if note else "")
+            + "".join(f"; {_e(t)} measured with {_e(c.judge)}" for t, c in run.columns.items())
             + "</li>"
         )
     return "<ul>" + "".join(items) + "</ul>"

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.core.config import LoopOptions
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.run_folder import MANIFEST
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.eval import benchmarks
 from interleave_thinker.eval.benchmark import ReportRules
@@ -27,6 +29,7 @@ from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.published import Published
 
 SUMMARY = "summary.json"
+RELEASE_REFERENCES = LoopOptions.model_fields["references"].default
 SCORES = "scores.jsonl"
 GENERATION = "eval.json"
 MAX_FILE_BYTES = 256 * 2**20
@@ -41,16 +44,26 @@ class Run:
     rows: dict[str, dict[str, Any]]
     outputs: Path | None
     generation: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Run] = field(default_factory=dict)
+    """Measures of the same outputs shown beside this run's scores, by their column title."""
 
     @property
     def protocol(self) -> str:
         return str(self.summary.get("protocol", "unknown"))
 
     @property
-    def label(self) -> str:
+    def mode(self) -> str | None:
+        """``base``, ``agentic`` or ``agentic+references=POLICY`` (a reference policy other than the release's)."""
         mode = self.generation.get("mode")
+        references = (self.generation.get("loop") or {}).get("references")
+        if mode and references not in (None, RELEASE_REFERENCES):
+            return f"{mode}+references={references}"
+        return str(mode) if mode else None
+
+    @property
+    def label(self) -> str:
         generator = (self.generation.get("backends") or {}).get("generator")
-        detail = ", ".join(str(x) for x in (mode, generator) if x)
+        detail = ", ".join(str(x) for x in (self.mode, generator) if x)
         gen = self.generation_folder if self.generation else None
         inside = gen is not None and self.folder.resolve().parent == gen.resolve()
         name = f"{gen.name}/{self.folder.name}" if gen is not None and inside else self.folder.name
@@ -158,17 +171,63 @@ def load_run(path: Path) -> Run:
     generation = run.generation_folder
     if generation is not None and (generation / GENERATION).is_file():
         run.generation = _read_json(generation / GENERATION)
+    elif generation is not None and (generation / MANIFEST).is_file():
+        run.generation = _batch_record(_read_json(generation / MANIFEST))
     return run
 
 
+def _batch_record(manifest: Any) -> dict[str, Any]:
+    """A `batch` folder's settings as ``eval.json`` records them (a batch runs the agentic loop)."""
+    settings = manifest.get("settings") if isinstance(manifest, dict) else None
+    if not isinstance(settings, dict):
+        return {}
+    loop = settings.get("loop") if isinstance(settings.get("loop"), dict) else {}
+    return {"mode": "agentic", "backends": {"generator": settings.get("generator")}, "loop": loop}
+
+
 def load_runs(paths: list[Path]) -> list[Run]:
-    """Every run, checked to share one protocol (numbers of two protocols are not comparable)."""
-    runs = [load_run(p) for p in paths]
+    """Every run, checked to share one protocol (numbers of two protocols are not comparable).
+
+    A run of a column protocol (:attr:`ReportRules.column`, e.g. consistency) given beside another
+    protocol's runs is shown as a column of the run of the same outputs; such a run kept in a run's
+    generation folder (``scores-consistency/``) is found without being named."""
+    loaded = [load_run(p) for p in paths]
+    runs = [r for r in loaded if r.rules.column is None] or loaded
     protocols = {r.protocol for r in runs}
     if len(protocols) > 1:
         listed = ", ".join(f"{r.folder} ({r.protocol})" for r in runs)
         raise InputError(f"The runs were scored with different protocols: {listed}; compare one protocol.")
+    if runs is not loaded:
+        _attach_columns(runs, [r for r in loaded if r.rules.column is not None])
     return runs
+
+
+def _key(run: Run) -> Path | None:
+    folder = run.generation_folder
+    return folder.resolve() if folder is not None else None
+
+
+def _attach_columns(runs: list[Run], columns: list[Run]) -> None:
+    """Each column run to the run of its outputs (named ones first, then those found beside)."""
+    by_outputs = {_key(run): run for run in runs if _key(run) is not None}
+    for column in columns:
+        owner = by_outputs.get(_key(column))
+        if owner is None:
+            raise InputError(
+                f"{column.folder}: a {column.protocol} score of {column.generation_folder}, which none of the "
+                f"{runs[0].protocol} runs scored; pass the scoring folders of the same outputs."
+            )
+        owner.columns[str(column.rules.column)] = column
+    for run in runs:
+        folder = run.generation_folder
+        for found in sorted(folder.glob(f"*/{SUMMARY}")) if folder is not None and folder.is_dir() else []:
+            try:
+                other = load_run(found.parent)
+            except InputError:
+                continue  # a broken folder beside the outputs is not this report's
+            title = other.rules.column
+            if title is not None and title not in run.columns and _key(other) == _key(run):
+                run.columns[title] = other
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -208,15 +267,37 @@ def table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def markdown_table(runs: list[Run]) -> str:
-    header, body = table(runs)
+def column_table(runs: list[Run]) -> tuple[list[str], list[list[str]]] | None:
+    """One row per run: its overall and each column measure of its outputs (None: no run has one)."""
+    titles: list[str] = []
+    for run in runs:
+        titles += [t for t in run.columns if t not in titles]
+    if not titles:
+        return None
+    header = ["run", f"{runs[0].protocol} overall", *titles]
+    body = []
+    for run in runs:
+        cells = [_overall(c.rules, c.summary) if (c := run.columns.get(t)) else "–" for t in titles]
+        body.append([run.label, _overall(run.rules, run.summary), *cells])
+    return header, body
 
+
+def _lines(header: list[str], body: list[list[str]]) -> list[str]:
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
-    lines = [line(header), line(["---"] * len(header)), *(line(row) for row in body)]
+    return [line(header), line(["---"] * len(header)), *(line(row) for row in body)]
+
+
+def markdown_table(runs: list[Run]) -> str:
+    lines = _lines(*table(runs))
     judges = "; ".join(f"{r.label}: {r.judge}" for r in runs)
     lines += ["", f"Protocol {runs[0].protocol}; measured with {judges}."]
+    columns = column_table(runs)
+    if columns is not None:
+        lines += ["", *_lines(*columns)]
+        measured = [f"{r.label} {t}: {c.judge}" for r in runs for t, c in r.columns.items()]
+        lines += ["", f"Columns measured with {'; '.join(measured)}."]
     return "\n".join(lines)
 
 

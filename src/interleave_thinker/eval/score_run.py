@@ -74,6 +74,24 @@ class Selection:
         return {"items": len(self.items), "of": self.total, "chosen_by": self.how}
 
 
+def resolve_data(protocol: str, outputs: Path, data: str | None) -> str:
+    """``--data`` as given; left out, ``--outputs`` for a benchmark whose items are its outputs."""
+    if data is not None:
+        return data
+    benchmark, _ = benchmarks.find_protocol(protocol)
+    if not benchmark.data_from_outputs:
+        raise ConfigError(
+            f"--data is required for {protocol}: the benchmark's official files (a local path or hf:ID[:split])."
+        )
+    return str(outputs)
+
+
+def default_out(protocol: str, outputs: Path) -> Path:
+    """Where a scoring run writes when ``--out`` is left out: ``scores-<protocol>/`` beside the outputs
+    (where `eval run` puts it)."""
+    return (outputs if outputs.is_dir() else outputs.parent) / f"scores-{protocol}"
+
+
 def _check(options: ScoreOptions) -> tuple[Benchmark, Protocol]:
     benchmark, protocol = benchmarks.find_protocol(options.protocol)
     versions = {v for p in benchmarks.protocols() for v in p.scorer_versions}

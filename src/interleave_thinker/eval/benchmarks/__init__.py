@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval.benchmark import Benchmark, Protocol
-from interleave_thinker.eval.benchmarks import custom, rise, ueval, wise
+from interleave_thinker.eval.benchmarks import consistency, custom, rise, ueval, wise
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.published import Published
 
@@ -17,6 +17,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     wise.BENCHMARK,
     rise.BENCHMARK,
     custom.BENCHMARK,
+    consistency.BENCHMARK,
 )
 
 
