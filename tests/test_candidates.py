@@ -196,7 +196,7 @@ def test_local_backends_keep_the_first_accepted_and_the_later_ones_stay_as_attem
 
 def reversed_answers(seed: int) -> float:
     """Attempt 2 of a round answers first, attempt 0 last."""
-    return 0.12 * (2 - seed % 100 % 3)
+    return 0.2 * (2 - seed % 100 % 3)
 
 
 @pytest.fixture
