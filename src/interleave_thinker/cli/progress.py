@@ -87,6 +87,10 @@ def attempt_line(step_index: int, attempt: Attempt) -> Text:
         detail = f": {shown(attempt.generation_error)}"
     elif attempt.forced:
         state, detail = ("accepted (last attempt, no critic call)", "yellow"), ""
+    elif not attempt.accepted and (
+        not attempt.critic_called or (attempt.verdict and attempt.verdict.success)
+    ):
+        state, detail = ("not kept: an earlier candidate of its round was", "dim"), ""  # loop.candidates
     elif attempt.verdict is None:
         state, detail = ("critic gave no valid verdict", "red"), f" ({len(attempt.critic_raw)} replies)"
     elif attempt.accepted:

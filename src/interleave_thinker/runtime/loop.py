@@ -14,6 +14,7 @@ every attempt, a budget of generator calls per request instead of a limit per st
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from PIL import Image
 
@@ -35,6 +36,7 @@ from interleave_thinker.core.types import (
     StepRecord,
     Trace,
 )
+from interleave_thinker.runtime.candidates import keep_first_accepted, next_prompt, run_round
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.references import Named, References, max_references
@@ -189,21 +191,28 @@ class StepLoop:
         latest: tuple[Image.Image, str] | None,
         limit: int,
     ) -> None:
-        """Up to ``limit`` attempts, until the critic accepts one (or the last is forced)."""
+        """Up to ``limit`` attempts, until the critic accepts one (or the last is forced); they go out in
+        rounds of ``loop.candidates`` (one: the released sequential loop; runtime/candidates.py)."""
         planned = record.planned_prompt
         if planned is None:
             return
         prompt = planned
-        for attempt_index in range(limit):
-            is_last = attempt_index == limit - 1
-            attempt = self._attempt(recorder, index, attempt_index, planned, prompt, latest, last=is_last)
-            record.attempts.append(attempt)
-            self.observer.on_attempt_end(index, attempt)
-            if attempt.accepted:
-                record.accepted_image = attempt.image_file
+        size = self.loop.candidates
+        for first in range(0, limit, size):
+            attempts = run_round(
+                [
+                    partial(self._attempt, recorder, index, i, planned, prompt, latest, last=i == limit - 1)
+                    for i in range(first, min(first + size, limit))
+                ]
+            )
+            kept = keep_first_accepted(attempts)
+            for attempt in attempts:
+                record.attempts.append(attempt)
+                self.observer.on_attempt_end(index, attempt)
+            if kept is not None:
+                record.accepted_image = kept.image_file
                 break
-            if attempt.verdict is not None and attempt.verdict.refine_prompt.strip():
-                prompt = attempt.verdict.refine_prompt
+            prompt = next_prompt(attempts, prompt)
         else:
             # Every attempt was seen and rejected by the critic (critic_on_last_attempt): keep the last
             # image so the sequence goes on, and say so.

@@ -1,0 +1,131 @@
+"""Parallel candidates (``loop.candidates``) against the sequential loop: request wall time and generator
+calls per request, side by side in one run (issue 32, item 7a).
+
+Served doubles on 127.0.0.1 (``testing/doubles/seeded.py``: OpenAI chat for planner and critic, the
+"/edit" protocol for the generator, real HTTP) answer at GPU-like latencies, planner 1 s, critic 1 s,
+generator 4 s, each multiplied by ``--time-scale``. The critic accepts an attempt with probability p,
+decided by a seeded hash of the attempt's seed and prompt, so every mode meets the same verdict for
+the same attempt. The release's other settings hold: 3 attempts a step, the last one kept without a
+critic call. Each row is ``--requests`` requests (2-3 image steps each) in one batch through the
+scheduler, all in flight at once, with the generator's limit large enough that no call waits for a
+slot (the case candidates are for: a generator with spare capacity, a pool or a batch). A request's wall
+time is its trace's ``duration_s``; "@1x" divides it by the time scale (HTTP, PNG encoding and the
+run folder's fsynced writes, a few milliseconds a call, are magnified by the same factor: ``--run-dir``
+on a tmpfs takes the disk out); "ideal" is the request's time at scale 1 if only the served latencies
+counted.
+
+Run: ``python benchmarks/bench_candidates.py --time-scale 0.05`` (the figures in docs/notes/candidates.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.core.run_folder import TRACE_FILE, load_trace
+from interleave_thinker.core.stats import percentile
+from interleave_thinker.core.types import Trace
+from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+from interleave_thinker.runtime.store import RunStore
+from interleave_thinker.testing.doubles.seeded import SeededWorld, chance
+from interleave_thinker.testing.doubles.server import LocalServer
+
+LATENCY = {"planner": 1.0, "critic": 1.0, "generator": 4.0}
+MODES = (1, 2, 3)
+PROBABILITIES = (0.3, 0.5, 0.8)
+
+
+def ideal_s(trace: Trace, candidates: int) -> float:
+    """The request's wall time at scale 1 if only the served latencies counted: the planner, then per
+    round of a step the generator and (when any attempt of the round was judged) the critic."""
+    total = LATENCY["planner"]
+    for step in trace.steps:
+        for first in range(0, len(step.attempts), candidates):
+            judged = any(a.critic_called for a in step.attempts[first : first + candidates])
+            total += LATENCY["generator"] + (LATENCY["critic"] if judged else 0.0)
+    return total
+
+
+def run_row(url: str, candidates: int, requests: int, out: Path) -> list[tuple[float, int, float]]:
+    """(wall seconds, generator calls, ideal seconds at scale 1) of each request of one batch with
+    ``candidates`` per round."""
+    config = PipelineConfig.resolve(
+        preset="tiny",
+        overrides={
+            "planner": f"openai:{url}/v1#scripted",
+            "critic": f"openai:{url}/v1#scripted",
+            "generator": f"http:{url}",
+            "loop": {"candidates": candidates},
+            "generation": {"width": 16, "height": 16, "steps": 1},
+        },
+    )
+    items = [BatchItem(id=f"r{i:03d}", prompt=f"Show the bench scene number {i}") for i in range(requests)]
+    settings = BatchSettings(
+        concurrency=requests, limits={"planner": requests, "critic": requests * 3, "generator": requests * 3}
+    )
+    runner = BatchRunner(Pipeline.from_config(config), RunStore(out), settings)
+    try:
+        outcome = runner.run(items)
+    finally:
+        runner.pipeline.close()
+    failed = [key for key, status in outcome.finished.items() if status != "succeeded"]
+    if failed:
+        raise SystemExit(f"requests failed in the row candidates={candidates}: {failed}")
+    rows = []
+    for item in items:
+        trace = load_trace(out / "requests" / item.id / TRACE_FILE)
+        calls = sum(len(step.attempts) for step in trace.steps)
+        rows.append((trace.duration_s, calls, ideal_s(trace, candidates)))
+    return rows
+
+
+def row_line(p: float, candidates: int, rows: list[tuple[float, int, float]], scale: float) -> str:
+    walls, ideals = [r[0] for r in rows], [r[2] for r in rows]
+    mean, p95 = statistics.fmean(walls), percentile(walls, 95) or 0.0
+    mode = "sequential" if candidates == 1 else f"N={candidates}"
+    return (
+        f"{p:>4} {mode:>11} {mean:>9.2f}s {p95:>8.2f}s {mean / scale:>8.1f}s {p95 / scale:>7.1f}s "
+        f"{statistics.fmean(ideals):>9.1f}s {percentile(ideals, 95) or 0.0:>8.1f}s "
+        f"{statistics.fmean(r[1] for r in rows):>9.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--time-scale", type=float, default=1.0, help="Multiplies every served latency.")
+    parser.add_argument("--requests", type=int, default=24, help="Requests per row.")
+    parser.add_argument("--seed", type=int, default=0, help="Seeds the critic's accept decisions.")
+    parser.add_argument(
+        "--run-dir", type=Path, default=None, help="Where the rows' run folders go (e.g. a tmpfs: /dev/shm)."
+    )
+    args = parser.parse_args()
+    if args.time_scale <= 0 or args.requests < 1:
+        parser.error("--time-scale must be > 0 and --requests >= 1")
+    print(
+        f"latency (s): planner {LATENCY['planner'] * args.time_scale:g}, critic {LATENCY['critic'] * args.time_scale:g}, "
+        f"generator {LATENCY['generator'] * args.time_scale:g} (time scale {args.time_scale:g}); "
+        f"{args.requests} requests a row; 3 attempts a step; critic seed {args.seed}"
+    )
+    header = (
+        f"{'p':>4} {'mode':>11} {'wall mean':>10} {'wall p95':>9} {'mean @1x':>9} {'p95 @1x':>8} "
+        f"{'ideal mean':>10} {'ideal p95':>9} {'gen calls':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    with tempfile.TemporaryDirectory(prefix="bench-candidates-", dir=args.run_dir) as tmp:
+        for p in PROBABILITIES:
+            world = SeededWorld(
+                accept=chance(p, args.seed), latency={k: v * args.time_scale for k, v in LATENCY.items()}
+            )
+            with LocalServer(world) as server:
+                for n in MODES:
+                    rows = run_row(server.url, n, args.requests, Path(tmp) / f"p{p}-n{n}")
+                    print(row_line(p, n, rows, args.time_scale))
+
+
+if __name__ == "__main__":
+    main()
