@@ -170,6 +170,9 @@ def test_demo_shows_a_real_plan_and_verdicts(tmp_path: Path) -> None:
         next((i for i, ln in enumerate(lines) if re.fullmatch(rf"{p} \d+\.\d s", ln)), -1) for p in phases
     ]
     assert -1 not in found and found == sorted(found), (phases, found, result.stderr)
+    # no warning or line said twice (the hub's retries and a library's FutureWarning were, once)
+    assert [ln for ln in set(lines) if ln.strip() and lines.count(ln) > 1] == [], result.stderr
+    assert "Warning" not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(
