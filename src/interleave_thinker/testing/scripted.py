@@ -58,6 +58,8 @@ class ScriptedVLMBackend(VLMBatchMixin):
 class ScriptedImageBackend(ImageBatchMixin):
     """Paints a flat colour derived from (prompt, seed, input), so every distinct call gives a distinct image."""
 
+    max_references = 8  # takes any loop.references policy (the calls keep the requests)
+
     def __init__(self, *, name: str = "scripted-image", fail_on: Callable[[str], bool] | None = None) -> None:
         self.name = name
         self.calls: list[ImageRequest] = []
