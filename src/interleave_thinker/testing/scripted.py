@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from PIL import Image
 
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message, VLMBatchMixin
+from interleave_thinker.backends.references import check_request
 from interleave_thinker.core.errors import BackendError
 
 Reply = str | Callable[[list[Message]], str]
@@ -66,6 +67,7 @@ class ScriptedImageBackend(ImageBatchMixin):
         self._fail_on = fail_on
 
     def generate(self, request: ImageRequest) -> Image.Image:
+        check_request(self.name, self.max_references, request)
         self.calls.append(request)
         if self._fail_on is not None and self._fail_on(request.prompt):
             raise BackendError(f"{self.name}: scripted failure for prompt {request.prompt!r}")
