@@ -30,6 +30,7 @@ from interleave_thinker.backends.image.omni_backend import OmniImagesBackend, SG
 from interleave_thinker.backends.image.openai_images_backend import OpenAIImagesBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import POLICY_NEEDS, check_references
+from interleave_thinker.backends.specs import check_specs
 from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.core.config import ReferencePolicy
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -188,6 +189,16 @@ def test_fastvideo_refuses_a_references_policy_when_the_pipeline_is_built(
         build(backend, "release").close()  # the released loop needs none
         with pytest.raises(ConfigError, match="fastvideo:fake/model takes no reference images, got 3"):
             backend.generate(edit())
+
+
+def test_fastvideo_is_refused_from_its_spec_before_anything_loads() -> None:
+    """``check_specs`` runs before any model loads (the CLI, ``Pipeline.from_config``): no GPU model is
+    loaded only to be refused; FastVideo itself is absent here, so loading it would fail otherwise."""
+    refused = config("anchor").model_copy(update={"generator": "fastvideo:fake/model"})
+    with pytest.raises(ConfigError) as info:
+        check_specs(refused, roles=("generator",))
+    assert str(info.value).startswith("fastvideo:fake/model takes no reference images")
+    check_specs(refused.model_copy(update={"loop": config("release").loop}), roles=("generator",))
 
 
 def test_the_policies_are_checked_against_the_cap() -> None:

@@ -84,13 +84,20 @@ def check_request(name: str, cap: int, request: ImageRequest) -> None:
         )
 
 
+KINDS_WITHOUT_REFERENCES = frozenset({"fastvideo"})
+"""Generator kinds that take no references whatever the model: refused from the spec, before loading."""
+
+
 def check_references(backend: Any, policy: str) -> None:
     """Refuse, at load time, a ``loop.references`` policy the generator cannot follow (see :data:`POLICY_NEEDS`)."""
+    check_policy(str(getattr(backend, "name", type(backend).__name__)), reference_cap(backend), policy)
+
+
+def check_policy(name: str, cap: int, policy: str) -> None:
+    """:class:`ConfigError` when a generator ``name`` taking ``cap`` references cannot follow ``policy``."""
     need = POLICY_NEEDS.get(policy, 0)
-    cap = reference_cap(backend)
     if cap >= need:
         return
-    name = str(getattr(backend, "name", type(backend).__name__))
     taken = (
         f"takes only {cap} reference image{'s' if cap != 1 else ''}" if cap else "takes no reference images"
     )
