@@ -210,6 +210,7 @@ def test_the_policies_are_checked_against_the_cap() -> None:
         check_references(one, "anchor")
     assert "takes only 1 reference image, and loop.references: anchor needs 2" in str(info.value)
     check_references(object(), "release")  # a backend declaring nothing takes none, which release needs
+    build(Wrapper(ScriptedImageBackend()), "anchor").close()  # a wrapper forwards the cap it wraps (8)
 
 
 # --- serve generator: the boundary (no workers) and the worker ------------------------------------------
