@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
+from interleave_thinker.backends.references import KINDS_WITHOUT_REFERENCES, check_policy
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.redact import redact_spec
@@ -172,7 +173,8 @@ def check_specs(
     config: PipelineConfig, *, roles: tuple[str, ...] = ("planner", "critic", "generator")
 ) -> None:
     """Fail fast on an unknown backend kind in any of ``roles``, a local checkpoint path that does not
-    exist, or a hub model that is neither cached nor reachable, before anything is loaded."""
+    exist, a hub model that is neither cached nor reachable, or a ``loop.references`` policy a generator
+    kind cannot follow, before anything is loaded."""
     from interleave_thinker.backends._loading import resolve_checkpoint
 
     registries = {"planner": VLM_BACKENDS, "critic": VLM_BACKENDS, "generator": IMAGE_BACKENDS}
@@ -184,3 +186,5 @@ def check_specs(
             from interleave_thinker.backends.image.fastvideo_options import parse_target
 
             parse_target(parsed.target)
+        if role == "generator" and parsed.kind in KINDS_WITHOUT_REFERENCES:  # before a GPU model loads
+            check_policy(config.generator, 0, config.loop.references)

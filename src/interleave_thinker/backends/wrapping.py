@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from interleave_thinker.backends.protocols import Closeable
+from interleave_thinker.backends.references import reference_cap
 
 
 class Wrapper(Closeable):
     """Keeps the wrapped backend as ``inner`` (``runtime/used_backends.py`` and the token meter look
-    through it), takes its ``name``, and forwards ``cooperative``, ``set_concurrency``, ``capacity`` and
-    ``close``. A subclass that changes how a call blocks, or must not close what it wraps, overrides
+    through it), takes its ``name``, and forwards ``cooperative``, ``set_concurrency``, ``capacity``,
+    ``max_references`` and ``close``. A subclass that changes how a call blocks, or must not close what it wraps, overrides
     the member and says why."""
 
     inner: Any
@@ -43,6 +44,12 @@ class Wrapper(Closeable):
         """The wrapped backend's declared slots, or None."""
         value = getattr(self.inner, "capacity", None)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def max_references(self) -> int:
+        """The wrapped generator's reference cap (``backends/references.py``): the load-time check of
+        ``loop.references`` reads it through limiters and meters."""
+        return reference_cap(self.inner)
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)

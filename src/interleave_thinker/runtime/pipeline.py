@@ -17,6 +17,7 @@ from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.agents.planner import Planner
 from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
+from interleave_thinker.backends.references import check_references
 from interleave_thinker.backends.specs import (
     BackendOptions,
     check_specs,
@@ -124,6 +125,7 @@ class Pipeline:
         config: PipelineConfig,
         templates: TemplateSet,
     ) -> None:
+        check_references(generator, config.loop.references)  # a generator that cannot: refused here
         self.config = config
         self.templates = templates
         self.planner_backend, self.critic_backend, self.generator = planner, critic, generator

@@ -13,7 +13,8 @@ backend; the contract's tests then run against it::
         def failing_with(self, status, remote, stack): ...   # remote kinds only
 
 What is checked: the protocol, the requested size, seed determinism (same request, same pixels; other
-seed, other pixels), batches equal to single calls, concurrent calls equal to sequential ones, failures
+seed, other pixels), reference images taken up to the declared cap and refused beyond, batches equal
+to single calls, concurrent calls equal to sequential ones, failures
 as :class:`BackendError`, ``close`` and the context manager, and for remote kinds the one status rule
 (501 final after one try, 503 retried) and a missing API key as :class:`ConfigError` naming the
 variable (the CLI exits 2 on it). Imported by tests only; it imports pytest.
@@ -31,6 +32,7 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest, Message, VLMBackend
+from interleave_thinker.backends.references import reference_cap
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend, load_vlm_backend
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -177,6 +179,23 @@ class ImageBackendContract(_BackendContract):
         if self.honours_seed and self.exact_batches:
             singles = [backend.generate(r) for r in requests]
             assert all(self.same(a, b) for a, b in zip(batch, singles, strict=True))
+
+    def test_references_are_taken_up_to_the_cap_and_refused_beyond(self, backend: ImageBackend) -> None:
+        """Every backend declares ``max_references`` (none: 0); it takes that many beside the edited
+        image and refuses one more with a :class:`ConfigError` naming itself, before any call."""
+        if not self.can_edit:
+            pytest.skip("this backend does not edit")
+        cap = reference_cap(backend)
+        source = Image.new("RGB", (64, 64), (10, 120, 200))
+        colours = [(200, 0, 0), (0, 200, 0), (0, 0, 200)]
+        references = tuple(Image.new("RGB", (64, 64), colours[i % 3]) for i in range(cap + 1))
+        if cap:
+            taken = backend.generate(self.request("keep it", image=source, references=references[:cap]))
+            assert taken.size == (48, 32)
+        with pytest.raises(ConfigError) as info:
+            backend.generate(self.request("keep it", image=source, references=references))
+        assert str(info.value).startswith(f"{backend.name} takes "), str(info.value)
+        assert "loop.references" in str(info.value)
 
     def test_concurrent_calls_equal_sequential_ones(self, backend: ImageBackend) -> None:
         requests = [self.request(f"thread {i}", seed=100 + i) for i in range(6)]

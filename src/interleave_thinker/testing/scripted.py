@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from PIL import Image
 
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message, VLMBatchMixin
+from interleave_thinker.backends.references import check_request
 from interleave_thinker.core.errors import BackendError
 
 Reply = str | Callable[[list[Message]], str]
@@ -58,12 +59,15 @@ class ScriptedVLMBackend(VLMBatchMixin):
 class ScriptedImageBackend(ImageBatchMixin):
     """Paints a flat colour derived from (prompt, seed, input), so every distinct call gives a distinct image."""
 
+    max_references = 8  # takes any loop.references policy (the calls keep the requests)
+
     def __init__(self, *, name: str = "scripted-image", fail_on: Callable[[str], bool] | None = None) -> None:
         self.name = name
         self.calls: list[ImageRequest] = []
         self._fail_on = fail_on
 
     def generate(self, request: ImageRequest) -> Image.Image:
+        check_request(self.name, self.max_references, request)
         self.calls.append(request)
         if self._fail_on is not None and self._fail_on(request.prompt):
             raise BackendError(f"{self.name}: scripted failure for prompt {request.prompt!r}")

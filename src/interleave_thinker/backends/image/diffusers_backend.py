@@ -1,4 +1,9 @@
-"""Local image backend on diffusers: FLUX.2-klein (t2i and edit) and any pipeline taking ``prompt`` and ``image``."""
+"""Local image backend on diffusers: FLUX.2-klein (t2i and edit) and any pipeline taking ``prompt`` and ``image``.
+
+References (``ImageRequest.references``) go to FLUX.2 pipelines in their ``image`` list after the edited
+image: ``Flux2KleinPipeline.__call__(image=[edited, ref1, ...])`` encodes each as a condition image (the
+installed diffusers' ``pipeline_flux2_klein.py``, "4. process images"). Other pipelines take none.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from PIL import Image
 from interleave_thinker.backends._loading import not_found, pick_device, pick_dtype, resolve_checkpoint
 from interleave_thinker.backends.model_defaults import model_defaults
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
+from interleave_thinker.backends.references import check_request, model_reference_cap, wire_images
 from interleave_thinker.core.errors import BackendError
 
 
@@ -25,6 +31,7 @@ class DiffusersImageBackend(ImageBatchMixin):
         self._lock = threading.Lock()
         self.parameters = set(inspect.signature(self.pipe.__call__).parameters)
         self.defaults = model_defaults(self.checkpoint, type(self.pipe).__name__)
+        self.max_references = model_reference_cap(type(self.pipe).__name__) or 0  # FLUX.2 pipelines only
 
     def _load(self, dtype: str) -> Any:
         try:
@@ -45,12 +52,14 @@ class DiffusersImageBackend(ImageBatchMixin):
 
     def generate(self, request: ImageRequest) -> Image.Image:
         kwargs = self._call_kwargs(request.settings, [request])
-        if request.image is not None:
+        images = [image.convert("RGB") for image in wire_images(request)]
+        if images:
             if "image" not in self.parameters:
                 raise BackendError(
                     f"{self.name}: {type(self.pipe).__name__} cannot edit images (no 'image' input)."
                 )
-            kwargs["image"] = request.image.convert("RGB")
+            check_request(self.name, self.max_references, request)
+            kwargs["image"] = images if request.references else images[0]
         result = self._run(kwargs)[0]
         if not isinstance(result, Image.Image):
             raise BackendError(
@@ -60,11 +69,12 @@ class DiffusersImageBackend(ImageBatchMixin):
 
     def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
         """Text-to-image requests with equal size, steps and guidance run as one pipeline call; the rest
-        (edits, whose image list means multi-reference in FLUX.2, and mixed settings) run one by one."""
+        (edits and references, whose image list means multi-reference in FLUX.2, and mixed settings) run
+        one by one."""
         results: list[Image.Image | None] = [None] * len(requests)
         groups: dict[tuple[Any, ...], list[int]] = {}
         for index, request in enumerate(requests):
-            if request.image is None:
+            if request.image is None and not request.references:
                 groups.setdefault(request.settings, []).append(index)
             else:
                 results[index] = self.generate(request)

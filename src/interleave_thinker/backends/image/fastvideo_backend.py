@@ -49,6 +49,7 @@ from PIL import Image, ImageOps
 from interleave_thinker.backends.image.fastvideo_options import FastVideoOptions, parse_target
 from interleave_thinker.backends.model_defaults import find_defaults
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
+from interleave_thinker.backends.references import check_request
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -99,6 +100,10 @@ def _first_frame(result: Any) -> Any:
 
 class FastVideoImageBackend(ImageBatchMixin):
     """Text-to-image and edits with one-frame FastVideo generations; see the module doc for the surface."""
+
+    max_references = 0
+    """``GenerationRequest.inputs`` takes one image path: no reference images (``loop.references`` is
+    refused at load time)."""
 
     def __init__(
         self,
@@ -169,6 +174,7 @@ class FastVideoImageBackend(ImageBatchMixin):
     def generate(self, request: ImageRequest) -> Image.Image:
         """One image: a one-frame ``generate(GenerationRequest)``; an edit passes ``image`` as ``inputs.image_path``."""
         # 1. The typed request.
+        check_request(self.name, self.max_references, request)
         input_path = None
         if request.image is not None:
             input_path = self._scratch / f"input-{uuid.uuid4().hex}.png"

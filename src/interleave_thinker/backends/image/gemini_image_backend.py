@@ -10,7 +10,8 @@ SDK surface used (``googleapis/python-genai``: ``client.py``, ``models.py``, ``t
 - ``client.models.generate_content(model=..., contents=[prompt, image part?], config={...})`` in the
   SDK's dict forms: the image to edit as a ``PartDict`` ``{"inline_data": {"data": PNG bytes,
   "mime_type": "image/png"}}`` (lossless; the SDK would JPEG-encode an RGB ``PIL.Image``, see
-  ``_transformers.pil_to_blob``), and the config as a ``GenerateContentConfigDict``:
+  ``_transformers.pil_to_blob``), reference images after it as further parts in order, and the config
+  as a ``GenerateContentConfigDict``:
   ``response_modalities=["TEXT", "IMAGE"]``, ``seed``, ``image_config={"aspect_ratio", "image_size"}``;
 - the reply's ``candidates[0].content.parts[i]`` with ``inline_data.data`` (bytes) and
   ``inline_data.mime_type``, ``text`` and ``thought`` (Gemini 3 image models also return interim "thought"
@@ -31,6 +32,8 @@ Behaviour:
 - **Size**: the API takes an aspect ratio (and, on Gemini 3 models, a ``1K``/``2K``/``4K`` size), not
   pixels. We ask for the supported aspect ratio nearest to the requested size (and ``2K``/``4K`` when the
   request is larger than 1K on Gemini 3), then center-crop and resize the result to the requested size.
+- **References**: Gemini 2.5 Flash Image takes at most 3 input images for best results, Gemini 3 image
+  models 14 (Google Cloud, "Gemini image generation limitations"), the edited image among them.
 - **Key** from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, which the SDK also reads), or the variable named
   by ``remote.api_key_env``; never logged nor put in errors.
 """
@@ -50,6 +53,7 @@ from interleave_thinker.backends._images import fit_to_size
 from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.references import check_request, wire_images
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import key_envs
 from interleave_thinker.core.config import RemoteOptions
@@ -101,6 +105,11 @@ def image_config(model: str, width: int, height: int) -> dict[str, str]:
     return config
 
 
+def reference_cap(model: str) -> int:
+    """References beside the edited image: 13 on Gemini 3 image models (14 inputs), else 2 (3 inputs)."""
+    return 13 if model.startswith("gemini-3") else 2
+
+
 def _name(value: Any) -> str:
     """An SDK enum (``FinishReason.SAFETY``) or a plain string as its bare value."""
     return str(getattr(value, "value", value))
@@ -124,6 +133,7 @@ class GeminiImageBackend(PooledImageBackend):
         remote = remote or RemoteOptions()
         self.model = resolve_model(model)
         self.name = f"gemini-image:{self.model}"
+        self.max_references = reference_cap(self.model)
         self.concurrency = remote.concurrency
         self.retry = RetrySettings.from_options(remote)
         self.key_envs, configured = key_envs(remote.api_key_env, DEFAULT_KEY_ENVS)
@@ -149,10 +159,11 @@ class GeminiImageBackend(PooledImageBackend):
 
     def generate(self, request: ImageRequest) -> Image.Image:
         """One image; ``steps`` and ``guidance`` are ignored, ``seed`` is passed but not guaranteed."""
-        # 1. Build the request: the prompt, then the image to edit (if any).
+        # 1. Build the request: the prompt, then the image to edit (if any) and the references.
+        check_request(self.name, self.max_references, request)
         contents: list[Any] = [request.prompt]
-        if request.image is not None:
-            contents.append({"inline_data": {"data": png_bytes(request.image), "mime_type": "image/png"}})
+        for image in wire_images(request):
+            contents.append({"inline_data": {"data": png_bytes(image), "mime_type": "image/png"}})
         config = {
             "response_modalities": ["TEXT", "IMAGE"],
             "seed": request.seed,

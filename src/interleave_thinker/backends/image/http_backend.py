@@ -6,6 +6,8 @@ another one when a node fails; the same spec works here (``http:@hosts.txt``), s
 cooldown and deadlines live in :mod:`interleave_thinker.backends.remote`; this module only speaks
 "/edit": ``POST {base}/edit`` with ``{"image": base64 PNG | null, "prompt", "seed", ...knobs}``,
 answered by ``{"success": true, "edited_image": base64 PNG}`` or ``{"success": false, "error"}``.
+With reference images, ``image`` is a list instead: the edited image first, then the references in
+order (``serve generator`` reads it; the authors' servers read one image only).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_im
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import KNOB_PRESETS, preset_knobs
 from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.references import WIRE_MAX_REFERENCES, check_request, wire_images
 from interleave_thinker.backends.remote import RetryableError
 from interleave_thinker.backends.remote_backend import pool_settings
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -128,6 +131,9 @@ def resolve_knobs(knobs: str | Mapping[str, Any]) -> dict[str, Any]:
 class HTTPImageBackend(PooledImageBackend):
     """``generate`` = one ``POST {base}/edit`` through a pool of endpoints with retries; see the module doc."""
 
+    max_references = WIRE_MAX_REFERENCES
+    """What ``serve generator`` takes at its boundary; it refuses (400) more than its own backend takes."""
+
     def __init__(
         self,
         urls: str | Sequence[str],
@@ -156,10 +162,15 @@ class HTTPImageBackend(PooledImageBackend):
             knobs["num_inference_step"] = request.steps
         if request.guidance is not None:
             knobs[self.guidance_key] = request.guidance
-        image = png_base64(request.image, keep_mode=True) if request.image is not None else None
+        image: str | list[str] | None = None
+        if request.references:
+            image = [png_base64(i, keep_mode=True) for i in wire_images(request)]
+        elif request.image is not None:
+            image = png_base64(request.image, keep_mode=True)
         return {"image": image, "prompt": request.prompt, "seed": request.seed, **knobs}
 
     def generate(self, request: ImageRequest) -> Image.Image:
+        check_request(self.name, self.max_references, request)
         body = self.payload(request)
         result: Image.Image = self.caller.call(
             lambda client, base, timeout: self._post(client, base, timeout, body)

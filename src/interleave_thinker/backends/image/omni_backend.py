@@ -13,7 +13,9 @@ and SGLang's ``multimodal_gen/runtime/entrypoints/openai/protocol.py`` / ``image
   response_format: "b64_json", output_format: "png", seed, num_inference_steps, guidance_scale |
   true_cfg_scale, generator_device, [model], [negative_prompt]}``;
 - edit: ``POST {base}/v1/images/edits`` multipart, the latest image as the PNG file field ``image``
-  and the same settings as form fields;
+  and the same settings as form fields; reference images follow it as further ``image`` parts, in
+  order (vLLM-Omni's route takes ``image: list[UploadFile]`` and hands the list to the pipeline, the
+  first image setting an ``auto`` size);
 - reply ``{"created", "data": [{"b64_json", "url", "revised_prompt"}], ...}``; errors as vLLM's
   ``{"error": {"message", "type", "param", "code"}}``, older ``{"object": "error", "message"}`` or
   FastAPI's ``{"detail": ...}``.
@@ -41,6 +43,13 @@ from interleave_thinker.backends.image.omni_errors import advice
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import model_defaults
 from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.references import (
+    WIRE_MAX_REFERENCES,
+    check_request,
+    file_name,
+    model_reference_cap,
+    wire_images,
+)
 from interleave_thinker.backends.remote_backend import pool_settings
 from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -94,6 +103,10 @@ class OmniImagesBackend(PooledImageBackend):
     ) -> None:
         self.urls = endpoint_list(urls, normalize_base)
         self.model = model
+        # A #MODEL we know takes what the local backend takes; another, the wire's cap (the server
+        # refuses what its model cannot take).
+        cap = model_reference_cap(model or "")
+        self.max_references = WIRE_MAX_REFERENCES if cap is None else cap
         self.negative_prompt = negative_prompt
         self.name = f"{self.kind}:" + ",".join(self.urls) + (f"#{model}" if model else "")
         self.open_pool(DEFAULT_KEY_ENV, transport)
@@ -151,12 +164,18 @@ class OmniImagesBackend(PooledImageBackend):
 
     def generate(self, request: ImageRequest) -> Image.Image:
         # 1. The settings our diffusers backend would use, then one request (retried by the caller).
+        check_request(self.name, self.max_references, request)
         fields = self.fields(request)
-        if request.image is None:
+        images = wire_images(request)  # the edited image, then the references, as repeated parts
+        kwargs: dict[str, Any]
+        if not images:
             path, kwargs = "/v1/images/generations", {"json": fields}
         else:
             form = {k: str(v) for k, v in fields.items()}
-            files = {"image": ("image.png", png_bytes(request.image, compress_level=1), "image/png")}
+            files = [
+                ("image", (file_name(i), png_bytes(image, compress_level=1), "image/png"))
+                for i, image in enumerate(images)
+            ]
             path, kwargs = "/v1/images/edits", {"data": form, "files": files}
         result: Image.Image = self.caller.call(
             lambda client, base, timeout: self._post(client, base, timeout, path, kwargs)

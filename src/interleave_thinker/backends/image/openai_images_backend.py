@@ -8,7 +8,9 @@ Wire format (OpenAI API reference and the ``openai-python`` types ``ImageGenerat
 
 - text-to-image: ``POST {base}/images/generations`` with JSON ``{model, prompt, n: 1, size: "WxH"}``;
 - edit: ``POST {base}/images/edits`` as ``multipart/form-data`` with the file field ``image`` (PNG) and
-  the form fields ``model``, ``prompt``, ``n``, ``size``;
+  the form fields ``model``, ``prompt``, ``n``, ``size``; with reference images, one ``image[]`` file
+  part per image instead, the edited one first (how ``openai-python`` sends a list: GPT image models
+  take up to 16 images, ``dall-e-2`` one);
 - reply ``{"created", "data": [{"b64_json": ...} | {"url": ...}], ...}``; errors
   ``{"error": {"message", "type", "param", "code"}}``.
 
@@ -45,6 +47,7 @@ from interleave_thinker.backends._images import fit_to_size
 from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.references import WIRE_MAX_REFERENCES, check_request, file_name, wire_images
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import key_envs
 from interleave_thinker.core.config import RemoteOptions
@@ -118,6 +121,12 @@ def api_size(model: str, width: int, height: int) -> tuple[int, int]:
     return width, height
 
 
+def reference_cap(model: str) -> int:
+    """References beside the edited image: ``dall-e-*`` edits one image (dall-e-3 none), GPT image models
+    take 16 images; a model we do not know (another server) the same wire's cap."""
+    return 0 if model.lower().startswith("dall-e") else WIRE_MAX_REFERENCES
+
+
 def _error_detail(response: httpx.Response) -> str:
     """The message of an OpenAI error body ``{"error": {"message", "type", "code"}}``, else the raw text
     (scrubbed and cut by the caller)."""
@@ -146,6 +155,7 @@ class OpenAIImagesBackend(PooledImageBackend):
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.name = f"openai-images:{model}"
+        self.max_references = reference_cap(model)
         self.concurrency = remote.concurrency
         self.key_envs, configured = key_envs(remote.api_key_env, (DEFAULT_KEY_ENV,))
         # Required for api.openai.com or when a variable is named; optional for other servers.
@@ -168,7 +178,9 @@ class OpenAIImagesBackend(PooledImageBackend):
     def generate(self, request: ImageRequest) -> Image.Image:
         """One image; ``seed``, ``steps`` and ``guidance`` are ignored (the API has no such knobs)."""
         # 1. Check inputs and pick the size the model supports.
-        if request.image is not None and self.model.lower().startswith("dall-e-3"):
+        check_request(self.name, self.max_references, request)
+        images = wire_images(request)
+        if images and self.model.lower().startswith("dall-e-3"):
             raise BackendError(
                 f"{self.name}: dall-e-3 cannot edit images (no /images/edits support); "
                 "use a GPT image model such as 'openai-images:gpt-image-1'."
@@ -182,13 +194,14 @@ class OpenAIImagesBackend(PooledImageBackend):
             **self._response_format(),
         }
         # 2. Send the request (retried by the caller) and decode the reply.
-        if request.image is None:
+        if not images:
             result = self.caller.call(
                 lambda c, url, t: self._post(c, f"{url}/images/generations", t, json=fields)
             )
         else:
             form = {k: str(v) for k, v in fields.items()}
-            files = {"image": ("image.png", png_bytes(request.image), "image/png")}
+            field = "image[]" if request.references else "image"  # a list, as openai-python sends one
+            files = [(field, (file_name(i), png_bytes(image), "image/png")) for i, image in enumerate(images)]
             result = self.caller.call(
                 lambda c, url, t: self._post(c, f"{url}/images/edits", t, data=form, files=files)
             )

@@ -1,7 +1,8 @@
 """The OpenAI images API with the diffusion engines' extensions, checked and turned into a worker job.
 
 Why a second request format: vLLM-Omni and SGLang Diffusion serve ``/v1/images/generations`` (JSON)
-and ``/v1/images/edits`` (multipart, the input image as the file field ``image``), with ``size``
+and ``/v1/images/edits`` (multipart, the input image as the file field ``image``; several images as
+repeated ``image`` parts or, as ``openai-python`` sends a list, ``image[]`` parts), with ``size``
 "WxH", ``seed``, ``num_inference_steps``, ``guidance_scale`` / ``true_cfg_scale``. Answering the same
 routes lets one generator spec (``vllm-omni:URL``) move between those engines and this service. The
 fields become the ``/edit`` knobs and go through the one mapping of
@@ -23,6 +24,7 @@ from interleave_thinker.server.generator.protocol import (
     DEFAULT_MAX_PROMPT_CHARS,
     EditJob,
     RequestError,
+    check_image_count,
     job_from_fields,
     json_object,
 )
@@ -113,14 +115,19 @@ def form_numbers(fields: dict[str, str]) -> dict[str, Any]:
 
 def parse_edit_form(
     fields: dict[str, str],
-    png: bytes | None,
+    pngs: bytes | list[bytes] | None,
     *,
     served: str,
     max_pixels: int,
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
 ) -> EditJob:
-    """The fields and the ``image`` file of a ``/v1/images/edits`` form -> an edit job."""
-    if not png:
+    """The fields and the image files of a ``/v1/images/edits`` form -> an edit job: the first file is
+    the image to edit, the others its references, in order (several ``image`` or ``image[]`` parts)."""
+    files = pngs if isinstance(pngs, list) else [pngs] if pngs else []
+    if not files or not files[0]:
         raise RequestError(400, "Missing 'image': send the input image as the PNG file field 'image'.")
+    check_image_count(len(files))
     data = knobs(form_numbers(fields), served)
-    return job_from_fields(data, png, max_pixels=max_pixels, max_prompt_chars=max_prompt_chars)
+    return job_from_fields(
+        data, files[0], max_pixels=max_pixels, max_prompt_chars=max_prompt_chars, references=tuple(files[1:])
+    )

@@ -21,7 +21,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from interleave_thinker.server.generator.guards import admit, check_token
 from interleave_thinker.server.generator.openai_protocol import error_body, parse_edit_form, parse_generation
-from interleave_thinker.server.generator.protocol import EditJob, RequestError
+from interleave_thinker.server.generator.protocol import MAX_REFERENCES, EditJob, RequestError
 
 RunJob = Callable[[EditJob, float, Request], Awaitable[tuple[str, dict[str, Any]]]]
 MAX_FORM_FIELDS = 64
@@ -32,33 +32,40 @@ def openai_error(exc: RequestError) -> JSONResponse:
     return JSONResponse(error_body(exc.status, exc.message), status_code=exc.status, headers=exc.headers)
 
 
-async def read_form(request: Request, body: bytes, limit: int) -> tuple[dict[str, str], bytes | None]:
-    """Text fields and the ``image`` file of an already size-checked multipart body."""
+IMAGE_FIELDS = ("image", "image[]")
+"""The file fields of the input images: ``image`` (repeated for several, as vLLM-Omni reads them) or
+``image[]`` (how ``openai-python`` sends a list)."""
+
+
+async def read_form(request: Request, body: bytes, limit: int) -> tuple[dict[str, str], list[bytes]]:
+    """Text fields and the image files, in order, of an already size-checked multipart body."""
     if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         raise RequestError(400, "/v1/images/edits takes multipart/form-data with the PNG file field 'image'.")
 
     async def chunks() -> AsyncGenerator[bytes, None]:
         yield body
 
+    # One file more than the images taken, so that too many is refused with our own message.
+    files = 2 + MAX_REFERENCES
     parser = MultiPartParser(
-        request.headers, chunks(), max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=limit
+        request.headers, chunks(), max_files=files, max_fields=MAX_FORM_FIELDS, max_part_size=limit
     )
     try:
         form = await parser.parse()
     except MultiPartException as exc:
         raise RequestError(400, f"The multipart body is not readable: {exc.message}.") from None
     fields: dict[str, str] = {}
-    png: bytes | None = None
+    pngs: list[bytes] = []
     try:
         for key, value in form.multi_items():
             if isinstance(value, UploadFile):
-                if key == "image":
-                    png = await value.read()
+                if key in IMAGE_FIELDS:
+                    pngs.append(await value.read())
             else:
                 fields[key] = value
     finally:
         await form.close()
-    return fields, png
+    return fields, pngs
 
 
 def add_openai_routes(app: FastAPI, run_job: RunJob) -> None:
@@ -109,7 +116,7 @@ def add_openai_routes(app: FastAPI, run_job: RunJob) -> None:
     @app.post("/v1/images/edits")
     async def edits(request: Request) -> JSONResponse:
         async def parse(body: bytes) -> EditJob:
-            fields, png = await read_form(request, body, settings.max_body_bytes)
-            return await asyncio.to_thread(parse_edit_form, fields, png, **limits())
+            fields, pngs = await read_form(request, body, settings.max_body_bytes)
+            return await asyncio.to_thread(parse_edit_form, fields, pngs, **limits())
 
         return await respond(request, parse)

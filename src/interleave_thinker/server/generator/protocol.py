@@ -18,6 +18,8 @@ from typing import Any
 
 from PIL import Image
 
+from interleave_thinker.backends.references import WIRE_MAX_REFERENCES
+
 DEFAULT_MAX_PROMPT_CHARS = 16_384
 """Far above any prompt an image model reads (FLUX.2's text encoder takes 512 tokens), far below what
 costs seconds and megabytes to handle."""
@@ -26,6 +28,10 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 MIN_SIDE = 16
 """The smallest output side a diffusion pipeline takes: FLUX.2, Qwen-Image and the tiny model need
 sides of at least twice the VAE's scale factor (8), or their first layer gets an empty input."""
+MAX_REFERENCES = WIRE_MAX_REFERENCES
+"""Reference images a request may carry beside the edited one (the most any client here sends); the
+worker then refuses (400) more than its backend takes. Each is bounded like ``image``: its bytes by
+the body limit, its pixels by --max-pixels, read from its header here."""
 
 
 class RequestError(Exception):
@@ -50,6 +56,8 @@ class EditJob:
     seed: int
     steps: int | None
     guidance: float | None
+    reference_pngs: tuple[bytes, ...] = ()
+    """Reference images after ``image_png``, in the order the request gave them."""
 
     def to_message(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,7 +94,7 @@ def check_text(value: str, field: str) -> None:
         ) from None
 
 
-def image_size(png: bytes, max_pixels: int) -> tuple[int, int]:
+def image_size(png: bytes, max_pixels: int, field: str = "'image'") -> tuple[int, int]:
     """Width and height from the image header only; 400 when unreadable or over ``max_pixels``."""
     try:
         with warnings.catch_warnings():
@@ -94,28 +102,33 @@ def image_size(png: bytes, max_pixels: int) -> tuple[int, int]:
             with Image.open(io.BytesIO(png)) as image:
                 width, height = image.size
     except Image.DecompressionBombError as exc:
-        raise RequestError(400, f"'image' is a decompression bomb: {exc}") from None
+        raise RequestError(400, f"{field} is a decompression bomb: {exc}") from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise RequestError(400, f"'image' is not a readable image ({type(exc).__name__}: {exc}).") from None
+        raise RequestError(400, f"{field} is not a readable image ({type(exc).__name__}: {exc}).") from None
     if width * height > max_pixels:
         raise RequestError(
             400,
-            f"'image' is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} "
+            f"{field} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} "
             "(the service's --max-pixels).",
         )
     return width, height
 
 
-def decode_image(png: bytes, max_pixels: int) -> Image.Image:
+def reference_field(index: int) -> str:
+    """How errors name the ``index``-th reference (the image after the edited one)."""
+    return f"reference image {index + 1} ('image' item {index + 2})"
+
+
+def decode_image(png: bytes, max_pixels: int, field: str = "'image'") -> Image.Image:
     """Full decode in the worker (header checked again: the worker trusts nobody)."""
-    image_size(png, max_pixels)
+    image_size(png, max_pixels, field)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(png)) as image:
                 return image.convert("RGB")
     except (OSError, ValueError, SyntaxError) as exc:
-        raise RequestError(400, f"'image' could not be decoded ({type(exc).__name__}: {exc}).") from None
+        raise RequestError(400, f"{field} could not be decoded ({type(exc).__name__}: {exc}).") from None
 
 
 def encode_png_b64(image: Image.Image) -> str:
@@ -128,13 +141,41 @@ def _image_bytes(value: Any) -> bytes | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise RequestError(400, "'image' must be a base64 string or null.")
+        raise RequestError(400, "'image' must be a base64 string, a list of them, or null.")
+    return _base64(value, "'image'")
+
+
+def _base64(value: str, field: str) -> bytes:
     if value.startswith("data:"):
         value = value.partition(",")[2]
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise RequestError(400, f"'image' is not valid base64 ({exc}).") from None
+        raise RequestError(400, f"{field} is not valid base64 ({exc}).") from None
+
+
+def check_image_count(count: int) -> None:
+    """400 for more input images than the edited one and :data:`MAX_REFERENCES` references."""
+    if count > 1 + MAX_REFERENCES:
+        raise RequestError(
+            400,
+            f"'image' holds {count} images, over the limit of {1 + MAX_REFERENCES} (the edited image "
+            f"and {MAX_REFERENCES} reference images); send fewer references.",
+        )
+
+
+def _input_images(value: Any) -> tuple[bytes | None, tuple[bytes, ...]]:
+    """``image`` as one base64 string (or null), or a list: the edited image, then the references."""
+    if not isinstance(value, list):
+        return _image_bytes(value), ()
+    check_image_count(len(value))
+    pngs: list[bytes] = []
+    for index, item in enumerate(value):
+        field = "'image' item 1" if index == 0 else reference_field(index - 1)
+        if not isinstance(item, str) or not item:
+            raise RequestError(400, f"{field} must be a base64 string.")
+        pngs.append(_base64(item, field))
+    return (pngs[0], tuple(pngs[1:])) if pngs else (None, ())
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -155,10 +196,12 @@ def parse_edit_request(
 ) -> EditJob:
     """Checked job from an "/edit" body; unknown knobs (``enhance_prompt``, ``negative_prompt``...) are
     ignored; the knobs map as in :func:`job_from_fields`."""
-    # 1. JSON object; the input image as base64.
+    # 1. JSON object; the input image as base64, or a list of them (the edited image, then references).
     data = json_object(body)
-    png = _image_bytes(data.get("image"))
-    return job_from_fields(data, png, max_pixels=max_pixels, max_prompt_chars=max_prompt_chars)
+    png, references = _input_images(data.get("image"))
+    return job_from_fields(
+        data, png, max_pixels=max_pixels, max_prompt_chars=max_prompt_chars, references=references
+    )
 
 
 def job_from_fields(
@@ -167,6 +210,7 @@ def job_from_fields(
     *,
     max_pixels: int,
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+    references: tuple[bytes, ...] = (),
 ) -> EditJob:
     """The one mapping from request knobs to ``generate`` arguments, for ``/edit`` and ``/v1/images/*``.
 
@@ -185,8 +229,10 @@ def job_from_fields(
             "(the service's --max-prompt-chars).",
         )
     check_text(prompt, "prompt")
-    # 2. Optional input image: readable header, bounded size.
+    # 2. Optional input image and references: readable headers, bounded sizes.
     size = image_size(png, max_pixels) if png is not None else (1024, 1024)
+    for index, reference in enumerate(references):
+        image_size(reference, max_pixels, reference_field(index))
     # 3. Knobs.
     width = _number(data, ("width",), int)
     height = _number(data, ("height",), int)
@@ -204,4 +250,4 @@ def job_from_fields(
     if steps is not None and not 1 <= steps <= 1000:
         raise RequestError(400, f"'num_inference_step' must be in 1..1000, got {steps}.")
     guidance = _number(data, ("guidance_scale", "text_guidance_scale", "true_cfg_scale"), float)
-    return EditJob(prompt, png, width, height, seed, steps, guidance)
+    return EditJob(prompt, png, width, height, seed, steps, guidance, references)

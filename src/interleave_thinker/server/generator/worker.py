@@ -22,7 +22,14 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
-from interleave_thinker.server.generator.protocol import RequestError, decode_image, encode_png_b64
+from interleave_thinker.backends.references import check_request, reference_cap
+from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.server.generator.protocol import (
+    RequestError,
+    decode_image,
+    encode_png_b64,
+    reference_field,
+)
 
 
 def load_backend(spec: str, device: str, threads: int | None, dtype: str = "auto") -> ImageBackend:
@@ -48,24 +55,40 @@ def load_backend(spec: str, device: str, threads: int | None, dtype: str = "auto
     return load_image_backend(spec, BackendOptions(device=device, dtype=dtype))
 
 
+def job_request(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> ImageRequest:
+    """The decoded request of a job; :class:`RequestError` (400) for an image that does not decode or
+    more references than the backend takes (its ``max_references``)."""
+    image = decode_image(job["image_png"], max_pixels) if job["image_png"] is not None else None
+    references = tuple(
+        decode_image(png, max_pixels, reference_field(i))
+        for i, png in enumerate(job.get("reference_pngs", ()))
+    )
+    request = ImageRequest(
+        job["prompt"],
+        image=image,
+        width=job["width"],
+        height=job["height"],
+        seed=job["seed"],
+        steps=job["steps"],
+        guidance=job["guidance"],
+        references=references,
+    )
+    try:
+        check_request(backend.name, reference_cap(backend), request)
+    except ConfigError as exc:
+        raise RequestError(400, str(exc)) from None
+    return request
+
+
 def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict[str, Any]:
     """Decode, generate, encode; any failure becomes an error reply instead of killing the worker."""
     start = time.perf_counter()
     try:
-        image = decode_image(job["image_png"], max_pixels) if job["image_png"] is not None else None
+        request = job_request(backend, job, max_pixels)
     except RequestError as exc:
         return {"ok": False, "kind": "input", "error": exc.message}
     decoded = time.perf_counter()
     try:
-        request = ImageRequest(
-            job["prompt"],
-            image=image,
-            width=job["width"],
-            height=job["height"],
-            seed=job["seed"],
-            steps=job["steps"],
-            guidance=job["guidance"],
-        )
         result = backend.generate(request)
     except Exception as exc:
         return {"ok": False, "kind": "backend", "error": f"{type(exc).__name__}: {exc}"}

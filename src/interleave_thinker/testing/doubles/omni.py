@@ -9,6 +9,9 @@ vLLM's error handlers:
   ``true_cfg_scale`` 0..20, ``seed``, ``negative_prompt``, ``generator_device``, ``output_format``);
   unlike the real server, unknown fields are refused, so a client typo cannot pass unnoticed;
 - edits: ``multipart/form-data`` with the file field ``image`` and the same settings as form fields;
+  several images as repeated ``image`` parts or ``image[]`` parts (the route reads ``image or image[]``),
+  all handed to the engine as one list, the first setting an ``auto`` size; each received request
+  keeps its image parts' bytes in order (``"images"``);
 - replies ``{"created", "data": [{"b64_json", "url": null, "revised_prompt": null}], "output_format",
   "size"}``; errors ``{"error": {"message", "type", "param", "code"}}`` with vLLM-Omni's messages
   (model mismatch, size over ``--max-generated-image-size``, invalid size), validation errors as 400,
@@ -183,30 +186,36 @@ def build_app(state: OmniState, *, edits_route: bool = True) -> FastAPI:
 
     async def edits(request: Request) -> dict[str, Any]:
         form = await request.form()
-        files = {k: v for k, v in form.multi_items() if not isinstance(v, str)}
+        uploads = [(k, v) for k, v in form.multi_items() if not isinstance(v, str)]
         fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
-        parts = {k: (v.filename, v.content_type, await v.read()) for k, v in files.items()}
+        read = [(k, (v.filename, v.content_type, await v.read())) for k, v in uploads]
         await form.close()
-        state.received.append({"path": request.url.path, "form": fields, "files": parts})
-        if "image" not in parts:
+        parts = dict(read)  # the last part of each name, as before lists
+        images = [p[2] for k, p in read if k == "image"] or [p[2] for k, p in read if k == "image[]"]
+        state.received.append({"path": request.url.path, "form": fields, "files": parts, "images": images})
+        if not images:
             raise HTTPException(422, "Field 'image' or 'url' is required")
         try:
             params = EditForm.model_validate(fields)
-            image = Image.open(io.BytesIO(parts["image"][2]))
-            image.load()
+            pictures: list[Image.Image] = [Image.open(io.BytesIO(data)) for data in images]
+            for picture in pictures:
+                picture.load()
         except (ValidationError, OSError) as exc:
             raise HTTPException(400, str(exc)) from None
         if not state.supports_edits:
             raise HTTPException(400, f"{state.model_name} does not support image input (text-to-image only).")
-        return await serve(state, params, image)
+        return await serve(state, params, pictures[0] if len(pictures) == 1 else pictures)
 
     if edits_route:
         app.post("/v1/images/edits")(edits)
     return app
 
 
-async def serve(state: OmniState, request: GenerationRequest, image: Image.Image | None) -> dict[str, Any]:
-    """Checks in vLLM-Omni's order, then one engine call per image."""
+async def serve(
+    state: OmniState, request: GenerationRequest, image: Image.Image | list[Image.Image] | None
+) -> dict[str, Any]:
+    """Checks in vLLM-Omni's order, then one engine call per image; several input images reach the
+    engine as one list (``image``), as vLLM-Omni's ``multi_modal_data``."""
     if request.model is not None and request.model != state.model_name:
         raise HTTPException(
             400,
@@ -218,7 +227,7 @@ async def serve(state: OmniState, request: GenerationRequest, image: Image.Image
     if request.size and request.size != "auto":
         width, height = parse_size(request.size)
     elif image is not None:
-        width, height = image.size
+        width, height = (image[0] if isinstance(image, list) else image).size
     if state.max_pixels is not None and width and height and width * height > state.max_pixels:
         raise HTTPException(
             400,
@@ -242,7 +251,8 @@ def scripted_engine(params: dict[str, Any]) -> Image.Image:
     """A flat colour derived from every parameter, so any difference in the request shows in the image."""
     image = params.get("image")
     key = repr(sorted((k, v) for k, v in params.items() if k != "image"))
-    key += image.tobytes().hex()[:256] if image is not None else ""
+    for picture in image if isinstance(image, list) else [image] if image is not None else []:
+        key += picture.tobytes().hex()[:256]
     digest = hashlib.sha256(key.encode()).digest()
     return Image.new(
         "RGB", (params["width"] or 64, params["height"] or 64), (digest[0], digest[1], digest[2])
@@ -263,8 +273,11 @@ def diffusers_engine(pipe: Any) -> Engine:
         if "seed" in params:
             device = params.get("generator_device") or "cpu"  # the real server: its runner's device
             kwargs["generator"] = torch.Generator(device=device).manual_seed(params["seed"])
-        if kwargs.get("image") is not None:
-            kwargs["image"] = kwargs["image"].convert("RGB")
+        image = kwargs.get("image")
+        if image is not None:
+            kwargs["image"] = (
+                [i.convert("RGB") for i in image] if isinstance(image, list) else image.convert("RGB")
+            )
         with lock, torch.inference_mode():
             return pipe(**kwargs).images[0]
 

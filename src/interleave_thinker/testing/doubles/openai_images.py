@@ -4,7 +4,9 @@ From the OpenAI API reference and ``openai-python`` (``ImageGenerateParams`` / `
 ``ImagesResponse``): JSON for ``/images/generations``, ``multipart/form-data`` for ``/images/edits``
 (parsed with the standard library's MIME parser), base64 PNGs in ``data[0].b64_json`` (or a ``url`` to
 fetch), errors as ``{"error": {"message", "type", "param", "code"}}``, and a bearer key. A generation is
-a flat colour derived from the prompt; an "edit" is the inverted input at the asked size.
+a flat colour derived from the prompt; an "edit" is the inverted input at the asked size. Several input
+images come as ``image[]`` parts (``openai-python``'s list form, 16 at most); each request keeps its
+image parts in order (``Received.images``), and an edit inverts the first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from interleave_thinker.testing.doubles.generator import png_b64
 from interleave_thinker.testing.doubles.server import Handle, LocalServer, Reply, Request
 
 GPT_IMAGE_SIZES = {"1024x1024", "1536x1024", "1024x1536", "auto"}
+MAX_IMAGES = 16
+"""GPT image models take up to 16 input images on ``/images/edits``."""
 
 
 def colour_of(prompt: str) -> tuple[int, int, int]:
@@ -38,6 +42,9 @@ class Received:
     json: dict[str, Any] | None = None
     form: dict[str, str] = field(default_factory=dict)
     files: dict[str, tuple[str | None, str, bytes]] = field(default_factory=dict)
+    """The last file part of each name."""
+    images: list[tuple[str, bytes]] = field(default_factory=list)
+    """Every ``image`` / ``image[]`` file part in order: (field name, bytes)."""
 
 
 @dataclass
@@ -55,24 +62,22 @@ def api_error(message: str, kind: str = "invalid_request_error", code: str | Non
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-def parse_multipart(
-    content_type: str, raw: bytes
-) -> tuple[dict[str, str], dict[str, tuple[str | None, str, bytes]]]:
-    """Form fields and files of a multipart/form-data body, with the standard library's MIME parser."""
+def parse_multipart(content_type: str, raw: bytes, got: Received) -> None:
+    """Form fields and files of a multipart/form-data body into ``got``, with the standard library's
+    MIME parser."""
     message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
     assert message.is_multipart(), content_type
-    form: dict[str, str] = {}
-    files: dict[str, tuple[str | None, str, bytes]] = {}
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         payload = part.get_payload(decode=True)
         assert isinstance(name, str) and isinstance(payload, bytes)
         filename = part.get_filename()
         if filename is None:
-            form[name] = payload.decode()
+            got.form[name] = payload.decode()
         else:
-            files[name] = (filename, part.get_content_type(), payload)
-    return form, files
+            got.files[name] = (filename, part.get_content_type(), payload)
+            if name in ("image", "image[]"):
+                got.images.append((name, payload))
 
 
 def error(status: int, body: dict[str, Any]) -> Reply:
@@ -86,12 +91,14 @@ def _parameters(request: Request, got: Received) -> tuple[dict[str, Any], Any] |
         return dict(got.json or {}), None
     if request.path != "/v1/images/edits":
         return error(404, api_error(f"Invalid URL (POST {request.path})"))
-    got.form, got.files = parse_multipart(request.headers["Content-Type"], request.body)
-    if "image" not in got.files:
+    parse_multipart(request.headers["Content-Type"], request.body, got)
+    if not got.images:
         return error(
             400, api_error("Missing required parameter: 'image'.", code="missing_required_parameter")
         )
-    return dict(got.form), Image.open(io.BytesIO(got.files["image"][2])).convert("RGB")
+    if len(got.images) > MAX_IMAGES:
+        return error(400, api_error(f"Too many images: at most {MAX_IMAGES}.", code="invalid_value"))
+    return dict(got.form), Image.open(io.BytesIO(got.images[0][1])).convert("RGB")
 
 
 def _post(state: FakeOpenAI, request: Request) -> Reply:
