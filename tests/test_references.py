@@ -6,9 +6,10 @@ from __future__ import annotations
 from PIL import Image
 
 from interleave_thinker.agents.critic import critic_messages, references_template
+from interleave_thinker.backends.references import reference_cap
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.types import Attempt, PlanStep, Request, StepRecord, Trace
-from interleave_thinker.runtime.references import References, max_references
+from interleave_thinker.runtime.references import References
 from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
 
@@ -57,14 +58,14 @@ def test_the_image_edited_is_never_a_reference_and_a_limit_keeps_the_last() -> N
     assert names(chooser("anchor", trace_with(None)).for_attempt(None)) == ["input_1.png", "input_2.png"]
 
 
-def test_max_references_is_read_only_when_declared_as_a_count() -> None:
+def test_the_cap_is_read_only_when_declared_as_a_count() -> None:
     class Declares:
         max_references = 4
 
     class Says:
         max_references = True
 
-    assert [max_references(g) for g in (Declares(), Says(), object())] == [4, None, None]
+    assert [reference_cap(g) for g in (Declares(), Says(), object())] == [4, 0, 0]
 
 
 def test_the_critic_sees_the_references_after_before_and_after_with_our_template() -> None:

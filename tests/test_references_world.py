@@ -50,6 +50,7 @@ class DriftingGenerator(ImageBatchMixin):
     """The first reference's colour, else the subject (text-to-image), else the edited image drifted."""
 
     name = "drifting"
+    max_references = 4  # declared, as every backend that takes references does (checked at load)
 
     def __init__(self, stop_at_step: int | None = None) -> None:
         self.calls: list[ImageRequest] = []

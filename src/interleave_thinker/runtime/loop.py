@@ -25,6 +25,7 @@ from interleave_thinker.agents.planner import Planner, single_step_plan
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest, VLMBackend
+from interleave_thinker.backends.references import reference_cap
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
 from interleave_thinker.core.types import (
@@ -39,7 +40,7 @@ from interleave_thinker.core.types import (
 from interleave_thinker.runtime.candidates import keep_first_accepted, next_prompt, run_round
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
-from interleave_thinker.runtime.references import Named, References, max_references
+from interleave_thinker.runtime.references import Named, References
 from interleave_thinker.runtime.repair import repair_sequence
 from interleave_thinker.runtime.selection import keep_best
 
@@ -123,7 +124,7 @@ class StepLoop:
         """The request's reference chooser; its anchor comes from the trace, so a resumed run has it."""
         inputs = list(zip(input_images, input_names, strict=True))
         chosen = References(
-            self.loop.references, inputs, recorder.trace, recorder.images, max_references(self.generator)
+            self.loop.references, inputs, recorder.trace, recorder.images, reference_cap(self.generator)
         )
         chosen.note_template()
         return chosen

@@ -81,9 +81,3 @@ class References:
         if self._anchor is None or self._anchor[1] != name:
             self._anchor = (self.images[name], name)  # read once: a run folder's images are decoded on read
         return self._anchor
-
-
-def max_references(generator: object) -> int | None:
-    """How many references ``generator`` declares it takes (``max_references``), or None when it says not."""
-    value = getattr(generator, "max_references", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
