@@ -128,3 +128,27 @@ def test_training_configs_load_with_overrides_and_name_the_file(tmp_path: Path) 
     path.write_text(path.read_text() + "remote: {timout: 5}\n")
     with pytest.raises(ConfigError, match=r"Invalid GRPO config .*g.yaml: unknown key 'remote.timout'"):
         GRPORunConfig.load(path)
+
+
+def test_the_opt_in_loop_flags_reach_the_settings_and_the_trace_record() -> None:
+    """``--references``, ``--candidates``, ``--select-best``, ``--repair-budget`` set their loop keys; at
+    their defaults the trace's record of the loop has none of them (the release's trace, byte for byte)."""
+    from interleave_thinker.cli.options import SettingsFlags
+
+    flags = {
+        "preset": "tiny",
+        "references": "anchor",
+        "candidates": 3,
+        "select_best": "critic",
+        "repair_budget": 2,
+    }
+    loop = SettingsFlags(flags).resolve().loop
+    assert (loop.references, loop.candidates, loop.select_best, loop.repair_budget) == (
+        "anchor",
+        3,
+        "critic",
+        2,
+    )
+    assert {"references", "candidates", "select_best", "repair_budget"} <= set(loop.trace_settings())
+    default = SettingsFlags({"preset": "tiny"}).resolve().loop.trace_settings()
+    assert not {"references", "candidates", "select_best", "repair_budget", "repair_reviewer"} & set(default)

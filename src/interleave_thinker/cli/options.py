@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from interleave_thinker.core.config import PipelineConfig, PlannerFallback, PresetName, TextSteps
+from interleave_thinker.core.config import (
+    PipelineConfig,
+    PlannerFallback,
+    PresetName,
+    ReferencePolicy,
+    SelectBest,
+    TextSteps,
+)
 from interleave_thinker.core.config_keys import field_help
 from interleave_thinker.core.errors import ConfigError, InputError
 
@@ -42,6 +49,10 @@ TextStepsOption = Annotated[TextSteps | None, typer.Option(help=field_help("loop
 CriticOnLastAttemptOption = Annotated[
     bool | None, typer.Option(help=field_help("loop.critic_on_last_attempt"))
 ]
+ReferencesOption = Annotated[ReferencePolicy | None, typer.Option(help=field_help("loop.references"))]
+CandidatesOption = Annotated[int | None, typer.Option(min=1, help=field_help("loop.candidates"))]
+SelectBestOption = Annotated[SelectBest | None, typer.Option(help=field_help("loop.select_best"))]
+RepairBudgetOption = Annotated[int | None, typer.Option(min=0, help=field_help("loop.repair_budget"))]
 
 ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Requests (benchmark items) in flight at once.")]
 PerBackendLimitOption = Annotated[
@@ -95,6 +106,10 @@ PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
     "planner_fallback": ("loop.planner_fallback", FallbackOption),
     "text_steps": ("loop.text_steps", TextStepsOption),
     "critic_on_last_attempt": ("loop.critic_on_last_attempt", CriticOnLastAttemptOption),
+    "references": ("loop.references", ReferencesOption),
+    "candidates": ("loop.candidates", CandidatesOption),
+    "select_best": ("loop.select_best", SelectBestOption),
+    "repair_budget": ("loop.repair_budget", RepairBudgetOption),
 }
 """Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
 
