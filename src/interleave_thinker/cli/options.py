@@ -271,6 +271,22 @@ def deprecated(old: str, new: str) -> Callable[[Any], Any]:
     return note
 
 
+def renamed(name: str, declaration: Any, default: Any, old: str, old_type: type) -> Callable[[F], F]:
+    """Add the flag ``name`` and its old spelling ``old`` as a hidden alias that says once it is deprecated.
+
+    The command receives one value as ``name``: the new flag's, else the old one's, else ``default``
+    (one name per concept, docs/glossary.md; scripts written for the old name keep working).
+    """
+    new = "--" + name.replace("_", "-")
+    alias = Annotated[old_type | None, typer.Option(old, hidden=True, callback=deprecated(old, new))]  # type: ignore[valid-type]
+
+    def make(given: dict[str, Any]) -> Any:
+        value, old_value = given[name], given[f"{name}_old_spelling"]
+        return old_value if old_value is not None and value == default else value
+
+    return with_flags({name: (declaration, default), f"{name}_old_spelling": (alias, None)}, name, make)
+
+
 def quiet_diffusers(generator: str) -> None:
     """Silence diffusers' bars for a local ``generator``; a served one imports nothing (no torch)."""
     from interleave_thinker.backends.specs import is_local
