@@ -211,8 +211,12 @@ def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
 
 
 def with_scheduling_flags() -> Callable[[F], F]:
-    """Add the scheduling flags to a command; it declares ``scheduling: SchedulingFlags`` instead."""
-    return with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
+    """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
+    pipeline's (every such command builds a pipeline); it declares ``settings: SettingsFlags`` and
+    ``scheduling: SchedulingFlags`` instead of the flags."""
+    scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
+    settings = with_settings(pipeline=True)
+    return lambda func: scheduling(settings(func))
 
 
 def with_flags(
