@@ -107,11 +107,10 @@ def last_checkpoint(output_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
-def resume_checkpoint(output_dir: Path, resume: bool, *, required: bool = False) -> Path | None:
-    """The checkpoint ``--resume`` continues (None without ``--resume``); ``required``: a missing one is
-    an error (SFT), else the run starts at step 0 (GRPO, whose ``--resume`` also leaves a finished run alone)."""
+def resume_checkpoint(output_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint ``--resume`` continues (None without ``--resume``); none to continue is an error."""
     checkpoint = last_checkpoint(output_dir) if resume else None
-    if required and resume and checkpoint is None:
+    if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint-N folder in {output_dir}; train without --resume first.")
     return checkpoint
 

@@ -299,8 +299,6 @@ def run_grpo(
 ) -> GRPOResult:
     trainer, closers = build_grpo_trainer(config, role, phase=phase)
     checkpoint = resume_checkpoint(config.output_dir, resume)
-    if resume and checkpoint is None:
-        raise ConfigError(f"--resume: no checkpoint-N folder in {config.output_dir}.")
     try:
         with warnings.catch_warnings():
             # TRL 1.16 reads transformers 5's deprecated `model.is_gradient_checkpointing` around every

@@ -195,7 +195,7 @@ def run_sft(
     """Train, save the final model (and processor) into ``output_dir``, and report what happened."""
     if output_dir is not None:
         config = config.model_copy(update={"output_dir": output_dir})
-    checkpoint = resume_checkpoint(config.output_dir, resume, required=True)
+    checkpoint = resume_checkpoint(config.output_dir, resume)
     trainer = build_trainer(config, role, callbacks, phase)
     # 4. Train.
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
