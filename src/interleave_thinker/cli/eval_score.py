@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.eval_generate import DataOption, IdsOption, JudgeSpecOption, split_ids
+from interleave_thinker.cli.eval_generate import IdsOption, split_ids
 from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_settings
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.specs import check_spec
@@ -47,8 +47,8 @@ def score(
             "holding images/{category}/{index}.png; UEval the submission JSON (or a folder with results.json)."
         ),
     ],
-    data: DataOption,
-    judge: JudgeSpecOption,
+    data: Annotated[str, typer.Option(help="The benchmark's official local files, or hf:ID[:split].")],
+    judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
     out: Annotated[Path, typer.Option(help="Scoring folder: scores.jsonl, summary.json, replies, cache.")],
     scorer_version: Annotated[
         ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
