@@ -39,9 +39,6 @@ DataOption = Annotated[
     str,
     typer.Option(help="The benchmark's data: its official local files (folder or file), or hf:ID[:split]."),
 ]
-JudgeSpecOption = Annotated[
-    str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")
-]
 IdsOption = Annotated[
     list[str] | None,
     typer.Option("--ids", help="Only these item ids (repeat the flag, or comma-separate); before --limit."),

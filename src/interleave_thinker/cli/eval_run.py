@@ -22,7 +22,6 @@ from interleave_thinker.cli.eval_generate import (
     BenchmarkArgument,
     DataOption,
     IdsOption,
-    JudgeSpecOption,
     ModeOption,
     generate_locked,
     plan_generation,
@@ -67,7 +66,7 @@ def run(
     scheduling: SchedulingFlags,
     data: DataOption,
     out: Annotated[Path, typer.Option(help="Run folder: outputs, scores-<protocol>/, report.html.")],
-    judge: JudgeSpecOption,
+    judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
     protocol: Annotated[
         ProtocolName | None, typer.Option(help="Scoring protocol (default: the benchmark's first).")
     ] = None,
