@@ -22,7 +22,7 @@ install: $(STAMP)
 
 # `make demo` installs only what the run needs (no dev tools, no browser), with uv: it unpacks the pinned
 # torch (about 5 GB with its CUDA libraries) in parallel, several times faster than pip. The test install
-# above, if current, serves the demo too. See docs/architecture.md, "The first demo".
+# above, if current, serves the demo too. See docs/notes/decisions.md, "The first demo".
 $(DEMO_STAMP): pyproject.toml
 	@if [ -f $(STAMP) ] && [ ! pyproject.toml -nt $(STAMP) ]; then touch $@; else $(MAKE) --no-print-directory demo-install; fi
 

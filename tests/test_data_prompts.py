@@ -128,7 +128,7 @@ def test_48_prompts_balanced_deduplicated_and_readable_by_batch(tmp_path: Path) 
     tax = taxonomy_file(tmp_path / "tax.yaml")
     out = tmp_path / "prompts.jsonl"
     with ScriptedServer(teacher(special)) as server:
-        result = run_cli(server, tax, out, "--concurrency", "4")
+        result = run_cli(server, tax, out, "--subcategory-concurrency", "4")
     records = rows(out)
     assert len(records) == 48
     assert [r["id"] for r in records][:5] == [f"domain-0.sub-0-0.00{i}" for i in range(1, 5)] + [
@@ -167,7 +167,7 @@ def test_rerun_makes_no_call_and_gives_identical_output(tmp_path: Path) -> None:
         run_cli(server, tax, out)
         first = out.read_bytes()
         calls = len(server.posts())
-        again = run_cli(server, tax, out, "--concurrency", "3")
+        again = run_cli(server, tax, out, "--subcategory-concurrency", "3")
     assert calls == 8 and len(server.posts()) == calls
     assert out.read_bytes() == first and "replies reused: 8" in again.output
 
@@ -180,7 +180,7 @@ def test_killed_run_resumes_without_asking_again(tmp_path: Path) -> None:
     hang = lambda index, call: Reply(delay=60) if index >= 7 else script(index, call)  # noqa: E731
     with ScriptedServer(hang) as server:
         args = ["data", "prompts", "--taxonomy", str(tax), "--out", str(killed), "--per-subcategory", "4",
-                "--llm", f"openai:{server.url}#teacher", "--concurrency", "1", "--quiet"]  # fmt: skip
+                "--llm", f"openai:{server.url}#teacher", "--subcategory-concurrency", "1", "--quiet"]  # fmt: skip
         process = subprocess.Popen([sys.executable, "-m", "interleave_thinker", *args], env=dict(os.environ))
         deadline = time.monotonic() + 60
         while len(server.calls) < 8 and time.monotonic() < deadline and process.poll() is None:
@@ -195,7 +195,7 @@ def test_killed_run_resumes_without_asking_again(tmp_path: Path) -> None:
     assert not {"Topic 0.0", "Topic 0.1", "Topic 0.2"} & set(asked)
     whole = tmp_path / "whole.jsonl"
     with ScriptedServer(teacher()) as server:
-        run_cli(server, tax, whole, "--concurrency", "5")
+        run_cli(server, tax, whole, "--subcategory-concurrency", "5")
     assert killed.read_bytes() == whole.read_bytes() and len(rows(whole)) == 48
 
 
@@ -209,7 +209,7 @@ def test_bad_replies_are_retried_then_recorded_and_the_run_goes_on(tmp_path: Pat
         return None
 
     with ScriptedServer(teacher(special)) as server:
-        result = run_cli(server, tax, out, "--max-attempts", "2")
+        result = run_cli(server, tax, out, "--max-parse-attempts", "2")
         assert len(server.posts()) == 1 + 1 + 2  # good lexicon, one batch; the bad lexicon asked twice
     assert [r["subcategory"] for r in rows(out)] == ["sub-0-0"] * 4
     stored = json.loads((tmp_path / "p.jsonl.teacher" / "domain-0" / "sub-0-1" / "lexicon.json").read_text())
@@ -366,7 +366,7 @@ def test_concurrency_bounds_calls_in_flight_and_a_spoilt_stored_reply_is_asked_a
 
     out = tmp_path / "p.jsonl"
     with ScriptedServer(counted) as server:
-        run_cli(server, tax, out, "--concurrency", "2")
+        run_cli(server, tax, out, "--subcategory-concurrency", "2")
     assert 1 <= state["most"] <= 2 and len(rows(out)) == 24
     first = out.read_bytes()
     stored = tmp_path / "p.jsonl.teacher" / "domain-1" / "sub-1-2" / "prompts-001.json"

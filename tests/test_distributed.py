@@ -3,7 +3,7 @@
 
 Two processes are started with ``accelerate launch --multi_gpu --num_processes 2``: on a machine without
 CUDA this is torchrun with the gloo backend (``--cpu`` alone starts a single process unless MPI is set up,
-see docs/training.md). The children inherit ``os.environ`` (pinned numerics from conftest.py).
+see docs/training-gpus.md). The children inherit ``os.environ`` (pinned numerics from conftest.py).
 """
 
 from __future__ import annotations

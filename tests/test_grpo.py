@@ -250,7 +250,7 @@ def test_shipped_release_config_has_the_release_settings() -> None:
         8,
         1.0,
         2e-6,
-        0.0,  # the release's disable_kl: true (docs/training.md, the release's settings)
+        0.0,  # the release's disable_kl: true (docs/notes/release-settings.md)
         4096,
     )
     assert config.reward.stepwise and config.reward.deadline == 70.0

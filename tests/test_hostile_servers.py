@@ -72,21 +72,25 @@ def assert_one_clean_line(message: str) -> None:
     message.encode("utf-8")  # no lone surrogate: printable and storable as it is
 
 
+def assert_held_to_bound(path: str, shape: str, backend: Any, call: Callable[[], Any]) -> None:
+    """The call is refused within the deadline, in one clean line that says what the server did."""
+    try:
+        message, elapsed = refused(path, call)
+    finally:
+        backend.close()
+    assert elapsed <= DEADLINE + 2, (elapsed, message)
+    assert SAYS[shape] in message, message
+    assert_one_clean_line(message)
+
+
 @pytest.mark.parametrize("path", ["thread", "loop"])
 @pytest.mark.parametrize("shape", hostile.SHAPES)
 @pytest.mark.parametrize("kind", sorted(IMAGE_SPECS))
 def test_image_backends_hold_each_hostile_shape_to_its_bound(kind: str, shape: str, path: str) -> None:
     with LocalServer(hostile.handler(shape)) as server:
         backend = load_image_backend(IMAGE_SPECS[kind].format(url=server.url), OPTIONS)
-        try:
-            message, elapsed = refused(
-                path, lambda: backend.generate(ImageRequest("a cat", width=64, height=64, seed=1))
-            )
-        finally:
-            backend.close()
-    assert elapsed <= DEADLINE + 2, (elapsed, message)
-    assert SAYS[shape] in message, message
-    assert_one_clean_line(message)
+        request = ImageRequest("a cat", width=64, height=64, seed=1)
+        assert_held_to_bound(path, shape, backend, lambda: backend.generate(request))
 
 
 @pytest.mark.parametrize("path", ["thread", "loop"])
@@ -95,13 +99,7 @@ def test_a_judge_or_vlm_backend_holds_each_hostile_shape_to_its_bound(shape: str
     messages: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "score this"}]}]
     with LocalServer(hostile.handler(shape)) as server:
         backend = load_vlm_backend(f"openai:{server.url}/v1#hostile", OPTIONS)
-        try:
-            message, elapsed = refused(path, lambda: backend.chat(messages, max_new_tokens=16))
-        finally:
-            backend.close()
-    assert elapsed <= DEADLINE + 2, (elapsed, message)
-    assert SAYS[shape] in message, message
-    assert_one_clean_line(message)
+        assert_held_to_bound(path, shape, backend, lambda: backend.chat(messages, max_new_tokens=16))
 
 
 @pytest.mark.parametrize("path", ["thread", "loop"])

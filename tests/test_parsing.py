@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from interleave_thinker.agents.critic import parse_verdict
@@ -132,10 +134,13 @@ def test_good_plans(reply: str, expected: list[tuple[int, str | None, str | None
     assert [(s.step_number, s.prompt, s.auxiliary_text) for s in plan.steps] == expected
 
 
-@pytest.mark.parametrize(("reply", "problem"), BAD_PLANS)
-def test_bad_plans_raise_with_raw(reply: str, problem: str) -> None:
+@pytest.mark.parametrize(
+    ("parse", "reply", "problem"),
+    [(parse_plan, *case) for case in BAD_PLANS] + [(parse_verdict, *case) for case in BAD_VERDICTS],
+)
+def test_bad_replies_raise_with_raw(parse: Callable[[str], object], reply: str, problem: str) -> None:
     with pytest.raises(ParseError) as info:
-        parse_plan(reply)
+        parse(reply)
     assert problem in str(info.value)
     assert info.value.raw == reply
 
@@ -144,14 +149,6 @@ def test_bad_plans_raise_with_raw(reply: str, problem: str) -> None:
 def test_good_verdicts(reply: str, success: bool, refine: str) -> None:
     verdict = parse_verdict(reply)
     assert (verdict.success, verdict.refine_prompt) == (success, refine)
-
-
-@pytest.mark.parametrize(("reply", "problem"), BAD_VERDICTS)
-def test_bad_verdicts_raise_with_raw(reply: str, problem: str) -> None:
-    with pytest.raises(ParseError) as info:
-        parse_verdict(reply)
-    assert problem in str(info.value)
-    assert info.value.raw == reply
 
 
 def test_reasoning_is_kept() -> None:

@@ -1,7 +1,7 @@
 """The configs that say "the release's settings" have them (issue 29, item 4).
 
 Each such config lists the release's values in its header (``release: KEY = VALUE  (FILE:LINE)``);
-the tests read those lines, check the loaded config holds each value, that docs/training.md's table
+the tests read those lines, check the loaded config holds each value, that docs/notes/release-settings.md's table
 has a row for each setting with the same source line, and that the TRL arguments built from the
 config give the release's geometry: 16 prompts x 8 rollouts per rollout batch, two optimizer steps of
 8 prompts x 8 each, AdamW weight decay 1e-2.
@@ -62,7 +62,7 @@ def test_each_release_value_in_the_header_is_the_configs_value_and_in_the_docs(n
     config = model.load(REPO / "configs" / name)
     lines = release_lines(name)
     assert {line["key"] for line in lines} >= set(required)  # the header names every required setting
-    table = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    table = (REPO / "docs" / "notes" / "release-settings.md").read_text(encoding="utf-8")
     for line in lines:
         written = yaml.safe_load(line["value"])
         assert (
@@ -70,7 +70,7 @@ def test_each_release_value_in_the_header_is_the_configs_value_and_in_the_docs(n
             or value_at(config, line["key"]) == written
         )
         row = next((r for r in table.splitlines() if f"`{name}`" in r and f"`{line['key']}`" in r), None)
-        assert row is not None, f"docs/training.md has no row for {name} {line['key']}"
+        assert row is not None, f"docs/notes/release-settings.md has no row for {name} {line['key']}"
         assert line["source"] in row, f"{name} {line['key']}: the docs row does not cite {line['source']}"
     for key, value in required.items():
         assert value_at(config, key) == pytest.approx(value)

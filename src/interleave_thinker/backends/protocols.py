@@ -144,7 +144,8 @@ class Closeable:
 
 
 class VLMBatchMixin(Closeable):
-    """Default ``chat_batch``: one ``chat`` call per conversation."""
+    """``chat_batch`` declared once: a backend says how it answers several conversations in
+    :meth:`_chat_many` (default: one ``chat`` call per conversation)."""
 
     def chat(
         self,
@@ -163,6 +164,12 @@ class VLMBatchMixin(Closeable):
         max_new_tokens: int = 4096,
         temperature: float | None = 0.0,
     ) -> list[str]:
+        return self._chat_many(conversations, max_new_tokens, temperature)
+
+    def _chat_many(
+        self, conversations: list[list[Message]], max_new_tokens: int, temperature: float | None
+    ) -> list[str]:
+        """Replies in order; a backend that batches or calls concurrently overrides this."""
         return [self.chat(c, max_new_tokens=max_new_tokens, temperature=temperature) for c in conversations]
 
 

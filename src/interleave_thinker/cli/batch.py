@@ -16,7 +16,6 @@ from interleave_thinker.cli.options import (
     SettingsFlags,
     quiet_diffusers,
     with_scheduling_flags,
-    with_settings,
 )
 from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.core.errors import InputError
@@ -50,7 +49,6 @@ def read_summary(path: Path) -> dict[str, Any] | None:
 
 
 @with_scheduling_flags()
-@with_settings(pipeline=True)
 def batch(
     settings: SettingsFlags,
     scheduling: SchedulingFlags,

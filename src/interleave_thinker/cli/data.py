@@ -266,7 +266,7 @@ ImageDirOpt = Annotated[
     Path | None, typer.Option(help="Base folder of record image paths \\[default: each record's folder].")
 ]
 RulesOpt = Annotated[
-    Path | None, typer.Option(help="YAML with filter thresholds and sampling (see docs/training.md).")
+    Path | None, typer.Option(help="YAML with filter thresholds and sampling (see docs/training-data.md).")
 ]
 JudgeOpt = Annotated[
     str | None, typer.Option(help="VLM spec of a judge that scores attempts without scores.")

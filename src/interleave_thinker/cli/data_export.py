@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.data import MaxPixelsOpt, writing_to
+from interleave_thinker.cli.options import renamed
 from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS, ImageLimits
 from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
 from interleave_thinker.datagen.export_format import DROP_REASONS, Format
@@ -22,8 +24,9 @@ FORMAT_HELP = (
 )
 
 
+@renamed("input", Annotated[Path | None, typer.Option(help=SOURCE_HELP)], None, "--from", Path)
 def export(
-    source: Annotated[Path, typer.Option("--input", "--from", help=SOURCE_HELP)],
+    input: Path | None,
     fmt: Annotated[Format, typer.Option("--format", help=FORMAT_HELP)],
     out: Annotated[Path, typer.Option(help="Output folder (created; other exports in it are kept).")],
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the datasets save_to_disk copy.")] = False,
@@ -31,6 +34,9 @@ def export(
     max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
     """Write an interleaved corpus (ShareGPT JSON, a datasets copy, stats); exit 1 when nothing is kept."""
+    if input is None:
+        raise InputError(f"Missing option --input: {SOURCE_HELP[0].lower()}{SOURCE_HELP[1:]}")
+    source = input
     console = Console(stderr=True)
     runs = find_traces(source)
     progress = counter_bar(console, "reading runs", quiet=quiet)

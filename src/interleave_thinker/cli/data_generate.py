@@ -13,7 +13,6 @@ from interleave_thinker.cli.options import (
     SchedulingFlags,
     SettingsFlags,
     with_scheduling_flags,
-    with_settings,
 )
 from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.cli.scoring import JudgeTokensOption
@@ -29,7 +28,6 @@ console = Console(stderr=True)
 
 
 @with_scheduling_flags()
-@with_settings(pipeline=True)
 def generate(
     settings: SettingsFlags,
     scheduling: SchedulingFlags,
@@ -107,14 +105,7 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     def _settings(self, settings: BatchSettings) -> GenerateSettings:
         from interleave_thinker.datagen.generate import GenerateSettings
 
-        return GenerateSettings(
-            concurrency=settings.concurrency,
-            limits=settings.limits,
-            micro_batch=settings.micro_batch,
-            retry_failed=settings.retry_failed,
-            resume=self.resume,
-            judge_max_new_tokens=self.judge_tokens,
-        )
+        return GenerateSettings(settings, resume=self.resume, judge_max_new_tokens=self.judge_tokens)
 
     def pending(self) -> int:
         assert self.teachers is not None

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.options import SettingsFlags, renamed, with_settings
 from interleave_thinker.cli.specs import check_spec
 
 console = Console(stderr=True)
@@ -26,10 +26,16 @@ WorkDirOption = Annotated[
 TemperatureOption = Annotated[
     float, typer.Option(min=0.0, help="Teacher sampling temperature (retries use at least 1.0).")
 ]
-AttemptsOption = Annotated[int, typer.Option(min=1, help="Teacher calls per turn when replies do not parse.")]
+ParseAttemptsOption = Annotated[
+    int,
+    typer.Option(min=1, help="Teacher calls per turn until a reply parses (as agents.max_parse_attempts)."),
+]
+SubcategoryConcurrencyOption = Annotated[int, typer.Option(min=1, help="Sub-categories worked on at once.")]
 
 
 @with_settings()
+@renamed("max_parse_attempts", ParseAttemptsOption, 3, "--max-attempts", int)
+@renamed("subcategory_concurrency", SubcategoryConcurrencyOption, 8, "--concurrency", int)
 def prompts(
     settings: SettingsFlags,
     out: Annotated[Path, typer.Option(help="Output JSONL, readable by `batch --input`.")],
@@ -37,10 +43,10 @@ def prompts(
     taxonomy: TaxonomyOption = None,
     per_subcategory: Annotated[int, typer.Option(min=1, help="Prompts per sub-category.")] = 40,
     seed: Annotated[int, typer.Option(help="Seed of the lexicon samples shown to the teacher.")] = 0,
-    concurrency: Annotated[int, typer.Option(min=1, help="Sub-categories worked on at once.")] = 8,
+    subcategory_concurrency: int = 8,
     work_dir: WorkDirOption = None,
     temperature: TemperatureOption = 0.8,
-    max_attempts: AttemptsOption = 3,
+    max_parse_attempts: int = 3,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Teacher reply length bound (tokens).")] = 4096,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
@@ -58,9 +64,8 @@ def prompts(
     tree, digest = load_taxonomy(taxonomy)
     cfg = settings.resolve()
     work = work_dir or out.with_name(out.name + ".teacher")
-    run_settings = PromptSettings(
-        per_subcategory, seed, concurrency, RetryPolicy(max_attempts, temperature, 1.0), max_new_tokens
-    )
+    retry = RetryPolicy(max_parse_attempts, temperature, 1.0)
+    run_settings = PromptSettings(per_subcategory, seed, subcategory_concurrency, retry, max_new_tokens)
     info = {"taxonomy": str(taxonomy or "shipped taxonomy.yaml"), "taxonomy_sha256": digest}
     with folder_lock(work):
         with console.status(f"loading the teacher {escape(llm)}"):

@@ -26,7 +26,9 @@ def demo(
     host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every one).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the page.")] = 7860,
     share: Annotated[bool, typer.Option(help="Also open a public Gradio share link.")] = False,
-    concurrency: Annotated[int, typer.Option(min=1, help="Runs at once; more wait in the queue.")] = 1,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Requests in flight at once (runs); more wait in the queue.")
+    ] = 1,
     queue_size: Annotated[int, typer.Option(min=1, help="Runs that may wait in the queue.")] = 16,
     out_root: Annotated[
         Path | None,

@@ -13,22 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli import eval_run, eval_score
-from interleave_thinker.cli.eval_generate import (
-    BenchmarkArgument,
-    IdsOption,
-    ModeOption,
-    generate_locked,
-    plan_generation,
-    say_generated,
-    split_ids,
-)
-from interleave_thinker.cli.options import (
-    SchedulingFlags,
-    SettingsFlags,
-    with_scheduling_flags,
-    with_settings,
-)
+from interleave_thinker.cli import eval_generate, eval_run, eval_score
 from interleave_thinker.eval import benchmarks
 
 app = typer.Typer(
@@ -36,43 +21,11 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 prompts_app = typer.Typer(help="The benchmarks' official judge prompts (fetched at run time, never shipped).")
+app.command("generate")(eval_generate.generate)
 app.command("score")(eval_score.score)
 app.command("run")(eval_run.run)
 app.add_typer(prompts_app, name="prompts")
 console = Console(stderr=True)
-
-
-@app.command("generate")
-@with_scheduling_flags()
-@with_settings(pipeline=True)
-def generate(
-    benchmark: BenchmarkArgument,
-    settings: SettingsFlags,
-    scheduling: SchedulingFlags,
-    data: Annotated[
-        str, typer.Option(help="The benchmark's official local files (folder or file), or hf:ID[:split].")
-    ],
-    out: Annotated[Path, typer.Option(help="Run folder: official layout, requests/<id>/, eval.json.")],
-    mode: ModeOption = "agentic",
-    ids: IdsOption = None,
-) -> None:
-    """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
-    # 1. Check everything cheap before loading a model.
-    cfg = settings.resolve()
-    run = plan_generation(
-        benchmark.value,
-        cfg,
-        data,
-        out,
-        mode,
-        limit=scheduling.limit,
-        ids=split_ids(ids),
-        shard=scheduling.shard,
-    )
-    scheduling.limits()
-    record = generate_locked(run, scheduling)
-    say_generated(record)
-    typer.echo(str(run.out))
 
 
 @app.command("report")

@@ -1,5 +1,5 @@
-"""What `eval generate` and `eval run` share: the benchmark choices, item selection, and generation
-under the folder lock (a finished run loads no model)."""
+"""`interleave-thinker eval generate BENCH`, and what `eval run` shares with it: the benchmark choices,
+item selection, and generation under the folder lock (a finished run loads no model)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
+from interleave_thinker.cli.options import (
+    SchedulingFlags,
+    SettingsFlags,
+    quiet_diffusers,
+    with_scheduling_flags,
+)
 from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
@@ -30,6 +35,10 @@ BenchmarkName = enum.Enum("BenchmarkName", [(n, n) for n in benchmarks.names()],
 Mode = Literal["agentic", "base"]
 ModeOption = Annotated[Mode, typer.Option(help="agentic: planner + critic; base: the generator alone.")]
 BenchmarkArgument = Annotated[BenchmarkName, typer.Argument(help="The benchmark (see docs/evaluation.md).")]
+DataOption = Annotated[
+    str,
+    typer.Option(help="The benchmark's data: its official local files (folder or file), or hf:ID[:split]."),
+]
 IdsOption = Annotated[
     list[str] | None,
     typer.Option("--ids", help="Only these item ids (repeat the flag, or comma-separate); before --limit."),
@@ -52,29 +61,46 @@ def plan_generation(
     data: str,
     out: Path,
     mode: str,
-    *,
-    limit: int | None = None,
+    scheduling: SchedulingFlags,
     ids: tuple[str, ...] | None = None,
-    shard: str | None = None,
 ) -> GenerationRun:
-    """The items to generate (``--ids``, then ``--limit``, then ``--shard``), the specs checked."""
+    """The items to generate (``--ids``, then ``--limit``, then ``--shard``), the specs and the
+    per-backend limits checked: everything cheap, before a model loads."""
     from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.eval.datasets import choose_items
     from interleave_thinker.eval.generate import GenerationRun
-    from interleave_thinker.runtime.batch_inputs import parse_shard
 
     bench = benchmarks.get(benchmark)
     loaded = bench.load(data)
-    items = choose_items(loaded, ids=ids, limit=limit, shard=parse_shard(shard) if shard else None)
+    items = choose_items(loaded, ids=ids, limit=scheduling.limit, shard=scheduling.shard_spec())
     run = GenerationRun(bench, mode, data, out, items, cfg, total=len(loaded))
     check_specs(cfg, roles=("planner", "critic", "generator") if mode == "agentic" else ("generator",))
+    scheduling.limits()
     return run
 
 
 def generate_locked(run: GenerationRun, scheduling: SchedulingFlags) -> dict[str, Any]:
-    """Open (or continue) the run store under the folder lock and generate what is unfinished; a
-    finished run writes its layout again and loads no model."""
-    return run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
+    """Open (or continue) the run store under the folder lock and generate what is unfinished (a
+    finished run writes its layout again and loads no model); say what has an output."""
+    record = run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
+    say_generated(record)
+    return record
+
+
+@with_scheduling_flags()
+def generate(
+    benchmark: BenchmarkArgument,
+    settings: SettingsFlags,
+    scheduling: SchedulingFlags,
+    data: DataOption,
+    out: Annotated[Path, typer.Option(help="Run folder: official layout, requests/<id>/, eval.json.")],
+    mode: ModeOption = "agentic",
+    ids: IdsOption = None,
+) -> None:
+    """Generate a benchmark's outputs (resumable; a trace per item) and write its official layout."""
+    run = plan_generation(benchmark.value, settings.resolve(), data, out, mode, scheduling, split_ids(ids))
+    generate_locked(run, scheduling)
+    typer.echo(str(run.out))
 
 
 class EvalJob(ScheduledJob[dict[str, Any]]):

@@ -20,11 +20,11 @@ from rich.markup import escape
 
 from interleave_thinker.cli.eval_generate import (
     BenchmarkArgument,
+    DataOption,
     IdsOption,
     ModeOption,
     generate_locked,
     plan_generation,
-    say_generated,
     split_ids,
 )
 from interleave_thinker.cli.eval_score import (
@@ -40,7 +40,6 @@ from interleave_thinker.cli.options import (
     SchedulingFlags,
     SettingsFlags,
     with_scheduling_flags,
-    with_settings,
 )
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.errors import ConfigError
@@ -61,14 +60,11 @@ def _protocol(bench: Any, name: str | None) -> Any:
 
 
 @with_scheduling_flags()
-@with_settings(pipeline=True)
 def run(
     benchmark: BenchmarkArgument,
     settings: SettingsFlags,
     scheduling: SchedulingFlags,
-    data: Annotated[
-        str, typer.Option(help="The benchmark's data: its official local files, or hf:ID[:split].")
-    ],
+    data: DataOption,
     out: Annotated[Path, typer.Option(help="Run folder: outputs, scores-<protocol>/, report.html.")],
     judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
     protocol: Annotated[
@@ -95,15 +91,13 @@ def run(
     chosen.prompts()  # judge prompts that cannot be had stop the run now, not after hours of generation
     cfg = settings.resolve()
     selected = split_ids(ids)
-    limit, shard = scheduling.limit, scheduling.shard
-    gen = plan_generation(bench.name, cfg, data, out, mode, limit=limit, ids=selected, shard=shard)
-    scheduling.limits()
-    if shard:  # a shard is scored as the slice of the items it generated
+    limit = scheduling.limit
+    gen = plan_generation(bench.name, cfg, data, out, mode, scheduling, selected)
+    if scheduling.shard:  # a shard is scored as the slice of the items it generated
         limit, selected = None, tuple(item.id for item in gen.items)
 
     # 2. Generate (resumable; a finished run loads no model).
-    record = generate_locked(gen, scheduling)
-    say_generated(record)
+    generate_locked(gen, scheduling)
 
     # 3. Score exactly the generated items (a slice stays a slice).
     outputs = out / "submission.json" if bench.layout.submission else out

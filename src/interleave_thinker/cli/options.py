@@ -226,8 +226,12 @@ def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
 
 
 def with_scheduling_flags() -> Callable[[F], F]:
-    """Add the scheduling flags to a command; it declares ``scheduling: SchedulingFlags`` instead."""
-    return with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
+    """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
+    pipeline's (every such command builds a pipeline); it declares ``settings: SettingsFlags`` and
+    ``scheduling: SchedulingFlags`` instead of the flags."""
+    scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
+    settings = with_settings(pipeline=True)
+    return lambda func: scheduling(settings(func))
 
 
 def with_flags(
@@ -284,6 +288,22 @@ def deprecated(old: str, new: str) -> Callable[[Any], Any]:
         return value
 
     return note
+
+
+def renamed(name: str, declaration: Any, default: Any, old: str, old_type: type) -> Callable[[F], F]:
+    """Add the flag ``name`` and its old spelling ``old`` as a hidden alias that says once it is deprecated.
+
+    The command receives one value as ``name``: the new flag's, else the old one's, else ``default``
+    (one name per concept, docs/glossary.md; scripts written for the old name keep working).
+    """
+    new = "--" + name.replace("_", "-")
+    alias = Annotated[old_type | None, typer.Option(old, hidden=True, callback=deprecated(old, new))]  # type: ignore[valid-type]
+
+    def make(given: dict[str, Any]) -> Any:
+        value, old_value = given[name], given[f"{name}_old_spelling"]
+        return old_value if old_value is not None and value == default else value
+
+    return with_flags({name: (declaration, default), f"{name}_old_spelling": (alias, None)}, name, make)
 
 
 def quiet_diffusers(generator: str) -> None:

@@ -156,13 +156,14 @@ def answer_rows(
 
 
 def score_rows(
-    reward_fn: Any, rows: list[RewardRow], batch_size: int, advance: Callable[[int], object]
+    reward_fn: Any, rows: list[RewardRow], sample_concurrency: int, advance: Callable[[int], object]
 ) -> tuple[list[str], dict[str, int]]:
-    """Output lines (each input row plus its response and reward parts) and the step-wise counts."""
+    """Output lines (each input row plus its response and reward parts) and the step-wise counts;
+    ``sample_concurrency`` rows are scored at once."""
     lines: list[str] = []
     counts = {"scored": 0, "skipped": 0, "failed": 0}
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
+    for start in range(0, len(rows), sample_concurrency):
+        batch = rows[start : start + sample_concurrency]
         reward_fn(
             None,
             [r.response for r in batch],

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.options import SettingsFlags, renamed, with_settings
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
@@ -92,7 +92,13 @@ def answer_missing(
     getattr(backend, "close", lambda: None)()
 
 
+SampleConcurrencyOption = Annotated[
+    int, typer.Option(min=1, help="Rollouts scored at once (as the GRPO key reward.sample_concurrency).")
+]
+
+
 @with_settings()
+@renamed("sample_concurrency", SampleConcurrencyOption, 64, "--batch-size", int)
 def reward(
     settings: SettingsFlags,
     input: RewardInputOption,
@@ -100,7 +106,7 @@ def reward(
     judge: Annotated[str, typer.Option("--judge", help="VLM backend spec of the judge.")],
     out: Annotated[Path, typer.Option(help="Output JSONL: each input line plus overall and its components.")],
     critic: CriticSpecOption = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Rollouts scored concurrently.")] = 64,
+    sample_concurrency: int = 64,
     deadline: Annotated[float, typer.Option(help="Seconds per sample before it scores 0.5/0.5.")] = 70.0,
     max_new_tokens: RewardJudgeTokensOption = None,
 ) -> None:
@@ -119,7 +125,7 @@ def reward(
     if not rows:
         console.print(escape(f"error: {input} holds no rollouts; nothing to score."))
         raise typer.Exit(1)
-    answer_missing(rows, critic, cfg, input.parent, batch_size)
+    answer_missing(rows, critic, cfg, input.parent, sample_concurrency)
     with LoadingDisplay(console, f"loading the generator {generator} and the judge {judge}"):
         scorer = StepwiseScorer(
             load_image_backend(generator, BackendOptions.from_config(cfg)),
@@ -131,7 +137,7 @@ def reward(
     with progress:
         task = progress.add_task("score", total=len(rows))
         lines, counts = score_rows(
-            CriticReward(scorer), rows, batch_size, lambda n: progress.advance(task, n)
+            CriticReward(scorer), rows, sample_concurrency, lambda n: progress.advance(task, n)
         )
     judged, failed = counts["scored"] + counts["failed"], counts["failed"]
     scorer.close()

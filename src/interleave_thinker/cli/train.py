@@ -105,7 +105,7 @@ CONFIG_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 CONFIG_FLAGS_HELP = (
     "Any config key is also a flag, as in TRL: --learning_rate 1e-5 or --max_steps=20 is "
     "--set training.learning_rate=1e-5 or --set training.max_steps=20 (a key's last part names it when no "
-    "other key ends so; keys in docs/training.md)."
+    "other key ends so; keys in docs/training-config.md)."
 )
 
 

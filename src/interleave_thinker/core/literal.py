@@ -204,16 +204,8 @@ class _Reader:
                 self.cut.add(id(items))
                 return items
             items.append(item)
-            char = self.peek()
-            self.pos += 1
-            if char == "]":
+            if self.closes(items, "]", "a list item"):
                 return items
-            if char == "":
-                self.cut.add(id(items))
-                return items
-            if char != ",":
-                self.pos -= 1
-                raise self.fail(f"expected ',' or ']' after a list item, got {char!r}")
 
     def key(self) -> str | object:
         char = self.peek()
@@ -248,16 +240,23 @@ class _Reader:
             if key in result:
                 raise self.fail(f"the key {str(key)[:40]!r} is given twice")
             result[str(key)] = item
-            char = self.peek()
-            self.pos += 1
-            if char == "}":
+            if self.closes(result, "}", f"the value of {str(key)[:40]!r}"):
                 return result
-            if char == "":
-                self.cut.add(id(result))
-                return result
-            if char != ",":
-                self.pos -= 1
-                raise self.fail(f"expected ',' or '}}' after the value of {str(key)[:40]!r}, got {char!r}")
+
+    def closes(self, container: list[Any] | dict[str, Any], close: str, after: str) -> bool:
+        """After an item of ``container``: True when ``close`` ends it, or the reply ends there (the
+        container is recorded as cut); False after a ``,``; anything else is an error."""
+        char = self.peek()
+        self.pos += 1
+        if char == close:
+            return True
+        if char == "":
+            self.cut.add(id(container))
+            return True
+        if char != ",":
+            self.pos -= 1
+            raise self.fail(f"expected ',' or {close!r} after {after}, got {char!r}")
+        return False
 
 
 def _read_json(text: str, raw: str) -> tuple[Any, int] | None:

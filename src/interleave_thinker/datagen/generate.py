@@ -49,12 +49,10 @@ SETTINGS_KEYS = ("planner", "critic", "generator", "judge", "loop", "generation"
 
 @dataclass
 class GenerateSettings:
-    """How the teacher batch is scheduled (the `batch` command's options) and the judge's reply bound."""
+    """How the teacher batch is scheduled (the scheduler's settings, as every scheduled command's), whether
+    it resumes its folder, and the judge's reply bound."""
 
-    concurrency: int = 16
-    limits: dict[str, int] = field(default_factory=dict)
-    micro_batch: set[str] = field(default_factory=set)
-    retry_failed: bool = True
+    batch: BatchSettings = field(default_factory=BatchSettings)
     resume: bool = True
     judge_max_new_tokens: int = 1024
 
@@ -123,13 +121,7 @@ class TeacherRun:
         self.ledger = UsageLedger.open(self.store.root)
         self.usage = self.ledger.roles
         pipe, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.usage)
-        batch = BatchSettings(
-            concurrency=settings.concurrency,
-            limits=settings.limits,
-            micro_batch=settings.micro_batch,
-            retry_failed=settings.retry_failed,
-        )
-        self.runner = BatchRunner(pipe, self.store, batch)
+        self.runner = BatchRunner(pipe, self.store, settings.batch)
         self.outcome: BatchOutcome | None = None
 
     def pending(self) -> int:

@@ -1,6 +1,6 @@
 """`data prompts`: a taxonomy and a teacher model in, a balanced, de-duplicated batch input out.
 
-1. Each sub-category is one job (``concurrency`` jobs at once): a lexicon call, then prompt batches
+1. Each sub-category is one job (``subcategory_concurrency`` jobs at once): a lexicon call, then prompt batches
    until ``per_subcategory`` distinct prompts are in hand or :data:`EXTRA_BATCHES` spare batches are
    spent. Every call is kept on disk (:mod:`~interleave_thinker.datagen.prompts_store`) and reused on
    a rerun, so a killed run continues without asking again for work already done. The tokens a reply
@@ -66,7 +66,7 @@ class PromptSettings:
 
     per_subcategory: int = 40
     seed: int = 0
-    concurrency: int = 8
+    subcategory_concurrency: int = 8
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(3, 0.8, 1.0))
     """Teacher calls per turn; sampling temperature of the first call and of the retries."""
     max_new_tokens: int = 4096
@@ -224,7 +224,7 @@ def write_prompts(
     job = TeacherJob(teacher, work_dir, settings)
     pairs = taxonomy.pairs()
     results: dict[int, SubResult] = {}
-    pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="data-prompts")
+    pool = ThreadPoolExecutor(max_workers=settings.subcategory_concurrency, thread_name_prefix="data-prompts")
     try:
         futures = {pool.submit(job.run, domain, sub): i for i, (domain, sub) in enumerate(pairs)}
         for future in as_completed(futures):

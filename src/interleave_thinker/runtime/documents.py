@@ -20,7 +20,7 @@ TEMPLATES_DIR = "templates"
 
 TINY_PLAN = (
     "This plan comes from the tiny preset's planner, a stand-in trained only to write the plan format, "
-    'so its steps need not be about the request (docs/training.md, "Format-trained tiny models").'
+    'so its steps need not be about the request (docs/notes/training.md, "Format-trained tiny models").'
 )
 """The one line beside a tiny planner's plan: the first thing a newcomer asks is why the cat became a moon."""
 

@@ -107,6 +107,14 @@ def last_checkpoint(output_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
+def resume_checkpoint(output_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint ``--resume`` continues (None without ``--resume``); none to continue is an error."""
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    if resume and checkpoint is None:
+        raise ConfigError(f"--resume: no checkpoint-N folder in {output_dir}; train without --resume first.")
+    return checkpoint
+
+
 def checkpoint_step(checkpoint: Path | None) -> int:
     """The step a run resumed from ``checkpoint-N`` starts at (0 without one): what the summary counts from."""
     return int(checkpoint.name.rpartition("-")[2]) if checkpoint is not None else 0
@@ -132,8 +140,26 @@ def finished_at(output_dir: Path, max_steps: int, num_train_epochs: float) -> in
     return step if done else None
 
 
-def trl_common_args(checkpointing: bool) -> dict[str, Any]:
-    """TrainingArguments both trainers set the same way, under transformers' current names.
+SHARED_TRAINING_KEYS = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "weight_decay",
+    "lr_scheduler_type",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "bf16",
+    "save_steps",
+    "logging_steps",
+    "seed",
+    "use_cpu",
+)
+"""``training.*`` keys SFT and GRPO both have, passed to TRL under the same name."""
+
+
+def trl_common_args(training: Any, output_dir: Path) -> dict[str, Any]:
+    """TrainingArguments both trainers set the same way from their ``training`` section, under
+    transformers' current names.
 
     ``activation_checkpointing`` is what ``training.gradient_checkpointing`` means since transformers 5
     (the old name is a deprecated alias that warned on every run, since TRL defaults it to True).
@@ -141,7 +167,23 @@ def trl_common_args(checkpointing: bool) -> dict[str, Any]:
     to ``error`` to keep the libraries quiet: the progress bar with its ETA stays. Both can still be
     overridden under ``trl:``.
     """
-    return {"activation_checkpointing": checkpointing, "disable_tqdm": False}
+    return {
+        "output_dir": str(output_dir),
+        **{key: getattr(training, key) for key in SHARED_TRAINING_KEYS},
+        "activation_checkpointing": training.gradient_checkpointing,
+        "disable_tqdm": False,
+        "report_to": report_targets(training.report_to),
+    }
+
+
+def check_trl_keys(trl: dict[str, Any], known: set[str], config_class: str) -> None:
+    """The ``trl:`` extras of a training config must be fields of TRL's ``config_class``."""
+    unknown = sorted(set(trl) - known)
+    if unknown:
+        raise ConfigError(
+            f"Unknown trl.{config_class} key(s) under 'trl': {', '.join(unknown)} "
+            f"(the keys under 'trl' must be {config_class} field names)."
+        )
 
 
 def training_callbacks(

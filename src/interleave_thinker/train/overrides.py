@@ -113,7 +113,7 @@ def unknown_key_message(key: str, known: list[str]) -> str:
     for leaf in difflib.get_close_matches(key.rsplit(".", 1)[-1], by_leaf, n=3, cutoff=0.75):
         close += [full for full in by_leaf[leaf] if full not in close]
     hint = f" Did you mean {', '.join(close[:3])}?" if close else ""
-    return f"--set {key[:80]}: unknown config key.{hint} The keys are listed in docs/training.md."
+    return f"--set {key[:80]}: unknown config key.{hint} The keys are listed in docs/training-config.md."
 
 
 def apply_sets(data: dict[str, Any], sets: Sequence[tuple[str, Any]]) -> dict[str, Any]:

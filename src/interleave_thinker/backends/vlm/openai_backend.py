@@ -120,16 +120,12 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
         ``completion_tokens``; empty when it sent none): what `data generate` counts and prices."""
         return dict(getattr(self._usage, "value", {}))
 
-    def chat_batch(
-        self,
-        conversations: list[list[Message]],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
+    def _chat_many(
+        self, conversations: list[list[Message]], max_new_tokens: int, temperature: float | None
     ) -> list[str]:
         """Concurrent calls (up to ``concurrency``): the server batches them, so a batch is not a loop."""
         if len(conversations) <= 1:
-            return super().chat_batch(conversations, max_new_tokens=max_new_tokens, temperature=temperature)
+            return super()._chat_many(conversations, max_new_tokens, temperature)
         self._resolve_model()
         workers = min(self.concurrency, len(conversations))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-chat") as executor:

@@ -75,12 +75,8 @@ class TransformersVLMBackend(VLMBatchMixin):
     ) -> str:
         return self._generate([messages], max_new_tokens, temperature, seed)[0]
 
-    def chat_batch(
-        self,
-        conversations: list[list[Message]],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
+    def _chat_many(
+        self, conversations: list[list[Message]], max_new_tokens: int, temperature: float | None
     ) -> list[str]:
         """One ``generate`` over several conversations, left-padded so every reply starts at the same column."""
         return self._generate(conversations, max_new_tokens, temperature, None)

@@ -1,7 +1,7 @@
 """The typed GRPO configuration. Defaults follow the release's critic GRPO settings (EasyR1) where they
 do not slow the tiny runs: 8 rollouts per prompt, temperature 1.0, top_p 1.0, lr 2e-6, responses up
 to 4096 tokens, grad clip 1.0, bf16. The release's whole recipe (rollout and update geometry, weight
-decay, constant schedule, no KL term) is ``configs/grpo_critic.yaml``; docs/training.md tabulates each
+decay, constant schedule, no KL term) is ``configs/grpo_critic.yaml``; docs/notes/release-settings.md tabulates each
 value with its line in the release.
 
 ``global_batch_size`` and ``advantage_clip`` are our two extensions of TRL's options: an update batch

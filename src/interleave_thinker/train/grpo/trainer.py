@@ -20,11 +20,11 @@ from typing import Any
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
     Phase,
+    check_trl_keys,
     checkpoint_step,
-    last_checkpoint,
     load_policy,
     no_phase,
-    report_targets,
+    resume_checkpoint,
     training_callbacks,
     trl_common_args,
     trl_trainer,
@@ -206,30 +206,17 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
     from trl import GRPOConfig
 
     t = config.training
+    check_trl_keys(config.trl, set(inspect.signature(GRPOConfig).parameters), "GRPOConfig")
     args: dict[str, Any] = {
-        "output_dir": str(output_dir),
-        "learning_rate": t.learning_rate,
+        **trl_common_args(t, output_dir),
         "num_generations": t.num_generations,
         "temperature": t.temperature,
         "top_p": t.top_p,
         "beta": t.beta,
         "max_completion_length": t.max_completion_length,
-        "per_device_train_batch_size": t.per_device_train_batch_size,
-        "gradient_accumulation_steps": t.gradient_accumulation_steps,
-        "max_steps": t.max_steps,
-        "num_train_epochs": t.num_train_epochs,
         "max_grad_norm": t.max_grad_norm,
-        "bf16": t.bf16,
-        **trl_common_args(t.gradient_checkpointing),
-        "save_steps": t.save_steps,
-        "logging_steps": t.logging_steps,
-        "seed": t.seed,
-        "report_to": report_targets(t.report_to),
-        "use_cpu": t.use_cpu,
         "use_vllm": t.use_vllm,
         "reward_weights": weights,
-        "weight_decay": t.weight_decay,
-        "lr_scheduler_type": t.lr_scheduler_type,
         "generation_batch_size": t.generation_batch_size or t.global_batch_size,
         "num_generations_eval": t.num_generations_eval,
         "per_device_eval_batch_size": t.per_device_eval_batch_size or t.per_device_train_batch_size,
@@ -241,10 +228,6 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
         args["vllm_mode"] = "server"
         if t.vllm_server_base_url:
             args["vllm_server_base_url"] = t.vllm_server_base_url
-    known = set(inspect.signature(GRPOConfig).parameters)
-    unknown = sorted(set(config.trl) - known)
-    if unknown:
-        raise ConfigError(f"trl: unknown GRPOConfig field(s): {', '.join(unknown)}.")
     built = GRPOConfig(**(args | config.trl))
     if t.global_batch_size is not None:
         built.gradient_accumulation_steps = accumulation_for(
@@ -315,9 +298,7 @@ def run_grpo(
     config: GRPORunConfig, role: Role | None = None, *, resume: bool = False, phase: Phase = no_phase
 ) -> GRPOResult:
     trainer, closers = build_grpo_trainer(config, role, phase=phase)
-    checkpoint = last_checkpoint(config.output_dir) if resume else None
-    if resume and checkpoint is None:
-        raise ConfigError(f"--resume: no checkpoint-N folder in {config.output_dir}.")
+    checkpoint = resume_checkpoint(config.output_dir, resume)
     try:
         with warnings.catch_warnings():
             # TRL 1.16 reads transformers 5's deprecated `model.is_gradient_checkpointing` around every

@@ -4,7 +4,7 @@ Defaults are the release's cold-start settings (LLaMA-Factory, Qwen3-VL-8B-Instr
 with vision tower and projector frozen, cutoff 16384 tokens, lr 2e-5, 3 epochs (the planner's; the
 critic's is 2), cosine schedule, warmup ratio 0.1, bf16, 2 samples per device, ``image_max_pixels``
 1048576, loss on assistant tokens only. Weight decay defaults to TRL's 0 so the tiny models' builds
-stay as they were; the release's 1e-6 is in ``configs/sft_*.yaml`` (docs/training.md lists each
+stay as they were; the release's 1e-6 is in ``configs/sft_*.yaml`` (docs/notes/release-settings.md lists each
 value with its line in the release). ``trl:`` passes any further ``trl.SFTConfig`` field through,
 checked by name.
 """

@@ -16,11 +16,11 @@ from typing import Any
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
     Phase,
+    check_trl_keys,
     checkpoint_step,
-    last_checkpoint,
     load_policy,
     no_phase,
-    report_targets,
+    resume_checkpoint,
     training_callbacks,
     trl_common_args,
     trl_trainer,
@@ -79,7 +79,7 @@ def _make_data_hint(path: Path) -> str:
         return ""
     return (
         f" Make it with: interleave-thinker data synth --role {role} --n 64 --out {path.parent}"
-        f" (synthetic, for the tiny configs), or interleave-thinker data build --from RUNS --out {path.parent}."
+        f" (synthetic, for the tiny configs), or interleave-thinker data build --input RUNS --out {path.parent}."
     )
 
 
@@ -115,32 +115,15 @@ def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate
     from trl import SFTConfig
 
     t = config.training
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    unknown = sorted(set(config.trl) - known)
-    if unknown:
-        raise ConfigError(f"Unknown trl.SFTConfig key(s) under 'trl': {', '.join(unknown)}.")
+    check_trl_keys(config.trl, {f.name for f in dataclasses.fields(SFTConfig)}, "SFTConfig")
     args: dict[str, Any] = {
-        "output_dir": str(output_dir),
-        "learning_rate": t.learning_rate,
-        "num_train_epochs": t.num_train_epochs,
-        "max_steps": t.max_steps,
-        "weight_decay": t.weight_decay,
-        "lr_scheduler_type": t.lr_scheduler_type,
+        **trl_common_args(t, output_dir),
         "warmup_steps": t.warmup_ratio,  # a float below 1 is a ratio of the total steps
-        "per_device_train_batch_size": t.per_device_train_batch_size,
-        "gradient_accumulation_steps": t.gradient_accumulation_steps,
         "max_length": t.max_length,
-        "bf16": t.bf16,
-        **trl_common_args(t.gradient_checkpointing),
         "assistant_only_loss": t.assistant_only_loss,
         "padding_free": t.padding_free,
         "save_strategy": "steps",
-        "save_steps": t.save_steps,
         "save_total_limit": t.save_total_limit,
-        "logging_steps": t.logging_steps,
-        "seed": t.seed,
-        "report_to": report_targets(t.report_to),
-        "use_cpu": t.use_cpu,
         "deepspeed": str(t.deepspeed) if t.deepspeed else None,
         "dataloader_num_workers": t.dataloader_num_workers,
         "remove_unused_columns": not vision,
@@ -212,13 +195,7 @@ def run_sft(
     """Train, save the final model (and processor) into ``output_dir``, and report what happened."""
     if output_dir is not None:
         config = config.model_copy(update={"output_dir": output_dir})
-    checkpoint = None
-    if resume:
-        checkpoint = last_checkpoint(config.output_dir)
-        if checkpoint is None:
-            raise ConfigError(
-                f"--resume: no checkpoint-N folder in {config.output_dir}; train without --resume first."
-            )
+    checkpoint = resume_checkpoint(config.output_dir, resume)
     trainer = build_trainer(config, role, callbacks, phase)
     # 4. Train.
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
