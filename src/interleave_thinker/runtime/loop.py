@@ -303,15 +303,7 @@ class StepLoop:
             turn=turn,
             references=[ref for ref, _ in references],
         )
-        attempt.critic_called = True
-        attempt.critic_raw = result.raw_replies
-        attempt.critic_seeds = result.seeds
-        attempt.verdict = result.verdict
-        attempt.durations.critic_s = round(result.duration_s, 4)
-        if result.verdict is None:
-            attempt.critic_error = "; ".join(result.errors) or "the critic gave no reply"
-        else:
-            attempt.accepted = result.verdict.success
+        result.record(attempt)
 
 
 def _scores(judge: Judge, before: Image.Image, image: Image.Image, planned: str) -> AttemptScores:

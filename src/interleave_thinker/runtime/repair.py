@@ -219,15 +219,7 @@ def _judge(
     result = loop.critic.review(
         before=before, after=image, original_instruction=planned, rewritten_prompt=attempt.prompt, turn=turn
     )
-    attempt.critic_called = True
-    attempt.critic_raw = result.raw_replies
-    attempt.critic_seeds = result.seeds
-    attempt.verdict = result.verdict
-    attempt.durations.critic_s = round(result.duration_s, 4)
-    if result.verdict is None:
-        attempt.critic_error = "; ".join(result.errors) or "the critic gave no reply"
-    else:
-        attempt.accepted = result.verdict.success
+    result.record(attempt)
 
 
 def shown_steps(trace: Trace) -> list[StepRecord]:
