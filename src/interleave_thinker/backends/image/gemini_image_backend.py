@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 
 from interleave_thinker.backends._images import fit_to_size
-from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
+from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import check_request, wire_images
@@ -219,14 +219,7 @@ class GeminiImageBackend(PooledImageBackend):
                 f"{self.name}: the returned image has {len(data)} bytes, over the limit of {limit} "
                 f"(remote.max_reply_mb = {limit / 2**20:g}); raise remote.max_reply_mb."
             )
-        try:
-            return decode_image(data, max_pixels=self.retry.max_image_pixels)
-        except ImageTooLarge as exc:
-            raise BackendError(f"{self.name}: the returned {mime_type or 'image'}: {exc}.") from None
-        except ValueError as exc:
-            raise BackendError(
-                f"{self.name}: the returned {mime_type or 'image'} cannot be decoded."
-            ) from exc
+        return self.reply_image(data, f"the returned {mime_type or 'image'}")
 
     def close(self) -> None:
         """Close the SDK client when we created it (an injected client belongs to the caller)."""
