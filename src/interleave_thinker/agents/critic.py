@@ -20,12 +20,12 @@ from PIL import Image
 
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.messages import Message, fill, image_part, text_part, user_turn
-from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.agents.reply import answer_dict, check_text, read_reply, show, write_reply
 from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
-from interleave_thinker.core.types import Verdict
+from interleave_thinker.core.types import Attempt, Verdict
 
 TEMPLATE = "critic"
 REFERENCES_TEMPLATE = "references/critic"
@@ -69,11 +69,7 @@ def critic_messages(
 def parse_verdict(reply: str) -> Verdict:
     """Parse a critic reply; valid only with a bool ``previous_step_success`` and a str ``refine_prompt``."""
     read = read_reply(reply)
-    value = read.answer
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if not isinstance(value, dict):
-        raise ParseError(f"the answer is a {type(value).__name__}, not a dict", raw=read.text)
+    value = answer_dict(read)
     success = value.get("previous_step_success")
     if not isinstance(success, bool):
         raise ParseError(f"'previous_step_success' must be True or False, got {show(success)}", raw=read.text)
@@ -103,6 +99,19 @@ class CriticResult:
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     seeds: list[int] = field(default_factory=list)
+
+    def record(self, attempt: Attempt) -> None:
+        """Write this review onto ``attempt`` (the loop's attempts and the repair calls alike); no verdict
+        leaves it not accepted, with the errors."""
+        attempt.critic_called = True
+        attempt.critic_raw = self.raw_replies
+        attempt.critic_seeds = self.seeds
+        attempt.verdict = self.verdict
+        attempt.durations.critic_s = round(self.duration_s, 4)
+        if self.verdict is None:
+            attempt.critic_error = "; ".join(self.errors) or "the critic gave no reply"
+        else:
+            attempt.accepted = self.verdict.success
 
 
 class Critic(Agent):

@@ -16,7 +16,7 @@ from PIL import Image
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.loop_templates import loop_template
 from interleave_thinker.agents.messages import Message, fill, image_part, text_part, user_turn
-from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.agents.reply import answer_dict, check_text, read_reply, show, write_reply
 from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.sanitize import clean_text
@@ -52,11 +52,7 @@ class Ranking:
 def parse_ranking(reply: str, count: int) -> Ranking:
     """The ranking of ``count`` shown attempts; :class:`ParseError` for anything else."""
     read = read_reply(reply)
-    value = read.answer
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if not isinstance(value, dict):
-        raise ParseError(f"the answer is a {type(value).__name__}, not a dict", raw=read.text)
+    value = answer_dict(read)
     order = value.get("ranking")
     if not isinstance(order, list) or not order or len(order) > count:
         raise ParseError(

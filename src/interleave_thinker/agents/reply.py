@@ -140,6 +140,17 @@ def read_reply(reply: str) -> Reply:
     return Reply(text, answer, extract_think(text, folded))
 
 
+def answer_dict(reply: Reply) -> dict[Any, Any]:
+    """The answer of a reply that must hold one dict (a one-item list around it is unwrapped, as the
+    models sometimes write it); :class:`ParseError` for anything else (critic and ranking)."""
+    value = reply.answer
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, dict):
+        raise ParseError(f"the answer is a {type(value).__name__}, not a dict", raw=reply.text)
+    return value
+
+
 # -- writing ------------------------------------------------------------------------------------------
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "<": "\\x3c"}

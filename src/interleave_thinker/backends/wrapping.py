@@ -4,14 +4,15 @@ Why: the batch runtime reads :class:`~interleave_thinker.backends.protocols.Serv
 members off whatever it wraps. Four wrapper families used to forward them by hand, and the one that
 forgot (the meters of `data generate`) kept the transport at 8 slots under ``--per-backend-limit``,
 ran served calls on threads, and hid a pool file's ``slots=``. Here they are forwarded once, explicitly
-(no ``__getattr__``: a member the protocol does not name is not passed through by accident).
+(no ``__getattr__``: a member the protocol does not name is not passed through by accident). A chat
+wrapper's call to what it wraps is written once too (:class:`VLMWrapper`), with the seed rule.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from interleave_thinker.backends.protocols import Closeable
+from interleave_thinker.backends.protocols import Closeable, Message, VLMBatchMixin, seed_kwargs
 from interleave_thinker.backends.references import reference_cap
 
 
@@ -55,3 +56,22 @@ class Wrapper(Closeable):
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()
+
+
+class VLMWrapper(Wrapper, VLMBatchMixin):
+    """A wrapper of a chat backend (meters, limiters, the page's reporters): what it does around a call
+    is its own; the call itself is :meth:`forward_chat`."""
+
+    def forward_chat(
+        self, messages: list[Message], max_new_tokens: int, temperature: float | None, seed: int | None
+    ) -> str:
+        """The wrapped backend's reply; the seed is passed only to a backend that takes one
+        (:func:`~interleave_thinker.backends.protocols.seed_kwargs`)."""
+        return str(
+            self.inner.chat(
+                messages,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                **seed_kwargs(self.inner, seed),
+            )
+        )

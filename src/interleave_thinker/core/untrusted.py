@@ -128,6 +128,27 @@ def load_json(data: bytes | str) -> Any:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
+def rows_by_id(path: Path) -> dict[str, dict[str, Any]]:
+    """The JSON-object lines of a JSONL file that carry an ``id``, keyed by it as text (a later line of
+    an id replaces an earlier one); empty when the file is absent.
+
+    Why one reader: the files it reads (a batch's journal, a scoring run's scores) are appended a line at
+    a time, so a killed run can leave a torn last line; such a line, or any that is not a JSON object
+    (nested at most :data:`MAX_JSON_DEPTH` levels), is skipped.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = load_json(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("id") is not None:
+            rows[str(row["id"])] = row
+    return rows
+
+
 def check_image(
     path: Path, limits: ImageLimits = ImageLimits(), *, what: str = "image", verify: bool = True
 ) -> tuple[int, int]:

@@ -23,10 +23,8 @@ from interleave_thinker.backends.protocols import (
     ImageRequest,
     Message,
     VLMBackend,
-    VLMBatchMixin,
-    seed_kwargs,
 )
-from interleave_thinker.backends.wrapping import Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
 ROLES = ("planner", "critic", "judge", "generator")
@@ -83,7 +81,7 @@ def reply_tokens(backend: object) -> dict[str, int]:
     }
 
 
-class MeteredVLM(Wrapper, VLMBatchMixin):
+class MeteredVLM(VLMWrapper):
     """A chat backend whose every call is counted into ``usage`` (failed calls too: the server saw them);
     the served members pass through (:class:`Wrapper`), so a batch limits the server, not the meter."""
 
@@ -101,12 +99,7 @@ class MeteredVLM(Wrapper, VLMBatchMixin):
     ) -> str:
         self.usage.add(calls=1, images_in=_images_in(messages))
         try:
-            return self.inner.chat(
-                messages,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                **seed_kwargs(self.inner, seed),
-            )
+            return self.forward_chat(messages, max_new_tokens, temperature, seed)
         finally:
             tokens = reply_tokens(self.inner)
             if any(tokens.values()):

@@ -23,6 +23,7 @@ from interleave_thinker.core.config import LoopOptions
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.run_folder import MANIFEST
 from interleave_thinker.core.sanitize import clean_text
+from interleave_thinker.core.untrusted import rows_by_id
 from interleave_thinker.eval import benchmarks
 from interleave_thinker.eval.benchmark import ReportRules
 from interleave_thinker.eval.layouts import Layout
@@ -136,20 +137,6 @@ def _scoring_folder(path: Path) -> Path:
     )
 
 
-def _rows(path: Path) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = cleaned(json.loads(line))
-        except (ValueError, RecursionError):
-            continue  # a torn last line of a killed scoring run
-        if isinstance(row, dict) and row.get("id") is not None:
-            rows[str(row["id"])] = row
-    return rows
-
-
 def _outputs(folder: Path, summary: dict[str, Any]) -> Path | None:
     """The generation outputs the summary names (relative to the working directory, else to the folder)."""
     value = summary.get("outputs")
@@ -167,7 +154,7 @@ def load_run(path: Path) -> Run:
     summary = _read_json(folder / SUMMARY)
     if not isinstance(summary, dict):
         raise InputError(f"{folder / SUMMARY}: must hold a JSON object.")
-    run = Run(folder, summary, _rows(folder / SCORES), _outputs(folder, summary))
+    run = Run(folder, summary, cleaned(rows_by_id(folder / SCORES)), _outputs(folder, summary))
     generation = run.generation_folder
     if generation is not None and (generation / GENERATION).is_file():
         run.generation = _read_json(generation / GENERATION)

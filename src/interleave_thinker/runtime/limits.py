@@ -38,10 +38,8 @@ from interleave_thinker.backends.protocols import (
     ImageRequest,
     Message,
     VLMBackend,
-    VLMBatchMixin,
-    seed_kwargs,
 )
-from interleave_thinker.backends.wrapping import Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
 from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
 
@@ -206,7 +204,7 @@ class _Limited(Wrapper):
         super().close()
 
 
-class LimitedVLM(_Limited, VLMBatchMixin):
+class LimitedVLM(_Limited, VLMWrapper):
     def __init__(
         self, inner: VLMBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
     ):
@@ -222,16 +220,7 @@ class LimitedVLM(_Limited, VLMBatchMixin):
     ) -> str:
         if self._batcher is not None and temperature == 0:
             return str(self._batcher.submit(max_new_tokens, messages))
-        return str(
-            self._call(
-                lambda: self.inner.chat(
-                    messages,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    **seed_kwargs(self.inner, seed),
-                )
-            )
-        )
+        return str(self._call(lambda: self.forward_chat(messages, max_new_tokens, temperature, seed)))
 
     def _run_batch(self, key: Any, payloads: list[Any]) -> list[Any]:
         """Greedy calls with equal ``max_new_tokens`` (the key) share a batch; left-padded greedy replies

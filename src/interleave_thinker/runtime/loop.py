@@ -13,7 +13,6 @@ every attempt, a budget of generator calls per request instead of a limit per st
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 from PIL import Image
@@ -24,19 +23,19 @@ from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.planner import Planner, single_step_plan
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.agents.seeds import Turn
-from interleave_thinker.backends.protocols import ImageBackend, ImageRequest, VLMBackend
+from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.backends.references import reference_cap
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
-from interleave_thinker.core.errors import InterleaveThinkerError, PlanningError
+from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.types import (
     WHITE_CANVAS,
     Attempt,
     AttemptScores,
-    Durations,
     PlanStep,
     StepRecord,
     Trace,
 )
+from interleave_thinker.runtime.attempt_image import generate_attempt
 from interleave_thinker.runtime.candidates import keep_first_accepted, next_prompt, run_round
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
@@ -245,7 +244,13 @@ class StepLoop:
             references=[name for _, name in references],
         )
         self.observer.on_attempt_start(index, attempt_index, prompt)
-        image = self._generate(attempt, latest, references)
+        image = generate_attempt(
+            self.generator,
+            self.generation,
+            attempt,
+            latest[0] if latest else None,
+            tuple(ref for ref, _ in references),
+        )
         if image is None:
             return attempt
         attempt.image_file = recorder.add_image(f"step{index:02d}_attempt{attempt_index}.png", image)
@@ -259,29 +264,6 @@ class StepLoop:
         if self.judge is not None:
             attempt.scores = _scores(self.judge, before, image, planned)
         return attempt
-
-    def _generate(
-        self, attempt: Attempt, latest: tuple[Image.Image, str] | None, references: list[Named]
-    ) -> Image.Image | None:
-        """The attempt's image, or None with the generation error recorded; the time goes in its durations."""
-        start = time.perf_counter()
-        try:
-            request = ImageRequest(
-                attempt.prompt,
-                image=latest[0] if latest else None,
-                width=self.generation.width,
-                height=self.generation.height,
-                seed=attempt.seed,
-                steps=self.generation.steps,
-                guidance=self.generation.guidance,
-                references=tuple(image for image, _ in references),
-            )
-            return self.generator.generate(request)
-        except InterleaveThinkerError as exc:
-            attempt.generation_error = str(exc)
-            return None
-        finally:
-            attempt.durations = Durations(generate_s=round(time.perf_counter() - start, 4))
 
     def _review(
         self,
@@ -303,15 +285,7 @@ class StepLoop:
             turn=turn,
             references=[ref for ref, _ in references],
         )
-        attempt.critic_called = True
-        attempt.critic_raw = result.raw_replies
-        attempt.critic_seeds = result.seeds
-        attempt.verdict = result.verdict
-        attempt.durations.critic_s = round(result.duration_s, 4)
-        if result.verdict is None:
-            attempt.critic_error = "; ".join(result.errors) or "the critic gave no reply"
-        else:
-            attempt.accepted = result.verdict.success
+        result.record(attempt)
 
 
 def _scores(judge: Judge, before: Image.Image, image: Image.Image, planned: str) -> AttemptScores:

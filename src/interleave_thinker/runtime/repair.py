@@ -24,7 +24,6 @@ most the step repair in flight; a rerun keeps the review and the finished repair
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
 from PIL import Image
@@ -34,19 +33,18 @@ from interleave_thinker.agents.loop_templates import loop_template_digest
 from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.seeds import Turn, call_seed
 from interleave_thinker.agents.sequence_review import TEMPLATE, SequenceReviewer, ShownStep
-from interleave_thinker.backends.protocols import ImageBackend, ImageRequest, VLMBackend
+from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
-from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import (
     WHITE_CANVAS,
     Attempt,
-    Durations,
     Flag,
     RepairRecord,
     StepRecord,
     StepRepair,
     Trace,
 )
+from interleave_thinker.runtime.attempt_image import generate_attempt
 from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.used_backends import backend_description
 
@@ -146,7 +144,7 @@ def repair_step(loop: StepLoop, recorder: RunRecorder, flag: Flag, left: int) ->
             step_number=flag.step, attempt=k, prompt=prompt, seed=seed, before_image=before_name
         )
         repair.attempts.append(attempt)
-        image = _generate(loop, attempt, before, references)
+        image = generate_attempt(loop.generator, loop.generation, attempt, before, references)
         if image is None:
             continue
         attempt.image_file = recorder.add_image(f"step{flag.step:02d}_repair{k}.png", image)
@@ -187,31 +185,6 @@ def _shown_name(trace: Trace, name: str) -> str:
     return repaired.get(name, name)
 
 
-def _generate(
-    loop: StepLoop, attempt: Attempt, before: Image.Image | None, references: tuple[Image.Image, ...]
-) -> Image.Image | None:
-    """The repair call's image, or None with the generation error recorded."""
-    start = time.perf_counter()
-    generation = loop.generation
-    try:
-        request = ImageRequest(
-            attempt.prompt,
-            image=before,
-            width=generation.width,
-            height=generation.height,
-            seed=attempt.seed,
-            steps=generation.steps,
-            guidance=generation.guidance,
-            references=references,
-        )
-        return loop.generator.generate(request)
-    except InterleaveThinkerError as exc:
-        attempt.generation_error = str(exc)
-        return None
-    finally:
-        attempt.durations = Durations(generate_s=round(time.perf_counter() - start, 4))
-
-
 def _judge(
     loop: StepLoop, attempt: Attempt, before: Image.Image, image: Image.Image, planned: str, turn: Turn
 ) -> None:
@@ -219,15 +192,7 @@ def _judge(
     result = loop.critic.review(
         before=before, after=image, original_instruction=planned, rewritten_prompt=attempt.prompt, turn=turn
     )
-    attempt.critic_called = True
-    attempt.critic_raw = result.raw_replies
-    attempt.critic_seeds = result.seeds
-    attempt.verdict = result.verdict
-    attempt.durations.critic_s = round(result.duration_s, 4)
-    if result.verdict is None:
-        attempt.critic_error = "; ".join(result.errors) or "the critic gave no reply"
-    else:
-        attempt.accepted = result.verdict.success
+    result.record(attempt)
 
 
 def shown_steps(trace: Trace) -> list[StepRecord]:

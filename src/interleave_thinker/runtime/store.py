@@ -24,6 +24,7 @@ from interleave_thinker.core.paths import check_folder, confine, write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR, JOURNAL, MANIFEST, REQUESTS, TRACE_FILE, read_trace
 from interleave_thinker.core.run_folder import request_dir as batch_request_dir
 from interleave_thinker.core.types import Request, Trace
+from interleave_thinker.core.untrusted import rows_by_id
 from interleave_thinker.runtime.failures import clean_text, one_line
 from interleave_thinker.runtime.file_writes import off_loop
 from interleave_thinker.runtime.resume import merged_manifest
@@ -75,7 +76,7 @@ class RunStore:
         adds to it from a writer thread)."""
         path = self.root / JOURNAL
         if self._journal is None or self._journal[0] != _identity(path):
-            self._journal = (_identity(path), _read_journal(path))
+            self._journal = (_identity(path), rows_by_id(path))
         return self._journal[1]
 
     def finished(self) -> dict[str, str]:
@@ -142,20 +143,6 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _read_journal(path: Path) -> dict[str, dict[str, Any]]:
-    done: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return done
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-            done[entry["id"]] = entry
-    return done
 
 
 def _trace_or_reason(path: Path) -> Trace:

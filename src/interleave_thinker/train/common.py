@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -184,6 +185,16 @@ def check_trl_keys(trl: dict[str, Any], known: set[str], config_class: str) -> N
             f"Unknown trl.{config_class} key(s) under 'trl': {', '.join(unknown)} "
             f"(the keys under 'trl' must be {config_class} field names)."
         )
+
+
+def build_trl_config(
+    config_class: Any, training: Any, output_dir: Path, own: dict[str, Any], trl: dict[str, Any]
+) -> Any:
+    """TRL's ``config_class`` (``SFTConfig``, ``GRPOConfig``) from what both trainers set
+    (:func:`trl_common_args`), then the trainer's ``own`` arguments, then the ``trl:`` extras, which win
+    and must be ``config_class``'s arguments."""
+    check_trl_keys(trl, set(inspect.signature(config_class).parameters), config_class.__name__)
+    return config_class(**({**trl_common_args(training, output_dir), **own} | trl))
 
 
 def training_callbacks(

@@ -19,7 +19,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends import protocols as proto
-from interleave_thinker.backends.wrapping import Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
@@ -121,7 +121,7 @@ class ReportingGenerator(_Reporting, proto.ImageBatchMixin):
         return output
 
 
-class ReportingVLM(_Reporting, proto.VLMBatchMixin):
+class ReportingVLM(_Reporting, VLMWrapper):
     """Forwards to a shared planner/critic; checks Stop before each call and reports critic calls."""
 
     def __init__(self, inner: proto.VLMBackend, sink: EventSink, event: str | None) -> None:
@@ -140,12 +140,7 @@ class ReportingVLM(_Reporting, proto.VLMBatchMixin):
             self.sink.emit(self.event)
         else:
             self.sink.check()
-        return self.inner.chat(
-            messages,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            **proto.seed_kwargs(self.inner, seed),
-        )
+        return self.forward_chat(messages, max_new_tokens, temperature, seed)
 
 
 def run_pipeline(base: Pipeline, config: PipelineConfig) -> tuple[Pipeline, EventSink]:

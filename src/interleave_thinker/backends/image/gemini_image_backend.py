@@ -40,7 +40,6 @@ Behaviour:
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import time
@@ -50,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 
 from interleave_thinker.backends._images import fit_to_size
-from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
+from interleave_thinker.backends.encoding import png_bytes
+from interleave_thinker.backends.gemini_sdk import DEFAULT_KEY_ENVS, gemini_client
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import check_request, wire_images
@@ -69,9 +69,7 @@ ALIASES = {
     "nano-banana-pro": "gemini-3-pro-image",
     "nano-banana-2": "gemini-3.1-flash-image",
 }
-DEFAULT_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 ASPECT_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
-INSTALL_HINT = "pip install 'interleave-thinker[gemini]'"
 
 
 def resolve_model(name: str) -> str:
@@ -149,13 +147,7 @@ class GeminiImageBackend(PooledImageBackend):
         """Read the key (a missing one is a :class:`ConfigError`), then import the SDK (only now: it is
         an optional extra) and build a ``genai.Client``."""
         key = self.api_key(required=True, configured=configured)
-        try:
-            genai = importlib.import_module("google.genai")
-        except ImportError as exc:
-            raise BackendError(
-                f"{self.name}: the Gemini backend needs the google-genai SDK; install it with {INSTALL_HINT}."
-            ) from exc
-        return genai.Client(api_key=key, http_options={"timeout": int(self.retry.timeout * 1000)})
+        return gemini_client(self.name, key, self.retry.timeout)
 
     def generate(self, request: ImageRequest) -> Image.Image:
         """One image; ``steps`` and ``guidance`` are ignored, ``seed`` is passed but not guaranteed."""
@@ -219,14 +211,7 @@ class GeminiImageBackend(PooledImageBackend):
                 f"{self.name}: the returned image has {len(data)} bytes, over the limit of {limit} "
                 f"(remote.max_reply_mb = {limit / 2**20:g}); raise remote.max_reply_mb."
             )
-        try:
-            return decode_image(data, max_pixels=self.retry.max_image_pixels)
-        except ImageTooLarge as exc:
-            raise BackendError(f"{self.name}: the returned {mime_type or 'image'}: {exc}.") from None
-        except ValueError as exc:
-            raise BackendError(
-                f"{self.name}: the returned {mime_type or 'image'} cannot be decoded."
-            ) from exc
+        return self.reply_image(data, f"the returned {mime_type or 'image'}")
 
     def close(self) -> None:
         """Close the SDK client when we created it (an injected client belongs to the caller)."""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import httpx
 from PIL import Image
 
-from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, png_bytes
+from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.image.http_backend import normalize_endpoint, pool_items
 from interleave_thinker.backends.image.omni_errors import advice
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
@@ -203,14 +203,7 @@ class OmniImagesBackend(PooledImageBackend):
                 f"{self.name}: {base}{path} answered without data[0].b64_json (a URL-only reply?); "
                 "this client asks for response_format=b64_json, which the server must support."
             )
-        try:
-            return decode_base64_image(data, max_pixels=self.caller.retry.max_image_pixels)
-        except ImageTooLarge as exc:
-            raise BackendError(f"{self.name}: data[0].b64_json from {base}{path}: {exc}.") from None
-        except ValueError as exc:
-            raise BackendError(
-                f"{self.name}: data[0].b64_json from {base}{path} is not an image: {exc}"
-            ) from exc
+        return self.reply_image(data, f"data[0].b64_json from {base}{path}")
 
 
 class SGLangDiffusionBackend(OmniImagesBackend):

@@ -44,7 +44,7 @@ import httpx
 from PIL import Image
 
 from interleave_thinker.backends._images import fit_to_size
-from interleave_thinker.backends.encoding import ImageTooLarge, decode_image, png_bytes
+from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import WIRE_MAX_REFERENCES, check_request, file_name, wire_images
@@ -236,12 +236,7 @@ class OpenAIImagesBackend(PooledImageBackend):
             raw = fetched.content
         else:
             raise BackendError(f"{self.name}: data[0] from {url} has neither b64_json nor url.")
-        try:
-            return decode_image(raw, max_pixels=self.caller.retry.max_image_pixels)
-        except ImageTooLarge as exc:
-            raise BackendError(f"{self.name}: the image returned by {url}: {exc}.") from None
-        except ValueError as exc:
-            raise BackendError(f"{self.name}: the image returned by {url} cannot be decoded.") from exc
+        return self.reply_image(raw, f"the image returned by {url}")
 
     def _download_request(self, client: httpx.Client, url: str, timeout: float) -> httpx.Request:
         """A GET for an image ``url``; the bearer key goes only to the API's own host, never to storage."""

@@ -1,5 +1,6 @@
 """What every served generator shares on top of :class:`RemoteBackend`: batches run in parallel up to
-the backend's concurrency (the server or the pool batches them), results in order."""
+the backend's concurrency (the server or the pool batches them), results in order; a returned image is
+decoded within the same bounds and named the same way in its errors (:meth:`reply_image`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypedDict
 
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, decode_image
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend
+from interleave_thinker.core.errors import BackendError
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -63,3 +66,15 @@ class PooledImageBackend(RemoteBackend, ImageBatchMixin):
             return [self.generate(r) for r in requests]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as executor:
             return list(executor.map(self.generate, requests))
+
+    def reply_image(self, data: bytes | str, what: str) -> Image.Image:
+        """A returned image (its bytes, or base64 text), decoded within ``remote.max_image_pixels``; one
+        over the bound or not an image is a :class:`BackendError` naming ``what`` (where it came from)."""
+        try:
+            if isinstance(data, str):
+                return decode_base64_image(data, max_pixels=self.caller.retry.max_image_pixels)
+            return decode_image(data, max_pixels=self.caller.retry.max_image_pixels)
+        except ImageTooLarge as exc:
+            raise BackendError(f"{self.name}: {what}: {exc}.") from None
+        except ValueError as exc:
+            raise BackendError(f"{self.name}: {what} is not an image: {exc}") from exc

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_bytes
+from interleave_thinker.backends.gemini_sdk import DEFAULT_KEY_ENVS, gemini_client
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
@@ -30,9 +31,6 @@ from interleave_thinker.core.errors import BackendError, ConfigError
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
-DEFAULT_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
-"""Read in order when ``remote.api_key_env`` is not set (the SDK reads both too)."""
-INSTALL_HINT = "pip install 'interleave-thinker[gemini]'"
 PIXEL_FACTOR = 32
 DEFAULT_MAX_PIXELS = 16384 * 32 * 32
 """Same bound as the openai backend (Qwen3-VL's default ``longest_edge``): keeps request bodies sane."""
@@ -103,11 +101,7 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
         """A real ``google.genai.Client``; the key is checked first (:class:`ConfigError`), then the SDK
         is imported."""
         key = self.api_key(required=True, configured=configured)
-        try:
-            from google import genai  # type: ignore[import-not-found, unused-ignore]
-        except ImportError as exc:
-            raise BackendError(f"The gemini backend needs the google-genai SDK: {INSTALL_HINT}") from exc
-        return genai.Client(api_key=key, http_options={"timeout": int(self.retry.timeout * 1000)})
+        return gemini_client(self.name, key, self.retry.timeout)
 
     def to_gemini_contents(self, messages: list[Message]) -> tuple[list[dict[str, Any]], str | None]:
         """Project messages -> (Gemini ``contents``, system instruction or None)."""

@@ -9,7 +9,6 @@ starting checkpoint, handled by TRL (``beta``).
 
 from __future__ import annotations
 
-import inspect
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -20,13 +19,12 @@ from typing import Any
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
     Phase,
-    check_trl_keys,
+    build_trl_config,
     checkpoint_step,
     load_policy,
     no_phase,
     resume_checkpoint,
     training_callbacks,
-    trl_common_args,
     trl_trainer,
 )
 from interleave_thinker.train.grpo.config import GRPORunConfig, Role
@@ -206,9 +204,7 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
     from trl import GRPOConfig
 
     t = config.training
-    check_trl_keys(config.trl, set(inspect.signature(GRPOConfig).parameters), "GRPOConfig")
     args: dict[str, Any] = {
-        **trl_common_args(t, output_dir),
         "num_generations": t.num_generations,
         "temperature": t.temperature,
         "top_p": t.top_p,
@@ -228,7 +224,7 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
         args["vllm_mode"] = "server"
         if t.vllm_server_base_url:
             args["vllm_server_base_url"] = t.vllm_server_base_url
-    built = GRPOConfig(**(args | config.trl))
+    built = build_trl_config(GRPOConfig, t, output_dir, args, config.trl)
     if t.global_batch_size is not None:
         built.gradient_accumulation_steps = accumulation_for(
             t.global_batch_size, t.per_device_train_batch_size, built.world_size

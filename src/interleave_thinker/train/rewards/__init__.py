@@ -1,12 +1,12 @@
 """Reward functions, plain and TRL-compatible: ``(prompts, completions, **columns) -> list[float]``."""
 
+from interleave_thinker.train.rewards.answers import normalize_response
 from interleave_thinker.train.rewards.critic import (
     CriticReward,
     CriticRewardWeights,
     StepwiseScorer,
     critic_accuracy_reward,
     critic_format_reward,
-    normalize_response,
 )
 from interleave_thinker.train.rewards.planner import (
     planner_format_reward,

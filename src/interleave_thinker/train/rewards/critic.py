@@ -29,17 +29,8 @@ from interleave_thinker.agents.judge import Judge, Judgement, judge_inputs
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.images import is_white_canvas, open_rgb
 from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
-from interleave_thinker.train.rewards.answers import CriticReading, normalize_response, read_critic
+from interleave_thinker.train.rewards.answers import CriticReading, read_critic
 from interleave_thinker.train.rewards.cache import GenerationCache, generation_key
-
-__all__ = [
-    "CriticReward",
-    "CriticRewardWeights",
-    "StepwiseScorer",
-    "critic_accuracy_reward",
-    "critic_format_reward",
-    "normalize_response",
-]
 
 
 def critic_format_reward(prompts: Any, completions: list[Any], **columns: Any) -> list[float]:

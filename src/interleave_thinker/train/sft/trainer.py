@@ -7,7 +7,6 @@ with the processor (and, for LoRA, optionally a merged copy) so the folder loads
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,13 +15,12 @@ from typing import Any
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
     Phase,
-    check_trl_keys,
+    build_trl_config,
     checkpoint_step,
     load_policy,
     no_phase,
     resume_checkpoint,
     training_callbacks,
-    trl_common_args,
     trl_trainer,
 )
 from interleave_thinker.train.data.loaders import load_sft
@@ -115,9 +113,7 @@ def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate
     from trl import SFTConfig
 
     t = config.training
-    check_trl_keys(config.trl, {f.name for f in dataclasses.fields(SFTConfig)}, "SFTConfig")
     args: dict[str, Any] = {
-        **trl_common_args(t, output_dir),
         "warmup_steps": t.warmup_ratio,  # a float below 1 is a ratio of the total steps
         "max_length": t.max_length,
         "assistant_only_loss": t.assistant_only_loss,
@@ -130,7 +126,7 @@ def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate
     }
     if evaluate:
         args |= {"eval_strategy": "steps", "eval_steps": t.save_steps}
-    return SFTConfig(**(args | config.trl))
+    return build_trl_config(SFTConfig, t, output_dir, args, config.trl)
 
 
 def build_trainer(
