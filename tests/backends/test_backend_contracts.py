@@ -47,7 +47,7 @@ from interleave_thinker.testing.doubles.omni import OmniServer, OmniState, scrip
 from interleave_thinker.testing.doubles.openai_images import openai_images_server
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
-from tests.test_config_every_command import rollout
+from tests.helpers.runs import rollout
 
 KEY = "contract-secret-key"
 GEMINI_KEYS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")

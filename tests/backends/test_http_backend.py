@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.server.generator import GeneratorProcess
 from interleave_thinker.testing.doubles.generator import RED, ScriptedEditServer
+from tests.helpers.common import tiny_dir
 
 FAST = RetrySettings(max_retries=3, backoff_base=0.01, backoff_max=0.05, timeout=5.0)
 
@@ -250,9 +250,7 @@ def test_generate_batch_keeps_order_across_the_pool(scripted: ScriptedEditServer
 # --- real services -------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_pool_of_two_services_survives_losing_one() -> None:
-    tiny = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
-        Path.home() / ".cache" / "interleave-thinker" / "tiny"
-    )
+    tiny = tiny_dir()
     env = {"INTERLEAVE_THINKER_TINY_DIR": tiny, "HF_HUB_OFFLINE": "1"}
     services = [GeneratorProcess("tiny:generator", device="cpu", env=env) for _ in range(2)]
     try:

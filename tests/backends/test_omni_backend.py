@@ -27,6 +27,7 @@ from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.server.generator.launcher import free_port
 from interleave_thinker.testing.doubles.omni import OmniServer, OmniState, diffusers_engine, scripted_engine
+from tests.helpers.common import stable_across_backends as stable
 
 KLEIN = "black-forest-labs/FLUX.2-klein-4B"
 QWEN = "Qwen/Qwen-Image-Edit-2511"
@@ -317,17 +318,6 @@ def test_served_pixels_equal_the_local_diffusers_backend(tiny_generator: Any) ->
     assert served[0].tobytes() != served[1].tobytes()  # steps and guidance did reach the pipeline
     (edit,) = [c for c in state.engine_calls if c["image"] is not None]
     assert edit["image"].tobytes() == source.tobytes()
-
-
-VOLATILE = {"created_at", "duration_s", "durations", "backends"}
-
-
-def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
 
 
 def run_tiny(generator: str | None, out: Path, image: Path) -> dict[str, Any]:

@@ -32,16 +32,15 @@ from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.prompt_store import TemplateStore
 from interleave_thinker.server.generator import free_port
 from interleave_thinker.testing.tiny_kind import tiny_vlm_folder
+from tests.helpers.common import stable_across_backends as stable
+from tests.helpers.common import tiny_dir
 
 pytestmark = pytest.mark.slow
 
 PROMPT = "How to draw a cat step by step?"
 READY_S = 120.0
 ROLES = ("planner", "critic")
-VOLATILE = {"created_at", "duration_s", "durations", "backends"}
-TINY_DIR = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
-    Path.home() / ".cache/interleave-thinker/tiny"
-)
+TINY_DIR = tiny_dir()
 """The tiny models' cache, as tests/conftest.py keeps it for every test."""
 
 
@@ -140,14 +139,6 @@ def engine_unavailable(engine: str) -> str | None:
         "transformers serve cannot start: its serving dependencies (fastapi, uvicorn, pydantic, openai) "
         "are not installed; pip install -e '.[serving]'"
     )
-
-
-def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
 
 
 def run(overrides: dict[str, Any], out: Path) -> tuple[dict[str, Any], dict[str, str]]:

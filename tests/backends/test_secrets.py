@@ -24,8 +24,8 @@ from interleave_thinker.backends.remote import (
 from interleave_thinker.backends.secrets import scrub
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
+from tests.helpers.common import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-5ecret-9f27c1d0a8b3"
 
 

@@ -6,7 +6,6 @@ The served judge is a real HTTP server on 127.0.0.1 speaking the OpenAI chat wir
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +20,7 @@ from typer.testing import CliRunner
 from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import ConfigError, TemplateError
 from interleave_thinker.core.prompt_store import builtin_templates
+from tests.helpers.runs import rollout
 
 MARKER = "CONFIG-MARKER-7f3a"
 
@@ -172,7 +172,7 @@ def test_judge_uses_the_templates_and_transport_of_the_config(recorder: Recorder
 
 
 def test_eval_score_judge_uses_the_transport_of_the_config(recorder: Recorder, tmp_path: Path) -> None:
-    from .conftest import shared_path
+    from tests.conftest import shared_path
 
     data = shared_path("benchmarks", "wise")
     monkey_env = {
@@ -212,7 +212,7 @@ def test_eval_score_judge_uses_the_transport_of_the_config(recorder: Recorder, t
 def test_data_build_judge_uses_the_templates_and_transport_of_the_config(
     recorder: Recorder, tmp_path: Path
 ) -> None:
-    from tests.test_data_build import make_run
+    from tests.helpers.runs import make_run
 
     run = make_run(tmp_path / "runs", "r", [[(False, 3.0), (True, 8.0)]])
     (run / "judge_scores.json").unlink()  # unscored: the judge is asked
@@ -233,7 +233,7 @@ def test_data_build_judge_uses_the_templates_and_transport_of_the_config(
 
 # 3. prompts.* reach the data built from templates.
 def test_data_synth_and_build_fill_the_templates_of_the_config(tmp_path: Path) -> None:
-    from tests.test_data_build import make_run
+    from tests.helpers.runs import make_run
 
     config = write_config(
         tmp_path / "c.yaml", prompts={"folder": str(custom_templates(tmp_path / "t")), "verify": False}
@@ -250,20 +250,6 @@ def test_data_synth_and_build_fill_the_templates_of_the_config(tmp_path: Path) -
     assert built.exit_code == 0, built.output
     outputs = "".join(p.read_text() for p in (tmp_path / "b").glob("*.json*"))
     assert MARKER in outputs
-
-
-# 4. remote.* and prompts.* reach `reward`'s generator and judge.
-def rollout(tmp_path: Path) -> Path:
-    path = tmp_path / "rollouts.jsonl"
-    row = {
-        "response": "<answer>{}</answer>",
-        "ground_truth": {"success": False, "semantics": 3, "quality": 5},
-        "origin_prompt": "a cat",
-        "origin_image_path": "before.png",
-        "previous_prompt": "a cat",
-    }
-    path.write_text(json.dumps(row) + "\n")
-    return path
 
 
 def test_reward_builds_its_backends_from_the_config(recorder: Recorder, tmp_path: Path) -> None:
@@ -363,7 +349,7 @@ def test_old_output_dir_flag_still_works_with_a_note(tmp_path: Path) -> None:
 
 
 def test_old_from_flag_still_works_with_a_note(tmp_path: Path) -> None:
-    from tests.test_data_build import make_run
+    from tests.helpers.runs import make_run
 
     make_run(tmp_path / "runs", "r", [[(True, 9.0)]])
     old = invoke("data", "stats", "--from", str(tmp_path / "runs"))

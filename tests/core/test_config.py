@@ -7,6 +7,7 @@ import pytest
 from interleave_thinker.backends.specs import parse_spec
 from interleave_thinker.core.config import PipelineConfig, env_overrides
 from interleave_thinker.core.errors import ConfigError
+from tests.helpers.common import REPO
 
 
 def test_presets() -> None:
@@ -76,7 +77,7 @@ def test_docs_table_is_the_settings_model() -> None:
     """docs/configuration.md lists every key once, with the field's description (the flags' help too)."""
     from interleave_thinker.core.config_keys import config_table, documented_keys
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    text = (REPO / "docs" / "configuration.md").read_text()
     table = text.split("<!-- keys:start -->\n")[1].split("\n<!-- keys:end -->")[0]
     assert table == config_table()
     keys = [line.split("`")[1] for line in table.splitlines()[2:]]

@@ -32,11 +32,10 @@ from interleave_thinker.runtime.resume import reopen_if_failed
 from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.train.data.trajectories import discover
+from tests.helpers.common import stable
+from tests.helpers.runs import FIXTURE_PROMPT
+from tests.helpers.runs import V1_RUN as FIXTURE
 
-from .test_batch import stable
-
-FIXTURE = Path(__file__).parent / "fixtures" / "trace_v1"
-FIXTURE_PROMPT = "How do I draw a cat? Show the steps."
 PLAN = (
     "<think>plan</think><answer>{'execution_plan': [{'step_number': 1, 'step_name': 'Sketch', "
     "'instruction': 'Draw a cat.', 'prompt': 'a cat sketch', 'auxiliary_text': None}, "
@@ -66,13 +65,6 @@ def fixture_pipeline(critic: tuple[str, ...] = (NO, YES, YES)) -> Pipeline:
         config=config,
         templates=builtin_templates(),
     )
-
-
-@pytest.fixture
-def v1_run(tmp_path: Path) -> Path:
-    folder = tmp_path / "v1"
-    shutil.copytree(FIXTURE, folder)
-    return folder
 
 
 def test_the_fixture_is_a_schema_1_trace() -> None:
@@ -224,8 +216,7 @@ def test_an_unreadable_trace_is_none_for_the_tolerant_reader(tmp_path: Path) -> 
 
 def test_a_batch_goes_on_and_leaves_a_newer_trace_as_it_is(tmp_path: Path) -> None:
     from interleave_thinker.runtime.batch_inputs import read_batch_input
-
-    from .test_batch_poison import Switch, items_file, run_batch
+    from tests.helpers.batch import Switch, items_file, run_batch
 
     items = read_batch_input(str(items_file(tmp_path)))
     folder = tmp_path / "out" / "requests" / "ok1"

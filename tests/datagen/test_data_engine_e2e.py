@@ -28,12 +28,19 @@ from interleave_thinker.cli.main import app
 from interleave_thinker.datagen.usage_ledger import recorded_usage
 from interleave_thinker.testing.doubles.gemini_sdk import install_genai_client
 from interleave_thinker.train.data.loaders import load_sft
+from tests.helpers.common import REPO
+from tests.helpers.datagen import (
+    BATCH,
+    COUNT,
+    LOOP,
+    SUB,
+    WORDS,
+    Teachers,
+    lexicon_reply,
+    records,
+    taxonomy_file,
+)
 
-from .test_data_generate import LOOP, Teachers
-from .test_data_generate_resume import records
-from .test_data_prompts import BATCH, COUNT, SUB, WORDS, lexicon_reply, taxonomy_file
-
-REPO = Path(__file__).resolve().parents[1]
 PER_SUB = 4  # 4 domains x 3 sub-categories x 4 = 48 prompts
 SUBSET = 8  # the uninterrupted reference run covers the first 8 prompts (full identity: the resume test)
 

@@ -10,27 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from interleave_thinker.testing.doubles import scripted_models
 from interleave_thinker.testing.doubles.server import LocalServer
-
-from .test_batch import stable
-from .test_data_generate import Teachers, servers, write_config
-
-REPO = Path(__file__).resolve().parents[1]
-__all__ = ["servers"]  # the module's fixture, shared
-
-
-def records(out: Path) -> dict[str, Any]:
-    """Every request's trace (without times) and execution record."""
-    read = lambda path: json.loads(path.read_text())  # noqa: E731
-    return {
-        f.name: (stable(read(f / "trace.json")), read(f / "execution_record.json"))
-        for f in (out / "requests").iterdir()
-    }
+from tests.helpers.common import REPO
+from tests.helpers.datagen import Teachers, records, write_config
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,35 +23,8 @@ from interleave_thinker.datagen.dedupe import NearDuplicateIndex, jaccard, shing
 from interleave_thinker.datagen.taxonomy import load_taxonomy
 from interleave_thinker.runtime.batch_inputs import read_batch_input
 from interleave_thinker.testing.doubles.openai_chat import Call, Reply, ScriptedServer, ok
-
-SUB = re.compile(r"^Sub-category: (.+)$", re.MULTILINE)
-BATCH = re.compile(r"^Batch: (\d+)$", re.MULTILINE)
-COUNT = re.compile(r"write (\d+) different requests")
-WORDS = re.findall(
-    r"\w+",
-    "amber basil cedar delta ember fjord garnet harbor indigo jasper kelp lantern meadow nectar opal "
-    "pebble quartz river saffron timber umber velvet willow yarrow zephyr anchor bramble copper dune "
-    "falcon glacier heron island juniper kestrel lagoon maple nutmeg orchid pine quill raven sparrow",
-)
-
-
-def taxonomy_file(path: Path, domains: int = 4, subs: int = 3) -> Path:
-    data = {
-        "domains": [
-            {
-                "id": f"domain-{d}",
-                "name": f"Domain {d}",
-                "description": f"Things of kind {d}.",
-                "subcategories": [
-                    {"id": f"sub-{d}-{s}", "name": f"Topic {d}.{s}", "description": f"Sub-topic {s} of {d}."}
-                    for s in range(subs)
-                ],
-            }
-            for d in range(domains)
-        ]
-    }
-    path.write_text(yaml.safe_dump(data))
-    return path
+from tests.helpers.common import REPO
+from tests.helpers.datagen import BATCH, COUNT, SUB, WORDS, lexicon_reply, taxonomy_file
 
 
 def made_up(sub: str, batch: int, i: int) -> str:
@@ -60,14 +32,6 @@ def made_up(sub: str, batch: int, i: int) -> str:
     digest = hashlib.sha256(f"{sub}|{batch}|{i}".encode()).digest()
     words = [WORDS[b % len(WORDS)] for b in digest[:9]]
     return f"Show how the {words[0]} {words[1]} meets the {words[2]} {words[3]} by the {words[4]} {words[5]} ({words[6]} {words[7]} {words[8]})."
-
-
-def lexicon_reply(sub: str) -> str:
-    answer = {
-        "lexicon": [f"{sub} {w}" for w in WORDS[:12]],
-        "templates": ["How do I make {topic}?", "Tell {topic}."],
-    }
-    return f"<think>ok</think><answer>{json.dumps(answer)}</answer>"
 
 
 Special = Callable[[str, int, int], "list[str] | str | None"]
@@ -322,7 +286,7 @@ def test_shipped_taxonomy_and_teacher_templates_are_package_data() -> None:
     import fnmatch
     import tomllib
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     config = tomllib.loads((repo / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["interleave_thinker"]
     for name in ("datagen/taxonomy.yaml", "prompts/datagen/lexicon.txt", "prompts/datagen/prompts.txt"):

@@ -25,7 +25,7 @@ from interleave_thinker.eval.score_run import ScoreOptions, run_score
 from interleave_thinker.runtime.outlock import folder_lock
 from interleave_thinker.testing.doubles.judge import HOSTILE, image_urls, judge_server
 from tests.conftest import shared_path
-from tests.test_eval_score_rise import _dataset as rise_dataset
+from tests.helpers.rise import _dataset as rise_dataset
 
 RED, BLUE = (220, 10, 10), (10, 10, 220)
 

@@ -17,6 +17,7 @@ from interleave_thinker.eval import score_rise
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
 from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path
+from tests.helpers.rise import SAMPLES, _dataset
 
 
 def _t(name: str) -> str:
@@ -70,45 +71,6 @@ def test_jpeg_thumbnail_encoding(tmp_path: Path) -> None:
     assert encoded.data_url() == jpeg_url(path)
     decoded = Image.open(io.BytesIO(encoded.data))
     assert (decoded.format, decoded.mode, decoded.size) == ("JPEG", "RGB", (768, 384))
-
-
-# index, category, extra fields, replies per role (consistency, reasoning, quality)
-SAMPLES: list[tuple[str, str, dict[str, Any], dict[str, str]]] = [
-    ("t1", "temporal_reasoning", {"reference": "R t1"},
-     {"consistency": "Final Score: 5", "reasoning": "**Final Score:** **5**", "quality": "Final Score:\n\n**5**"}),
-    ("t2", "temporal_reasoning", {"reference": "R t2"},
-     {"consistency": "Final Score: 5", "reasoning": "Final Score: **X**", "quality": "Final Score: 5"}),
-    ("c1", "causal_reasoning", {"reference": "R c1", "consistency_free": True},
-     {"reasoning": "Final Score: 5/5", "quality": "final score: 5"}),
-    ("c2", "causal_reasoning", {"reference": "R c2"}, {}),
-    ("s1", "spatial_reasoning", {"reference": "R s1", "reasoning_img": "x.png"},
-     {"consistency": "Final Score: 3", "reasoning": "Final Score: 1", "quality": "Final Score: 4"}),
-    ("s2", "spatial_reasoning", {"reference": "R s2", "consistency_free": False},
-     {"reasoning": "Final Score: 5", "quality": "Final Score: 5"}),
-    ("l1", "logical_reasoning", {"reference_txt": "42"},
-     {"consistency": "Final Score: 1", "reasoning": "Final Score: 0"}),
-    ("l2", "logical_reasoning", {"reference_img": "l2_ref.png"},
-     {"consistency": "Final Score: 1", "reasoning": "Final Score: 2"}),
-]  # fmt: skip
-
-
-def _dataset(tmp_path: Path) -> tuple[Path, Path]:
-    data, outputs = tmp_path / "data", tmp_path / "run"
-    data.mkdir()
-    records = []
-    for number, (index, category, extra, _) in enumerate(SAMPLES):
-        mode = ("RGBA", "P", "RGB")[number % 3]
-        Image.new(mode, (900 + number, 400), 40 * number).save(data / f"{index}.png")
-        records.append({"index": index, "category": category, "instruction": f"INSTR {index}",
-                        "image": f"{index}.png", **extra})  # fmt: skip
-        if index != "c2":  # c2 has no output: counted as missing, never judged
-            folder = outputs / "images" / category
-            folder.mkdir(parents=True, exist_ok=True)
-            suffix = "jpg" if index == "t2" else "png"
-            Image.new("RGB", (64, 48), (number * 30, 5, 9)).save(folder / f"{index}.{suffix}")
-    Image.new("RGB", (50, 50), (1, 2, 3)).save(data / "l2_ref.png")
-    (data / "data.json").write_text(json.dumps(records), encoding="utf-8")
-    return data, outputs
 
 
 def _expected(data: Path, outputs: Path) -> dict[str, tuple[str, str]]:

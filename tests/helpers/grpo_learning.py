@@ -8,7 +8,7 @@ docs/testing.md), so the learning run gets a fresh process with every setting of
 deterministic algorithms, no oneDNN): the same figures on every x86 machine with AVX2, so a pass here
 is a pass in CI.
 
-Usage: ``python tests/grpo_learning.py JSON`` where JSON holds ``critic``, ``work``, ``warm_seed`` and
+Usage: ``python tests/helpers/grpo_learning.py JSON`` where JSON holds ``critic``, ``work``, ``warm_seed`` and
 ``grpo_seed``; prints one line ``@learning {...}`` with the held-out scores before and after.
 """
 

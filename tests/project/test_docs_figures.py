@@ -7,9 +7,9 @@ figure of README.md must appear, as written, in a file under docs/.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.common import REPO
+
 FIGURE = re.compile(r"\d[\d.,]*\s*->\s*\d[\d.,]*\d")
 
 

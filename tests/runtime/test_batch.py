@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +16,8 @@ import pytest
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
+from tests.helpers.batch import batch_command
+from tests.helpers.common import REPO, stable, write
 
 
 def test_jsonl_with_aliases_and_generated_ids(tmp_path: Path) -> None:
@@ -106,70 +99,8 @@ def test_shards_partition_and_limit(tmp_path: Path) -> None:
 # --- crash-safe resume against real HTTP servers ------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, str]]:
-    procs, urls = [], {}
-    for kind in ("chat", "edit"):
-        port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "interleave_thinker.testing.doubles.scripted_models", kind, str(port)],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        procs.append(proc)
-        urls[kind] = f"http://127.0.0.1:{port}"
-    yield urls
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-
-
 def log(url: str) -> list[dict[str, Any]]:
     return list(httpx.get(f"{url}/log", timeout=10).json())
-
-
-def batch_command(servers: dict[str, str], inputs: Path, out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "interleave_thinker",
-        "batch",
-        "--input",
-        str(inputs),
-        "--out",
-        str(out),
-        "--preset",
-        "tiny",
-        "--planner",
-        f"openai:{servers['chat']}/v1#scripted",
-        "--critic",
-        f"openai:{servers['chat']}/v1#scripted",
-        "--generator",
-        f"http:{servers['edit']}",
-        "--concurrency",
-        "4",
-        "--quiet",
-    ]
-
-
-VOLATILE = {"created_at", "duration_s", "durations"}
-
-
-def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
 
 
 def traces(out: Path) -> dict[str, Any]:

@@ -22,9 +22,8 @@ from interleave_thinker.runtime.outlock import folder_lock
 from interleave_thinker.runtime.reports import accumulate, render_report, summarize
 from interleave_thinker.runtime.store import RunStore, failed_trace
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
-
-from .test_batch import REPO, servers, stable  # noqa: F401  (the scripted model servers, a module fixture)
-from .test_batch_poison import Switch, items_file, run_batch
+from tests.helpers.batch import Switch, items_file, run_batch
+from tests.helpers.common import REPO, stable
 
 HOLDER = textwrap.dedent(
     """
@@ -168,7 +167,7 @@ def test_literal_eval_warnings_are_silenced_by_the_cli() -> None:
 
 
 @pytest.fixture
-def run_command(servers: dict[str, str]) -> Iterator[list[str]]:  # noqa: F811
+def run_command(servers: dict[str, str]) -> Iterator[list[str]]:
     yield [
         "-m", "interleave_thinker", "run", "Show process number 3", "--preset", "tiny",
         "--planner", f"openai:{servers['chat']}/v1#scripted", "--critic", f"openai:{servers['chat']}/v1#scripted",
@@ -246,7 +245,7 @@ def stuck_edit(request: Request) -> Reply:
 
 @pytest.mark.slow
 def test_sigterm_leaves_a_resumable_run_without_temporary_files(
-    servers: dict[str, str],  # noqa: F811
+    servers: dict[str, str],
     tmp_path: Path,
 ) -> None:
     RELEASE.clear()

@@ -15,8 +15,8 @@ import pytest
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.runtime.store import RunStore
-
-from .test_batch import REPO, batch_command, servers, write  # noqa: F401  (servers: a module fixture)
+from tests.helpers.batch import batch_command
+from tests.helpers.common import REPO, write
 
 
 def outside(path: Path) -> Path:
@@ -30,7 +30,7 @@ def listing(folder: Path) -> dict[str, str]:
     return {p.name: p.read_text() if p.is_file() else "<folder>" for p in folder.iterdir()}
 
 
-def test_a_batch_writes_nothing_through_links_planted_in_out(servers: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+def test_a_batch_writes_nothing_through_links_planted_in_out(servers: dict[str, str], tmp_path: Path) -> None:
     inputs = write(
         tmp_path / "in.jsonl",
         "".join(json.dumps({"id": f"r{i}", "prompt": f"Show process number {i}"}) + "\n" for i in (1, 2, 3)),

@@ -16,6 +16,7 @@ from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.documents import markdown_text
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.common import REPO
 
 HOSTILE = [
     "<script>alert(1)</script>",
@@ -125,9 +126,7 @@ def test_page_templates_are_package_data() -> None:
     import fnmatch
     import tomllib
 
-    config = tomllib.loads(
-        (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    )
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     patterns = config["tool"]["setuptools"]["package-data"]["interleave_thinker"]
     for name in names:
         assert any(fnmatch.fnmatch(f"runtime/templates/{name}", p) for p in patterns), name

@@ -15,8 +15,8 @@ from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.run_folder import LOCK_FILE
 from interleave_thinker.core.settings_diff import MAX_LINES, MAX_VALUE_CHARS, setting_differences, shown
 from interleave_thinker.runtime.resume import aside_path, merged_manifest, move_aside
-
-from .test_batch import REPO, batch_command, servers, write  # noqa: F401  (servers: the scripted model servers)
+from tests.helpers.batch import batch_command
+from tests.helpers.common import REPO, write
 
 SETTINGS = {
     "planner": "openai:http://127.0.0.1:1/v1#scripted",
@@ -92,7 +92,7 @@ def test_fresh_moves_everything_but_the_lock_aside(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_typo_then_the_corrected_command_then_fresh(servers: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+def test_a_typo_then_the_corrected_command_then_fresh(servers: dict[str, str], tmp_path: Path) -> None:
     inputs = write(tmp_path / "in.jsonl", json.dumps({"id": "cat", "prompt": "How to draw a cat?"}) + "\n")
     out = tmp_path / "runs" / "eval"
     command = batch_command(servers, inputs, out)

@@ -20,8 +20,7 @@ from interleave_thinker.runtime.resume import (
     restore_pages,
     resume_recorder,
 )
-
-from .test_run_folder import FIXTURE_PROMPT, v1_run  # noqa: F401  (a copy of the schema-1 run folder)
+from tests.helpers.runs import FIXTURE_PROMPT
 
 ITEMS = [BatchItem(id=i, prompt=f"p {i}") for i in ("a", "b", "c", "d")]
 
@@ -46,7 +45,7 @@ def test_a_batch_continues_only_with_its_settings(tmp_path: Path) -> None:
         merged_manifest(path, {**shard, "settings": {"planner": "y"}}, resume=True)
 
 
-def test_a_failed_run_keeps_its_plan_and_complete_steps(v1_run: Path) -> None:  # noqa: F811
+def test_a_failed_run_keeps_its_plan_and_complete_steps(v1_run: Path) -> None:
     raw = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
     raw["steps"][1]["complete"] = False
     raw.update(status="failed", error="boom\nsecond line")
@@ -59,7 +58,7 @@ def test_a_failed_run_keeps_its_plan_and_complete_steps(v1_run: Path) -> None:  
     assert len(trace.steps) == 1 and trace.warnings == ["Run again after a failure: boom second line"]
 
 
-def test_a_failed_run_without_a_plan_starts_over_but_keeps_its_lock(v1_run: Path) -> None:  # noqa: F811
+def test_a_failed_run_without_a_plan_starts_over_but_keeps_its_lock(v1_run: Path) -> None:
     raw = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
     raw["planner"]["plan"] = None
     trace_path(v1_run).write_text(json.dumps(raw), encoding="utf-8")
@@ -68,7 +67,7 @@ def test_a_failed_run_without_a_plan_starts_over_but_keeps_its_lock(v1_run: Path
     assert [p.name for p in v1_run.iterdir()] == [LOCK_FILE]
 
 
-def test_resume_drops_the_interrupted_step_and_refuses_another_request(v1_run: Path) -> None:  # noqa: F811
+def test_resume_drops_the_interrupted_step_and_refuses_another_request(v1_run: Path) -> None:
     raw = json.loads(trace_path(v1_run).read_text(encoding="utf-8"))
     raw["steps"][1]["complete"] = False
     trace_path(v1_run).write_text(json.dumps(raw), encoding="utf-8")
@@ -81,7 +80,7 @@ def test_resume_drops_the_interrupted_step_and_refuses_another_request(v1_run: P
     assert resume_recorder(v1_run.parent / "empty", Request(text=FIXTURE_PROMPT)) is None
 
 
-def test_pages_are_written_again_only_when_missing(v1_run: Path) -> None:  # noqa: F811
+def test_pages_are_written_again_only_when_missing(v1_run: Path) -> None:
     restore_pages(v1_run)
     assert has_pages(v1_run)
     (v1_run / "index.html").write_text("kept", encoding="utf-8")

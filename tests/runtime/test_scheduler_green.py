@@ -31,8 +31,8 @@ from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, Batc
 from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.doubles.asgi import AppServer
 from interleave_thinker.testing.doubles.async_models import AsyncModels
+from tests.helpers.common import stable
 
-VOLATILE = {"created_at", "duration_s", "durations"}
 THREADS_MAX = 8
 """Threads a batch may add to this process whatever its concurrency: the run-file writers
 (``runtime/file_writes.py``, 4) and room to spare, nothing per request."""
@@ -351,12 +351,6 @@ def models() -> Iterator[tuple[AsyncModels, str]]:
     app = AsyncModels(delay=0.05)
     with AppServer(app) as server:
         yield app, server.url
-
-
-def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    return [stable(v) for v in value] if isinstance(value, list) else value
 
 
 def rss_mb() -> float:

@@ -34,25 +34,9 @@ from interleave_thinker.server.generator import (
     worker_devices,
 )
 from interleave_thinker.server.generator.openai_protocol import parse_edit_form, parse_generation
+from tests.helpers.served import SMALL, TOKEN, TOKEN_ENV, service_env
 
-TOKEN_ENV = "IT_TEST_GENERATOR_TOKEN"
-TOKEN = "test-token-7f3a"
-SMALL = {"width": 64, "height": 64, "num_inference_step": 2}
 SLOW = {"width": 1024, "height": 1024, "num_inference_step": 8}  # ~3 s on 2 CPU cores
-
-
-# --- helpers -------------------------------------------------------------------------------------
-def service_env() -> dict[str, str]:
-    """What the subprocess needs: the shared tiny-model cache, offline, and the test token."""
-    tiny = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
-        Path.home() / ".cache" / "interleave-thinker" / "tiny"
-    )
-    return {
-        "INTERLEAVE_THINKER_TINY_DIR": tiny,
-        "HF_HUB_OFFLINE": "1",
-        "INTERLEAVE_THINKER_OFFLINE": "1",
-        TOKEN_ENV: TOKEN,
-    }
 
 
 def png_bytes(image: Image.Image) -> bytes:

@@ -131,8 +131,7 @@ def test_generator_registry_holds_outcomes_latencies_and_the_pool() -> None:
 @pytest.mark.slow
 def test_generator_service_metrics_after_known_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     from interleave_thinker.server.generator import GeneratorProcess
-
-    from .test_generator_service import SMALL, service_env
+    from tests.helpers.served import SMALL, service_env
 
     env = {**service_env(), TOKEN_ENV: "metrics-token"}
     service = GeneratorProcess(

@@ -31,6 +31,8 @@ from interleave_thinker.server.limits import read_timeout_protocol
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
 from interleave_thinker.testing.doubles.stoppable import ModelBackend
+from tests.helpers.common import tiny_dir
+from tests.helpers.served import InProcessServer
 
 FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -61,13 +63,6 @@ class RecordingBackend(VLMBatchMixin):
         finally:
             with self._lock:
                 self.in_flight -= 1
-
-
-class InProcessServer(AppServer):
-    """The service over ``backend``, under uvicorn in a thread (``testing.doubles.asgi``)."""
-
-    def __init__(self, backend: Any, served_name: str = "rec") -> None:
-        super().__init__(create_app(backend, served_name))
 
 
 @pytest.fixture
@@ -303,9 +298,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m interleave_thinker serve vlm --model tiny:planner`` on a free port, same tiny dir as the tests."""
-    tiny = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
-        Path.home() / ".cache" / "interleave-thinker" / "tiny"
-    )  # what conftest's isolated_home sets, which module fixtures run before
+    tiny = tiny_dir()  # what conftest's isolated_home sets, which module fixtures run before
     home = tmp_path_factory.mktemp("serve-home")
     env = {
         **os.environ,

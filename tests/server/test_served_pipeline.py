@@ -19,14 +19,14 @@ from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.server.generator import GeneratorProcess, free_port
+from tests.helpers.common import stable_across_backends as stable
+from tests.helpers.common import tiny_dir
 
 pytestmark = pytest.mark.slow
 
 
 def env() -> dict[str, str]:
-    tiny = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
-        Path.home() / ".cache" / "interleave-thinker" / "tiny"
-    )
+    tiny = tiny_dir()
     return {
         **os.environ,
         "INTERLEAVE_THINKER_TINY_DIR": tiny,
@@ -84,17 +84,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         for process in processes:
             process.terminate()
             process.wait(30)
-
-
-VOLATILE = {"created_at", "duration_s", "durations", "backends"}
-
-
-def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
 
 
 def run(overrides: dict[str, Any], out: Path, image: Path) -> dict[str, Any]:

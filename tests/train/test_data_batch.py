@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from interleave_thinker.cli.data import app
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.data.trajectories import discover, find_runs
-from tests.test_data_build import make_run
+from tests.helpers.runs import make_run
 
 
 def batch(root: Path, *, plan: bool = True) -> Path:

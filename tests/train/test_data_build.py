@@ -13,17 +13,6 @@ from typer.testing import CliRunner
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.cli.data import app
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.core.types import (
-    WHITE_CANVAS,
-    Attempt,
-    Plan,
-    PlannerRecord,
-    PlanStep,
-    Request,
-    StepRecord,
-    Trace,
-    Verdict,
-)
 from interleave_thinker.testing.scripted import ScriptedVLMBackend
 from interleave_thinker.train.data.builder import build, write_canvas
 from interleave_thinker.train.data.export import export
@@ -33,6 +22,7 @@ from interleave_thinker.train.data.scoring import score_missing
 from interleave_thinker.train.data.trajectories import discover
 from interleave_thinker.train.data.trl_format import datasets_module
 from tests.conftest import shared_path
+from tests.helpers.runs import make_run
 
 RULES = BuildRules()
 
@@ -80,64 +70,6 @@ def test_balance_and_ratio_keep_labels_even() -> None:
         sft[:4], [(i, i % 2 == 0) for i in range(10)], 2.0, (lambda x: x[1],) * 2, rng
     )
     assert (len(few_sft), len(many_rl)) == (4, 2)
-
-
-def _image(path: Path, color: tuple[int, int, int]) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (16, 16), color).save(path)
-    return path.name
-
-
-def make_run(
-    root: Path, name: str, steps: list[list[tuple[bool | None, float]]], *, plan: bool = True
-) -> Path:
-    """A run folder as the pipeline writes it: trace.json, images/ and judge scores per attempt."""
-    run = root / name
-    plan_steps = [
-        PlanStep(step_number=i, step_name=f"s{i}", instruction=f"do {i}", prompt=f"prompt {name} {i}")
-        for i in range(1, len(steps) + 1)
-    ]
-    records, scores = [], {}
-    before = WHITE_CANVAS
-    for i, attempts in enumerate(steps, start=1):
-        record = StepRecord(
-            step=plan_steps[i - 1], kind="image", text=f"do {i}", planned_prompt=plan_steps[i - 1].prompt
-        )
-        prompt = plan_steps[i - 1].prompt or ""
-        for a, (label, score) in enumerate(attempts):
-            image = _image(run / "images" / f"step{i:02d}_attempt{a}.png", (i * 40, a * 60, 100))
-            verdict = (
-                None
-                if label is None
-                else Verdict(success=label, refine_prompt=f"{prompt} better", reasoning="r")
-            )
-            attempt = Attempt(
-                step_number=i,
-                attempt=a,
-                prompt=prompt,
-                seed=i * 100 + a,
-                before_image=before,
-                image_file=image,
-                critic_called=label is not None,
-                verdict=verdict,
-                accepted=bool(label) or a == len(attempts) - 1,
-            )
-            record.attempts.append(attempt)
-            scores[f"{name}#{i}#{a}"] = [score, score]
-            if verdict and not verdict.success:
-                prompt = verdict.refine_prompt
-        record.accepted_image = record.attempts[-1].image_file
-        before = record.accepted_image
-        records.append(record)
-    trace = Trace(
-        request=Request(text=f"request {name}"),
-        planner=PlannerRecord(plan=Plan(steps=plan_steps, reasoning="because", fallback=not plan)),
-        steps=records,
-        status="succeeded",
-    )
-    (run / "trace.json").write_text(trace.model_dump_json(indent=2))
-    (run / "judge_scores.json").write_text(json.dumps(scores))
-    return run
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.untrusted import ImageLimits, UnsafeFile, check_image, load_json
 from interleave_thinker.train.data.trajectories import discover, find_trajectories
-from tests.test_data_build import make_run
+from tests.helpers.runs import make_run
 
 STEPS = [[(False, 3.0), (True, 8.5)], [(True, 9.0)]]
 KEPT = "images/step01_attempt1.png"

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.common import REPO
+
 TIMEOUT = 900
 GROUP = 4
 PER_DEVICE = 4

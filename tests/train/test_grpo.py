@@ -16,8 +16,8 @@ from interleave_thinker.testing.scripted import ScriptedVLMBackend
 from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
 from interleave_thinker.train.grpo.trainer import run_grpo
 from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
-
-from .conftest import shared_path
+from tests.conftest import shared_path
+from tests.helpers.common import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -196,18 +196,17 @@ flipped) what this pair gives when GRPO is broken (docs/notes/learning-test.md, 
 
 
 def learning_run(critic: Path, work: Path, warm_seed: int, grpo_seed: int) -> dict[str, float]:
-    """``tests/grpo_learning.py`` in a child with the tiny builds' pinned numerics: its held-out scores."""
+    """``tests/helpers/grpo_learning.py`` in a child with the tiny builds' pinned numerics: its held-out scores."""
     import json
     import subprocess
     import sys
 
     from interleave_thinker.testing.pinned import pinned_env
-
-    from .grpo_learning import RESULT_PREFIX
+    from tests.helpers.grpo_learning import RESULT_PREFIX
 
     args = {"critic": str(critic), "work": str(work), "warm_seed": warm_seed, "grpo_seed": grpo_seed}
     child = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("grpo_learning.py")), json.dumps(args)],
+        [sys.executable, str(REPO / "tests" / "helpers" / "grpo_learning.py"), json.dumps(args)],
         env=pinned_env(),
         capture_output=True,
         text=True,
@@ -226,7 +225,7 @@ def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, 
     every seed pair, the mean accuracy reward on 16 held-out prompts (subjects no train row has, 4 samples
     each) must rise by at least 0.3 over the starting checkpoint, and the accuracy of the well-formed
     answers by 0.2 (so the gain is not only repaired formatting). Each run is a child process with pinned
-    numerics (``tests/grpo_learning.py``), so it computes the same bits on every x86 machine with AVX2.
+    numerics (``tests/helpers/grpo_learning.py``), so it computes the same bits on every x86 machine with AVX2.
     About 4 minutes on 2 cores."""
     for warm_seed, grpo_seed in LEARNING_RUNS:
         r = learning_run(
@@ -240,7 +239,7 @@ def test_grpo_raises_held_out_accuracy_on_a_learnable_task(format_trained: Any, 
         assert r["after_formed"] >= r["before_formed"] + 0.2, (warm_seed, grpo_seed, r)
 
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = REPO / "configs"
 
 
 def test_shipped_release_config_has_the_release_settings() -> None:

@@ -24,8 +24,8 @@ from interleave_thinker.train.grpo.trainer import accumulation_for
 from interleave_thinker.train.grpo.trainer import trl_config as grpo_trl_config
 from interleave_thinker.train.sft.config import SFTRunConfig
 from interleave_thinker.train.sft.trainer import trl_config as sft_trl_config
+from tests.helpers.common import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 RELEASE_LINE = re.compile(r"^#\s+release: (?P<key>[\w.]+) = (?P<value>\S+)\s+\((?P<source>[^:)]+:\d+)")
 CPU = ("training.bf16=false", "training.use_cpu=true", "training.report_to=none")
 CONFIGS = {

@@ -37,8 +37,7 @@ from interleave_thinker.train.rewards.answers import (
     read_critic,
     think_then_answer,
 )
-
-from .test_parse_fuzz import PLANS, VERDICTS, _replies
+from tests.helpers.fuzz import PLANS, VERDICTS, _replies
 
 LIMIT_S = 0.1
 REPLIES = 20_000

@@ -20,8 +20,7 @@ from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.testing.doubles.judge import image_urls, judge_server
 from interleave_thinker.testing.recording import RecordingImage, ScriptedOverTiny
 from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
-
-from .conftest import shared_path
+from tests.conftest import shared_path
 
 pytestmark = pytest.mark.slow
 
@@ -147,8 +146,7 @@ def test_judge_cli_reports_failure_honestly(tmp_path: Path) -> None:
 def test_stepwise_reward_with_a_judge_served_over_http(tmp_path: Path) -> None:
     """The judge behind the project's OpenAI-compatible server (real HTTP), the tiny generator local."""
     from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
-
-    from .test_serve_vlm import InProcessServer
+    from tests.helpers.served import InProcessServer
 
     path = rollouts(tmp_path)
     rows = [json.loads(line) for line in path.read_text().splitlines()]

@@ -21,8 +21,8 @@ from interleave_thinker.train.common import finished_at
 from interleave_thinker.train.grpo.config import GRPORunConfig
 from interleave_thinker.train.overrides import flag_sets, parse_value
 from interleave_thinker.train.sft.config import SFTRunConfig
+from tests.helpers.common import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 OUR_ALIAS = "`gradient_checkpointing"
 """transformers' deprecation of the argument name we used to pass (not TRL's own `is_gradient_checkpointing`)."""
 

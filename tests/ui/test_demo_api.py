@@ -6,13 +6,10 @@ import gc
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,39 +22,14 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import ValidationError
 from gradio_client.utils import Status
 
-from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
-
-from .test_demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline
+from interleave_thinker.ui import DemoOptions, build_demo
+from tests.helpers.common import REPO
+from tests.helpers.demo import BOMB_MESSAGE, GatedImage, bomb_png, free_port, scripted_pipeline, serve
 
 # Gradio's server and client leave sockets and an event loop to the garbage collector when closed.
 pytestmark = pytest.mark.filterwarnings(
     "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def serve(app: Any, options: DemoOptions) -> Iterator[str]:
-    """Launch on a free local port without blocking; close (and free the port) afterwards."""
-    port = free_port()
-    app.launch(
-        server_name="127.0.0.1",
-        server_port=port,
-        prevent_thread_lock=True,
-        quiet=True,
-        share=False,
-        **launch_kwargs(options),
-    )
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        app.close()
-        gc.collect()  # Gradio's leftovers are collected here, under this module's warning filter
 
 
 def call(client: Client, text: str, size: str = "96x80") -> tuple[Any, ...]:
@@ -241,7 +213,7 @@ def test_space_app_builds_the_tiny_demo(monkeypatch: pytest.MonkeyPatch, tmp_pat
     import gradio as gr
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    namespace = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "space" / "app.py"))
+    namespace = runpy.run_path(str(REPO / "examples" / "space" / "app.py"))
     assert isinstance(namespace["demo"], gr.Blocks)
     assert namespace["options"].concurrency == 1
     namespace.clear()

@@ -17,9 +17,7 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.ui import DemoOptions, build_demo
-
-from .test_demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline
-from .test_demo_api import serve
+from tests.helpers.demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline, serve
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
