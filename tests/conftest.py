@@ -1,5 +1,5 @@
 """Shared test fixtures: the ../shared material (required under CI, skipped cleanly elsewhere when absent),
-an isolated home, one torch thread per xdist worker, and a copy of the schema-1 run folder."""
+an isolated home, one torch thread per xdist worker, the longest files first, and a copy of the schema-1 run folder."""
 
 from __future__ import annotations
 
@@ -15,8 +15,14 @@ from tests.helpers.runs import V1_RUN
 # set before anything imports torch. Not MKL's reproducible mode: it makes results depend on the thread
 # count, and tests compare a served generator (its own thread count) with the local one. See docs/testing.md.
 os.environ.update({k: v for k, v in PINNED_NUMERICS.items() if k != "MKL_CBWR"})
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make unit` runs two xdist workers on two cores: one thread each (and in the servers they start), so
+    # they do not fight. The tiny builds and the learning test run in pinned children with their own counts.
+    os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
 
 import pytest
+
+from tests.helpers.schedule import order_and_group
 
 SHARED_ENV = "INTERLEAVE_THINKER_SHARED"
 __all__ = ["REPO", "SHARED_ENV", "shared_path"]
@@ -65,3 +71,10 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS", raising=False)
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS_URL", raising=False)
     return home
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first, each file on one xdist worker (its module fixtures built once); see
+    tests/helpers/schedule.py. Before xdist's own hook, which reads the groups."""
+    order_and_group(items, xdist=bool(os.environ.get("PYTEST_XDIST_WORKER")))
