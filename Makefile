@@ -51,11 +51,11 @@ typecheck: $(STAMP)
 # the longest files first: see tests/helpers/schedule.py and docs/notes/test-suite.md.
 TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The edit loop: lint, types and every test not marked slow (no tiny model is built or trained).
 quick: lint typecheck
-	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: lint typecheck unit
 
