@@ -1,6 +1,6 @@
-"""The GRPO learning experiment across seed pairs: what ``tests/test_grpo.py``'s learning test runs on one pair.
+"""The GRPO learning experiment across seed pairs: what ``tests/train/test_grpo.py``'s learning test runs on one pair.
 
-Each (warm start seed, GRPO seed) pair runs ``tests/grpo_learning.py`` in a child process with the tiny
+Each (warm start seed, GRPO seed) pair runs ``tests/helpers/grpo_learning.py`` in a child process with the tiny
 builds' pinned numerics (the same bits on every x86 machine with AVX2): an inverted warm start of the
 format-trained tiny critic, repeated until its held-out mean accuracy is at most 0.15, then 80 GRPO
 steps with format + accuracy rewards. Printed per pair: the held-out mean accuracy and the accuracy of
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "tests" / "grpo_learning.py"
+SCRIPT = REPO / "tests" / "helpers" / "grpo_learning.py"
 RESULT_PREFIX = "@learning "
 PAIRS = ((0, 42), (1, 0), (2, 7), (3, 1), (4, 2), (5, 3), (6, 11))
 """The pairs measured with the current design; the test runs the first."""

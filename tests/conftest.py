@@ -1,29 +1,49 @@
-"""Shared test fixtures: the ../shared material (skipped cleanly when absent) and an isolated home."""
+"""Shared test fixtures: the ../shared material (required under CI, skipped cleanly elsewhere when absent),
+an isolated home, one torch thread per xdist worker, the longest files first, and a copy of the schema-1 run folder."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from interleave_thinker.tiny.pinned import PINNED_NUMERICS
+from tests.helpers.common import REPO, tiny_dir
+from tests.helpers.runs import V1_RUN
 
 # The test process (and the services it starts) runs with the tiny builds' kernel caps and thread counts,
 # set before anything imports torch. Not MKL's reproducible mode: it makes results depend on the thread
 # count, and tests compare a served generator (its own thread count) with the local one. See docs/testing.md.
 os.environ.update({k: v for k, v in PINNED_NUMERICS.items() if k != "MKL_CBWR"})
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make unit` runs two xdist workers on two cores: one thread each (and in the servers they start), so
+    # they do not fight. The tiny builds and the learning test run in pinned children with their own counts.
+    os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
 
 import pytest
 
+from tests.helpers.schedule import order_and_group
+
 SHARED_ENV = "INTERLEAVE_THINKER_SHARED"
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["REPO", "SHARED_ENV", "shared_path"]
 
 
 def shared_path(*parts: str) -> Path:
-    """A path under the read-only ``shared`` folder beside the checkout; skip the test when absent."""
+    """A path under the read-only ``shared`` folder beside the checkout (or ``$INTERLEAVE_THINKER_SHARED``).
+
+    Absent, the test is skipped on a developer's clone, but fails under CI (``CI`` set, as .ci/run and
+    GitHub Actions set it): a CI run that silently skipped every test needing the material proves nothing."""
     root = Path(os.environ.get(SHARED_ENV, REPO.parent / "shared"))
     path = root.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"shared material {path} is not available")
+        message = f"shared material {path} is not available"
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(
+                f"{message}, and CI is set: put the shared folder beside the checkout, or point "
+                f"{SHARED_ENV} at it",
+                pytrace=False,
+            )
+        pytest.skip(message)
     return path
 
 
@@ -32,17 +52,29 @@ def prompts_dir() -> Path:
     return shared_path("reference", "prompts")
 
 
+@pytest.fixture
+def v1_run(tmp_path: Path) -> Path:
+    """A copy of the run folder written by the pipeline at schema 1 (tests/fixtures/trace_v1)."""
+    folder = tmp_path / "v1"
+    shutil.copytree(V1_RUN, folder)
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test downloads or touches the user's caches, except the (expensive, deterministic) tiny models."""
     home = tmp_path_factory.mktemp("home")
-    tiny = os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
-        Path.home() / ".cache" / "interleave-thinker" / "tiny"
-    )
-    monkeypatch.setenv("INTERLEAVE_THINKER_TINY_DIR", tiny)
+    monkeypatch.setenv("INTERLEAVE_THINKER_TINY_DIR", tiny_dir())
     monkeypatch.setenv("INTERLEAVE_THINKER_HOME", str(home))
     monkeypatch.setenv("INTERLEAVE_THINKER_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS", raising=False)
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS_URL", raising=False)
     return home
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first, each file on one xdist worker (its module fixtures built once); see
+    tests/helpers/schedule.py. Before xdist's own hook, which reads the groups."""
+    order_and_group(items, xdist=bool(os.environ.get("PYTEST_XDIST_WORKER")))

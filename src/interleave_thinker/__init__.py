@@ -3,7 +3,7 @@
 This is the composition root, above every layer: it wires the ``tiny`` backend kind (``tiny/kind.py``) into
 the backend specs (``backends`` cannot import it without pointing an arrow up), so ``tiny:`` works from the
 CLI, the UI, the servers and the Python API alike. The registration is light: no torch, diffusers,
-transformers or ``train`` module (``tests/test_import_cost.py``).
+transformers or ``train`` module (``tests/project/test_import_cost.py``).
 """
 
 from interleave_thinker.core.config import PipelineConfig

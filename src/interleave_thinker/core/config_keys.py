@@ -42,7 +42,7 @@ DOC_DEFAULTS = {"preset": "`official`", "planner": "preset", "critic": "preset",
 
 def config_table() -> str:
     """The keys table of docs/configuration.md, from the fields: key, default, description (kept in sync
-    by tests/test_config.py; regenerate with ``python -c "from interleave_thinker.core.config_keys import
+    by tests/core/test_config.py; regenerate with ``python -c "from interleave_thinker.core.config_keys import
     config_table; print(config_table())"``)."""
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
     for key in documented_keys():

@@ -1,3 +1,3 @@
 """The testing wing: test doubles of the served APIs, scripted backends and contract suites. Nothing in the
-product imports it (``tests/test_layers.py``); the tiny preset is product code in ``tiny/``. Import the
+product imports it (``tests/project/test_layers.py``); the tiny preset is product code in ``tiny/``. Import the
 submodules directly: this file re-exports nothing."""

@@ -1,0 +1,47 @@
+"""The repository's root, the tiny models' cache, and the trace comparison several tests make."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+"""The checkout's root: every test finds README, docs/, configs/ and src/ from here."""
+FIXTURES = REPO / "tests" / "fixtures"
+
+TIMINGS = frozenset({"created_at", "duration_s", "durations"})
+"""Trace keys that differ between two otherwise identical runs."""
+
+
+def tiny_dir() -> str:
+    """The tiny models' cache every test and every child process it starts shares (built once)."""
+    return os.environ.get("INTERLEAVE_THINKER_TINY_DIR") or str(
+        Path.home() / ".cache" / "interleave-thinker" / "tiny"
+    )
+
+
+def stable(value: Any, drop: frozenset[str] = TIMINGS) -> Any:
+    """``value`` without the keys in ``drop`` at any depth: two runs' traces compare equal."""
+    if isinstance(value, dict):
+        return {k: stable(v, drop) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [stable(v, drop) for v in value]
+    return value
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stable_across_backends(value: Any) -> Any:
+    """``value`` without times and without the ``backends`` it names: one run through two sets of backends."""
+    return stable(value, TIMINGS | {"backends"})

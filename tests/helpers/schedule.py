@@ -1,0 +1,55 @@
+"""The order and grouping of tests for ``make unit`` (two xdist workers, ``--dist loadgroup``).
+
+Why: on two cores the suite's wall time is the longer worker's, and xdist hands out work in collection
+order. The longest work goes first (largest first is close to the best split of a few long jobs), so no
+long test starts last while the other worker idles. Every test of a file shares one xdist group, so a
+module fixture (servers, a trained model, a generated dataset) is built once, on one worker; a single
+test named in :data:`FIRST`, and every test of a file in :data:`SPREAD`, is a unit of its own that either
+worker may take. The figures behind :data:`FIRST` are in docs/notes/test-suite.md; a file missing from
+it only runs later.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+FIRST = (
+    "tests/train/test_grpo.py::test_grpo_raises_held_out_accuracy_on_a_learnable_task",
+    "tests/testing/test_reproducibility.py::test_the_shipped_models_are_what_a_fresh_build_makes",
+    "tests/project/test_docs_commands.py",
+    "tests/train/test_grpo.py",
+    "tests/train/test_distributed.py",
+    "tests/datagen/test_data_engine_e2e.py",
+    "tests/server/test_generator_service.py",
+    "tests/testing/test_reproducibility.py",
+    "tests/eval/test_eval_generate.py",
+    "tests/testing/test_tiny_judge.py",
+    "tests/testing/test_tiny.py",
+    "tests/runtime/test_scheduler_green.py",
+    "tests/server/test_served_pipeline.py",
+    "tests/server/test_serve_vlm.py",
+)
+"""What takes longest alone, longest first: single tests (``file::name``) and whole files (measured:
+docs/notes/test-suite.md). A single test named here runs apart from the rest of its file."""
+
+SPREAD = frozenset({"tests/project/test_docs_commands.py"})
+"""Files whose tests are independent and long: each test may run on either worker."""
+
+
+def rank_of(nodeid: str) -> tuple[int, bool]:
+    """The place of a test in :data:`FIRST` (after all of it when absent), and whether it runs alone."""
+    for index, prefix in enumerate(FIRST):
+        if nodeid == prefix or nodeid.startswith(prefix + "::") or nodeid.startswith(prefix + "["):
+            return index, "::" in prefix or prefix in SPREAD
+    return len(FIRST), nodeid.split("::", 1)[0] in SPREAD
+
+
+def order_and_group(items: list[pytest.Item], *, xdist: bool) -> None:
+    """Sort ``items`` longest first (stable otherwise); under xdist, group each file's tests."""
+    ranks = {id(item): rank_of(item.nodeid) for item in items}
+    items.sort(key=lambda item: ranks[id(item)][0])
+    if not xdist:
+        return
+    for item in items:
+        if not ranks[id(item)][1]:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -1,0 +1,498 @@
+"""`serve vlm`: the OpenAI-compatible server, in-process over a recording backend and as a real
+subprocess over the tiny planner, always reached over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.specs import load_vlm_backend
+from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
+from interleave_thinker.core.errors import BackendError
+from interleave_thinker.server.limits import read_timeout_protocol
+from interleave_thinker.server.vlm_service import VLMLimits, create_app
+from interleave_thinker.testing.doubles.asgi import AppServer
+from interleave_thinker.testing.doubles.stoppable import ModelBackend
+from tests.helpers.common import tiny_dir
+from tests.helpers.served import InProcessServer
+
+FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
+
+
+class RecordingBackend(VLMBatchMixin):
+    """Replies ``reply``, records what it got, and measures how many calls overlapped."""
+
+    def __init__(self, reply: str = "recorded", *, fail: bool = False, hold: float = 0.0) -> None:
+        self.name = "recording"
+        self.reply = reply
+        self.fail = fail
+        self.hold = hold
+        self.calls: list[tuple[list[Message], int, float]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.hold)
+            self.calls.append((messages, max_new_tokens, temperature))
+            if self.fail:
+                raise BackendError("recording: generation failed: out of memory")
+            return self.reply
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+@pytest.fixture
+def recording() -> RecordingBackend:
+    return RecordingBackend()
+
+
+@pytest.fixture
+def served(recording: RecordingBackend) -> Iterator[InProcessServer]:
+    with InProcessServer(recording) as server:
+        yield server
+
+
+@pytest.fixture
+def http(served: InProcessServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        yield client
+
+
+def data_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def noise(size: tuple[int, int], seed: int) -> Image.Image:
+    rng = random.Random(seed)
+    return Image.frombytes("RGB", size, rng.randbytes(size[0] * size[1] * 3))
+
+
+# -- the app, in-process ------------------------------------------------------------------------
+
+
+def test_health_and_models(http: httpx.Client) -> None:
+    assert http.get("/health").json() == {"status": "ok", "cancelled": 0}
+    models = http.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == ["rec"]
+
+
+def test_chat_completion_shape_and_conversion(http: httpx.Client, recording: RecordingBackend) -> None:
+    picture = noise((48, 40), 1)
+    body = {
+        "model": "rec",
+        "messages": [
+            {"role": "developer", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": data_url(picture)}},
+                    {
+                        "type": "image_url",
+                        "image_url": data_url(picture.transpose(Image.Transpose.FLIP_LEFT_RIGHT)),
+                    },
+                ],
+            },
+        ],
+        "max_tokens": 50,
+        "max_completion_tokens": 20,
+        "temperature": 0.7,
+        "top_p": 0.9,
+    }
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    reply = response.json()
+    assert reply["object"] == "chat.completion"
+    assert reply["model"] == "rec"
+    assert reply["choices"][0]["message"] == {"role": "assistant", "content": "recorded"}
+    assert reply["choices"][0]["finish_reason"] == "stop"
+    assert "usage" in reply
+    [(messages, max_new_tokens, temperature)] = recording.calls
+    assert (max_new_tokens, temperature) == (20, 0.7)  # max_completion_tokens wins over max_tokens
+    assert messages[0] == {"role": "system", "content": [{"type": "text", "text": "be brief"}]}
+    parts = messages[1]["content"]
+    assert [p["type"] for p in parts] == ["text", "image", "image"]
+    assert parts[1]["image"].size == (48, 40)
+    assert parts[1]["image"].tobytes() == picture.tobytes()
+    assert parts[2]["image"].tobytes() == picture.transpose(Image.Transpose.FLIP_LEFT_RIGHT).tobytes()
+
+
+def test_defaults_checkpoint_decoding_and_max_tokens(http: httpx.Client, recording: RecordingBackend) -> None:
+    """No temperature: the checkpoint's own generation config (None), as vLLM and agents.decoding do."""
+    response = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 200
+    [(messages, max_new_tokens, temperature)] = recording.calls
+    assert messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert (max_new_tokens, temperature) == (4096, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}],
+                    }
+                ]
+            },
+            400,
+            "only base64 data URLs",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}],
+                    }
+                ]
+            },
+            400,
+            "not a readable image",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}
+                        ],
+                    }
+                ]
+            },
+            400,
+            "not a readable image",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+            400,
+            "unsupported content part type",
+        ),
+        (
+            {"model": "other", "messages": [{"role": "user", "content": "x"}]},
+            404,
+            "The model `other` does not exist",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": True}},
+            400,
+            "stream_options: only allowed with stream=true",
+        ),
+        ({"messages": []}, 400, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
+    ],
+    ids=[
+        "remote-url",
+        "bad-base64",
+        "not-an-image",
+        "part-type",
+        "model",
+        "stream-options",
+        "empty",
+        "max-tokens",
+    ],
+)
+def test_bad_requests_are_openai_shaped_4xx(
+    http: httpx.Client, recording: RecordingBackend, body: dict[str, Any], status: int, needle: str
+) -> None:
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert needle in error["message"]
+    assert error["code"] == status
+    assert recording.calls == []
+
+
+def test_backend_failure_is_a_500_the_client_retries() -> None:
+    failing = RecordingBackend(fail=True)
+    with (
+        InProcessServer(failing) as server,
+        OpenAIVLMBackend(f"{server.url}/v1", "rec", retry=FAST) as client,
+        pytest.raises(BackendError) as info,
+    ):
+        client.chat([{"role": "user", "content": [{"type": "text", "text": "x"}]}])
+    assert len(failing.calls) == FAST.max_retries + 1
+    assert "HTTP 500: recording: generation failed: out of memory" in str(info.value)
+
+
+def test_model_calls_are_serialized() -> None:
+    slow = RecordingBackend(hold=0.05)
+    with InProcessServer(slow) as server, OpenAIVLMBackend(f"{server.url}/v1", "rec", retry=FAST) as client:
+        conversations = [[{"role": "user", "content": [{"type": "text", "text": str(n)}]}] for n in range(6)]
+        assert client.chat_batch(conversations) == ["recorded"] * 6
+    assert len(slow.calls) == 6
+    assert slow.max_in_flight == 1
+
+
+def test_openai_backend_round_trip_in_process(recording: RecordingBackend, served: InProcessServer) -> None:
+    picture = noise((33, 65), 2)
+    messages: list[Message] = [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": picture}, {"type": "text", "text": "describe"}],
+        }
+    ]
+    with OpenAIVLMBackend(f"{served.url}/v1", retry=FAST) as client:
+        assert client.chat(messages, max_new_tokens=7, temperature=0) == "recorded"
+        assert client.model == "rec"  # discovered from /v1/models
+    [(received, max_new_tokens, temperature)] = recording.calls
+    assert (max_new_tokens, temperature) == (7, 0.0)
+    assert received[0]["content"][0]["image"].tobytes() == picture.tobytes()
+    assert received[0]["content"][1] == {"type": "text", "text": "describe"}
+
+
+def test_help_points_to_vllm_for_production() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "interleave_thinker", "serve", "vlm", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "vllm serve" in result.stdout
+    assert "CPU users and tests" in result.stdout
+    assert "[default: 127.0.0.1]" in result.stdout
+
+
+# -- the real command over the tiny planner, as a subprocess ------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``python -m interleave_thinker serve vlm --model tiny:planner`` on a free port, same tiny dir as the tests."""
+    tiny = tiny_dir()  # what conftest's isolated_home sets, which module fixtures run before
+    home = tmp_path_factory.mktemp("serve-home")
+    env = {
+        **os.environ,
+        "INTERLEAVE_THINKER_TINY_DIR": tiny,
+        "INTERLEAVE_THINKER_HOME": str(home),
+        "INTERLEAVE_THINKER_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    port = free_port()
+    log_path = home / "server.log"
+    args = ["serve", "vlm", "--model", "tiny:planner", "--port", str(port), "--log-level", "warning"]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "interleave_thinker", *args], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"serve vlm exited with {process.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"serve vlm did not become healthy:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+
+
+@pytest.mark.slow
+def test_tiny_round_trip_equals_local_greedy(tiny_server: str) -> None:
+    messages: list[Message] = [
+        {"role": "system", "content": [{"type": "text", "text": "You are a planner."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": noise((64, 64), 3)},
+                {"type": "text", "text": "Plan three steps for a red kite over a beach."},
+                {"type": "image", "image": noise((200, 150), 4), "max_pixels": 64 * 64},
+            ],
+        },
+    ]
+    local = load_vlm_backend("tiny:planner")
+    expected = local.chat(messages, max_new_tokens=24, temperature=0.0)
+    with OpenAIVLMBackend(f"{tiny_server}/v1", retry=FAST) as remote:
+        got = remote.chat(messages, max_new_tokens=24, temperature=0.0)
+        assert remote.model == "tiny:planner"  # discovered: the served name defaults to the spec
+    assert expected
+    assert got == expected
+    assert got.encode() == expected.encode()
+
+
+@pytest.mark.slow
+def test_tiny_server_reports_usage_and_models(tiny_server: str) -> None:
+    models = httpx.get(f"{tiny_server}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["tiny:planner"]
+    body = {"model": "tiny:planner", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
+    reply = httpx.post(f"{tiny_server}/v1/chat/completions", json=body, timeout=120).json()
+    usage = reply["usage"]
+    assert usage["prompt_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert isinstance(reply["choices"][0]["message"]["content"], str)
+
+
+# -- limits: max_tokens, body, pixels, slow clients, disconnects ---------------------------------
+
+
+class LimitedServer(AppServer):
+    def __init__(self, backend: Any, limits: VLMLimits, read_timeout: float = 30.0) -> None:
+        super().__init__(create_app(backend, "rec", limits), http=read_timeout_protocol(read_timeout))
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A 1x1 PNG whose IHDR (with a correct CRC) claims ``width`` x ``height``."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buffer, format="PNG")
+    data = bytearray(buffer.getvalue())
+    data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def test_requests_over_the_limits_get_400_or_413() -> None:
+    recording = RecordingBackend()
+    limits = VLMLimits(max_tokens=100, max_body_bytes=20_000, max_pixels=64 * 64)
+    with LimitedServer(recording, limits) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        text = [{"role": "user", "content": "hi"}]
+        over = http.post("/v1/chat/completions", json={"messages": text, "max_tokens": 1_000_000})
+        assert over.status_code == 400
+        assert "over this server's limit of 100 (serve vlm --max-tokens)" in over.json()["error"]["message"]
+        big = {"messages": [{"role": "user", "content": "x" * 30_000}]}
+        assert http.post("/v1/chat/completions", json=big).status_code == 413
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must hold while reading
+            yield b'{"messages": [{"role": "user", "content": "'
+            for _ in range(30):
+                yield b"y" * 1000
+            yield b'"}]}'
+
+        streamed = http.post("/v1/chat/completions", content=chunks())
+        assert streamed.status_code == 413
+        assert "limit of 20000 bytes" in streamed.json()["error"]["message"]
+        bomb = "data:image/png;base64," + base64.b64encode(png_claiming(5000, 5000)).decode()
+        content = [{"type": "image_url", "image_url": {"url": bomb}}]
+        refused = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}]})
+        assert refused.status_code == 400
+        assert "5000x5000 = 25000000 pixels, over this server's limit of 4096" in refused.text
+        ok = http.post("/v1/chat/completions", json={"messages": text, "max_tokens": 100})
+        assert ok.status_code == 200
+    assert [max_new for _, max_new, _ in recording.calls] == [100]
+
+
+def test_a_client_that_disconnects_stops_its_generation_and_frees_the_slot() -> None:
+    backend = ModelBackend()
+    with LimitedServer(backend, VLMLimits(max_tokens=100_000)) as server:
+        body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 100_000}).encode()
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            deadline = time.monotonic() + 30
+            while backend.model.steps < 5:
+                assert time.monotonic() < deadline, "generation did not start"
+                time.sleep(0.01)
+        assert backend.model.finished.wait(60), "the generation went on after its client left"
+        assert backend.model.steps < 100_000
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            reply = http.post(
+                "/v1/chat/completions", json={"messages": [{"role": "user", "content": "a"}], "max_tokens": 3}
+            )
+            assert reply.json()["choices"][0]["message"]["content"] == "xxx"
+            assert http.get("/health").json()["cancelled"] == 1
+
+
+def test_a_client_that_never_finishes_its_headers_is_disconnected() -> None:
+    with LimitedServer(RecordingBackend(), VLMLimits(), read_timeout=0.5) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as raw:
+            raw.settimeout(20)
+            raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(3):  # a byte now and then must not keep it open
+                time.sleep(0.2)
+                raw.sendall(b"X")
+            assert raw.recv(1024) == b""  # closed by the server
+        with socket.create_connection((host, int(port))) as raw:
+            raw.settimeout(20)
+            raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            assert raw.recv(1024) == b""  # the body stalled
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_long_generation_within_seconds(tmp_path: Path) -> None:
+    env = {**os.environ, "INTERLEAVE_THINKER_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    port = free_port()
+    args = ["serve", "vlm", "--model", "tiny:planner", "--port", str(port), "--max-tokens", "1000000"]
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "interleave_thinker", *args], stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        body = {"messages": [{"role": "user", "content": "go on forever"}], "max_tokens": 1_000_000}
+        thread = threading.Thread(
+            target=lambda: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300), daemon=True
+        )
+        thread.start()
+        time.sleep(2)
+        process.terminate()
+        assert process.wait(30) == 0, log_path.read_text()  # without the fix: minutes of generation
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)

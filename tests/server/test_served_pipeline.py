@@ -1,0 +1,130 @@
+"""The pipeline through served backends only (`serve vlm` for planner and critic, `serve generator` for
+images through its `/edit` and through its OpenAI images routes with the `vllm-omni:` backend, all real
+subprocesses on 127.0.0.1) writes the same trace as the local tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker.server.generator import GeneratorProcess, free_port
+from tests.helpers.common import stable_across_backends as stable
+from tests.helpers.common import tiny_dir
+
+pytestmark = pytest.mark.slow
+
+
+def env() -> dict[str, str]:
+    tiny = tiny_dir()
+    return {
+        **os.environ,
+        "INTERLEAVE_THINKER_TINY_DIR": tiny,
+        "INTERLEAVE_THINKER_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    urls: dict[str, str] = {}
+    logs = tmp_path_factory.mktemp("logs")
+    for role in ("planner", "critic"):
+        port = free_port("127.0.0.1")
+        with open(logs / f"{role}.log", "wb") as log:
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "interleave_thinker",
+                        "serve",
+                        "vlm",
+                        "--model",
+                        f"tiny:{role}",
+                        "--port",
+                        str(port),
+                        "--log-level",
+                        "warning",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env(),
+                )
+            )
+        urls[role] = f"http://127.0.0.1:{port}"
+    generator = GeneratorProcess("tiny:generator", workers=1, device="cpu", env=env())
+    try:
+        generator.__enter__()
+        urls["generator"] = generator.url
+        for role in ("planner", "critic"):
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    if httpx.get(f"{urls[role]}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, (logs / f"{role}.log").read_text()
+                time.sleep(0.2)
+        yield urls
+    finally:
+        generator.__exit__(None, None, None)
+        for process in processes:
+            process.terminate()
+            process.wait(30)
+
+
+def run(overrides: dict[str, Any], out: Path, image: Path) -> dict[str, Any]:
+    # Greedy retries on both sides, so the comparison does not depend on sampling.
+    config = PipelineConfig.resolve(
+        preset="tiny",
+        overrides={**overrides, "agents": {"retry_temperature": 0.0, "max_new_tokens": 24}},
+        environ={},
+    )
+    with Pipeline.from_config(config) as pipe:
+        pipe("<image> Continue this picture", images=[image], out_dir=out)
+    return dict(json.loads((out / "trace.json").read_text()))
+
+
+GENERATOR_ROUTES = {
+    "http": "http:{url}",  # the service's own /edit
+    "vllm-omni": "vllm-omni:{url}/v1",  # the same service through its OpenAI images routes (issue 12)
+}
+
+
+@pytest.mark.parametrize("route", sorted(GENERATOR_ROUTES))
+def test_served_backends_reproduce_the_local_run(servers: dict[str, str], route: str, tmp_path: Path) -> None:
+    image = tmp_path / "in.png"
+    Image.new("RGB", (64, 64), (20, 160, 90)).save(image)
+    local = run({"planner": "tiny:planner", "critic": "tiny:critic"}, tmp_path / "local", image)
+    generator = GENERATOR_ROUTES[route].format(url=servers["generator"])
+    served = run(
+        {
+            "planner": f"openai:{servers['planner']}/v1",  # model name discovered from /v1/models
+            "critic": f"openai:{servers['critic']}/v1#tiny:critic",
+            "generator": generator,
+        },
+        tmp_path / "served",
+        image,
+    )
+    assert served["backends"]["generator"] == generator
+    assert stable(served) == stable(local)  # same plan, replies, verdicts, prompts, seeds, attempts
+    assert len(local["steps"][0]["attempts"]) == 3 and len(local["planner"]["raw_replies"]) == 3
+    for name in sorted(p.name for p in (tmp_path / "local" / "images").iterdir()):
+        with (
+            Image.open(tmp_path / "local" / "images" / name) as a,
+            Image.open(tmp_path / "served" / "images" / name) as b,
+        ):
+            assert a.tobytes() == b.tobytes(), name  # PNG over the wire is lossless: identical pixels

@@ -1,0 +1,162 @@
+"""The configs that say "the release's settings" have them (issue 29, item 4).
+
+Each such config lists the release's values in its header (``release: KEY = VALUE  (FILE:LINE)``);
+the tests read those lines, check the loaded config holds each value, that docs/notes/release-settings.md's table
+has a row for each setting with the same source line, and that the TRL arguments built from the
+config give the release's geometry: 16 prompts x 8 rollouts per rollout batch, two optimizer steps of
+8 prompts x 8 each, AdamW weight decay 1e-2.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.train.grpo.advantages import clip_advantages, with_advantage_clip
+from interleave_thinker.train.grpo.config import GRPORunConfig
+from interleave_thinker.train.grpo.trainer import accumulation_for
+from interleave_thinker.train.grpo.trainer import trl_config as grpo_trl_config
+from interleave_thinker.train.sft.config import SFTRunConfig
+from interleave_thinker.train.sft.trainer import trl_config as sft_trl_config
+from tests.helpers.common import REPO
+
+RELEASE_LINE = re.compile(r"^#\s+release: (?P<key>[\w.]+) = (?P<value>\S+)\s+\((?P<source>[^:)]+:\d+)")
+CPU = ("training.bf16=false", "training.use_cpu=true", "training.report_to=none")
+CONFIGS = {
+    "sft_critic.yaml": (SFTRunConfig, {"training.num_train_epochs": 2.0, "training.weight_decay": 1e-6}),
+    "sft_planner.yaml": (SFTRunConfig, {"training.num_train_epochs": 3.0, "training.weight_decay": 1e-6}),
+    "grpo_critic.yaml": (
+        GRPORunConfig,
+        {
+            "training.num_generations": 8,
+            "training.generation_batch_size": 128,
+            "training.global_batch_size": 64,
+            "training.weight_decay": 1e-2,
+            "training.beta": 0.0,
+            "training.learning_rate": 2e-6,
+        },
+    ),
+}
+
+
+def release_lines(name: str) -> list[dict[str, str]]:
+    lines = (REPO / "configs" / name).read_text(encoding="utf-8").splitlines()
+    return [m.groupdict() for m in map(RELEASE_LINE.match, lines) if m]
+
+
+def value_at(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_each_release_value_in_the_header_is_the_configs_value_and_in_the_docs(name: str) -> None:
+    model, required = CONFIGS[name]
+    config = model.load(REPO / "configs" / name)
+    lines = release_lines(name)
+    assert {line["key"] for line in lines} >= set(required)  # the header names every required setting
+    table = (REPO / "docs" / "notes" / "release-settings.md").read_text(encoding="utf-8")
+    for line in lines:
+        written = yaml.safe_load(line["value"])
+        assert (
+            value_at(config, line["key"]) == pytest.approx(written)
+            or value_at(config, line["key"]) == written
+        )
+        row = next((r for r in table.splitlines() if f"`{name}`" in r and f"`{line['key']}`" in r), None)
+        assert row is not None, f"docs/notes/release-settings.md has no row for {name} {line['key']}"
+        assert line["source"] in row, f"{name} {line['key']}: the docs row does not cite {line['source']}"
+    for key, value in required.items():
+        assert value_at(config, key) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(("name", "epochs"), [("sft_critic.yaml", 2.0), ("sft_planner.yaml", 3.0)])
+def test_sft_configs_reach_trl_with_the_release_epochs_and_weight_decay(
+    name: str, epochs: float, tmp_path: Path
+) -> None:
+    config = SFTRunConfig.load(REPO / "configs" / name, sets=CPU)
+    args = sft_trl_config(config, tmp_path, vision=True)
+    assert (args.num_train_epochs, args.weight_decay) == (epochs, 1e-6)
+    assert (args.learning_rate, args.lr_scheduler_type.value, args.per_device_train_batch_size) == (
+        2e-5,
+        "cosine",
+        2,
+    )
+
+
+def test_grpo_critic_config_reaches_trl_with_the_release_geometry(tmp_path: Path) -> None:
+    config = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=CPU)
+    args = grpo_trl_config(config, tmp_path, [1.0])
+    processes = args.world_size
+    assert processes == 1  # this test's process; on 8 the accumulation is 8 (below)
+    update = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
+    assert update == 64 and args.generation_batch_size == 128
+    assert args.generation_batch_size // args.num_generations == 16  # prompts per rollout batch
+    assert update // args.num_generations == 8  # prompts per optimizer step (EasyR1's global batch)
+    assert args.steps_per_generation // args.gradient_accumulation_steps == 2  # updates per rollout batch
+    assert (args.weight_decay, args.beta, args.lr_scheduler_type.value) == (1e-2, 0.0, "constant")
+    assert (args.learning_rate, args.temperature, args.top_p, args.max_grad_norm) == (2e-6, 1.0, 1.0, 1.0)
+    assert (args.epsilon, args.epsilon_high) == (0.2, 0.3)
+
+
+def test_the_global_batch_is_split_over_the_processes() -> None:
+    assert accumulation_for(64, 1, 8) == 8  # the release's node: 8 GPUs, one completion each per pass
+    assert accumulation_for(64, 2, 4) == 8
+    with pytest.raises(ConfigError, match=r"global_batch_size 64 is not a multiple of .* 6"):
+        accumulation_for(64, 1, 6)
+
+
+def test_a_global_batch_of_partial_groups_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=["training.global_batch_size=60"])
+    with pytest.raises(ConfigError, match="generation_batch_size"):
+        GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=["training.generation_batch_size=96"])
+
+
+class _Scored:
+    """What TRL's scoring step returns, from a base trainer class (the clip wraps any such class)."""
+
+    def __init__(self, advantages: list[float]) -> None:
+        self.advantages = advantages
+        self.model = torch.nn.Linear(1, 1)
+        self._metrics: dict[str, dict[str, list[float]]] = {"train": {}, "eval": {}}
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        for mode in self._metrics.values():
+            mode.setdefault("advantages/clipped_fraction", [])
+        return {"advantages": torch.tensor(self.advantages), "prompt_ids": inputs}
+
+
+def test_advantage_clip_clamps_what_the_loss_sees_and_logs_how_much() -> None:
+    clipped_class = with_advantage_clip(_Scored, 5.0)
+    trainer = clipped_class([7.5, -6.0, 1.0, -1.0])
+    out = trainer._generate_and_score_completions("ids")
+    assert out["advantages"].tolist() == [5.0, -5.0, 1.0, -1.0] and out["prompt_ids"] == "ids"
+    assert trainer._metrics["train"]["advantages/clipped_fraction"] == [0.5]
+    assert with_advantage_clip(_Scored, None) is _Scored  # off by default: TRL's class unchanged
+    values, changed = clip_advantages(torch.tensor([0.5, -0.25]), 5.0)
+    assert values.tolist() == [0.5, -0.25] and changed == 0.0
+
+
+def test_the_clip_overrides_trls_scoring_step() -> None:
+    from trl import GRPOTrainer
+
+    clipped = with_advantage_clip(GRPOTrainer, 5.0)
+    assert issubclass(clipped, GRPOTrainer)
+    assert "_generate_and_score_completions" in vars(clipped)
+    assert "_generate_and_score_completions" in vars(GRPOTrainer)  # the step TRL scores and normalises in
+
+
+def test_accelerate_configs_named_by_the_configs_and_docs_exist() -> None:
+    texts = [p.read_text(encoding="utf-8") for p in (REPO / "configs").glob("*.yaml")]
+    texts += [p.read_text(encoding="utf-8") for p in (REPO / "docs").glob("*.md")]
+    named = {m for text in texts for m in re.findall(r"configs/accelerate/[\w.-]+\.yaml", text)}
+    assert "configs/accelerate/deepspeed_zero3.yaml" in named
+    missing = sorted(n for n in named if not (REPO / n).is_file())
+    assert missing == []

@@ -1,0 +1,371 @@
+"""The demo in a real browser: Playwright driving Debian's Chromium against the app on 127.0.0.1.
+
+Skipped only when no Chromium binary can be found (``make install`` installs it with apt-get).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from interleave_thinker.ui import DemoOptions, build_demo
+from tests.helpers.demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline, serve
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOT_ENV = "INTERLEAVE_THINKER_DEMO_SCREENSHOT"  # set to a path to refresh the README's picture
+SCREENSHOTS_ENV = "INTERLEAVE_THINKER_DEMO_SCREENSHOTS"  # set to a folder to get a copy of each width's
+PHONE = 390
+"""A phone's width in CSS pixels (iPhone 12 to 15): the page must fit it."""
+WAIT_MS = 120_000
+
+# Records the first appearance of every data-ev element and the DOM update (batch) it arrived in.
+RECORD_ORDER = """
+window.__seen = []; window.__keys = new Set(); window.__batch = 0;
+new MutationObserver(() => {
+  window.__batch += 1;
+  document.querySelectorAll('[data-ev]').forEach((el) => {
+    const key = el.getAttribute('data-ev');
+    if (!window.__keys.has(key)) { window.__keys.add(key); window.__seen.push([key, window.__batch]); }
+  });
+}).observe(document, {childList: true, subtree: true, characterData: true});
+"""
+
+
+def chromium_path() -> str:
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip("Chromium not found; install it with `apt-get install -y chromium` (make install does)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    path = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+def open_page(browser: Any, url: str, width: int = 1280) -> Any:
+    context = browser.new_context(accept_downloads=True, viewport={"width": width, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.add_init_script(RECORD_ORDER)
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator("#it-run").wait_for()
+    return page
+
+
+def submit(page: Any, text: str, images: list[Path] | None = None) -> None:
+    page.locator("#it-request textarea").fill(text)
+    if images:
+        page.locator("#it-files input[type=file]").set_input_files([str(p) for p in images])
+        page.locator("#it-files").get_by_text(images[-1].stem).first.wait_for(timeout=30_000)
+    page.locator("#it-run").click()
+
+
+def seen(page: Any) -> dict[str, int]:
+    """data-ev name -> the DOM update it first appeared in."""
+    return {key: batch for key, batch in page.evaluate("window.__seen")}
+
+
+def download_trace(page: Any, folder: Path) -> dict[str, Any]:
+    with page.expect_download() as info:
+        page.locator("#it-download a").first.click()
+    target = folder / "run.zip"
+    info.value.save_as(str(target))
+    with zipfile.ZipFile(target) as archive:
+        assert {"trace.json", "document.md", "index.html"} <= set(archive.namelist())
+        return dict(json.loads(archive.read("trace.json")))
+
+
+# Every element of the demo's own panes (and the examples table) whose right edge is past the viewport:
+# cut off (Gradio's containers hide overflow) even when the page itself does not scroll sideways.
+CUT_OFF = """() => {
+  const width = document.documentElement.clientWidth;
+  const panes = '#it-status, #it-plan, #it-live, #it-final, #it-gallery, #it-examples, #it-request';
+  return Array.from(document.querySelectorAll(panes.split(', ').map((p) => p + ' *').join(', ')))
+    .filter((el) => { const r = el.getBoundingClientRect(); return r.width > 0 && r.right > width + 1; })
+    .map((el) => el.tagName + ': ' + (el.textContent || '').trim().slice(0, 40));
+}"""
+
+
+def assert_fits(page: Any) -> None:
+    """No sideways scrolling and nothing cut off at the page's width (issue 33 item 7)."""
+    scroll, client = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert scroll <= client, (scroll, client)
+    assert page.evaluate(CUT_OFF) == []
+
+
+def assert_gallery_shows_images(page: Any) -> None:
+    """Each gallery image has loaded and is on screen, inside the viewport's width."""
+    width = page.evaluate("document.documentElement.clientWidth")
+    images = page.locator("#it-gallery img")
+    assert images.count() > 0
+    for index in range(images.count()):
+        image = images.nth(index)
+        image.scroll_into_view_if_needed()
+        page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+        box = image.bounding_box()
+        assert (
+            box is not None and box["width"] > 20 and box["x"] >= 0 and box["x"] + box["width"] <= width + 1
+        )
+
+
+def keep_screenshot(page: Any, path: Path) -> None:
+    """A full-page screenshot in the test's folder, copied to $INTERLEAVE_THINKER_DEMO_SCREENSHOTS."""
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get(SCREENSHOTS_ENV):
+        folder = Path(os.environ[SCREENSHOTS_ENV])
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, folder / path.name)
+
+
+def gallery_captions(page: Any) -> list[str]:
+    """The result gallery's captions, once it shows an image for each (lazy loading aside)."""
+    gallery = page.locator("#it-gallery")
+    gallery.locator("img").first.wait_for()
+    assert gallery.locator("img").count() == gallery.locator(".caption-label").count()
+    return [c.strip() for c in gallery.locator(".caption-label").all_inner_texts()]
+
+
+def frames(folder: Path) -> list[Path]:
+    paths = []
+    for i, colour in enumerate(("red", "blue"), start=1):
+        path = folder / f"frame{i}.png"
+        Image.new("RGB", (64, 64), colour).save(path)
+        paths.append(path)
+    return paths
+
+
+def test_browser_sees_each_stage_before_the_next(browser: Any, tmp_path: Path) -> None:
+    """The generator waits for the test, so each check sees the page between two model calls."""
+    generator = GatedImage()
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(generator), options=options), options) as url:
+        page = open_page(browser, url)
+        submit(page, "Please draw a Heron")
+        page.locator('[data-ev="plan"]').get_by_text("Heron sketch").wait_for()
+        assert page.locator('[data-ev="final"]').count() == 0
+        assert generator.entered.acquire(timeout=60)
+        page.locator('[data-ev="attempt-1-0"]').get_by_text("generating").wait_for()
+        generator.release.release()  # image 1, then the critic rejects it with a refined prompt
+        assert generator.entered.acquire(timeout=60)  # attempt 2 of step 1 is waiting
+        page.locator('[data-ev="refine-1-0"]').get_by_text("refined: try again").wait_for()
+        page.locator('[data-ev="image-1-0"]').wait_for()
+        assert page.locator('[data-ev="reasoning-1-0"]').inner_text() == "the colour is wrong <b>here</b>"
+        assert page.locator('[data-ev="final"]').count() == 0
+        for i in range(3):  # step 1 attempt 2, step 2 attempts 1 and 2
+            generator.release.release()
+            if i < 2:
+                assert generator.entered.acquire(timeout=60)
+        page.locator('[data-ev="final"]').wait_for()
+        assert gallery_captions(page) == [
+            "1. Heron sketch: Draw the Heron. (step01_attempt1.png)",
+            "2. Heron colour: The Heron in colour. (step02_attempt1.png)",
+        ]
+        order = seen(page)
+        stages = ["plan", "image-1-0", "verdict-1-0", "image-1-1", "verdict-1-1", "verdict-2-1", "final"]
+        assert [order[s] for s in stages] == sorted(order[s] for s in stages)
+        assert len({order[s] for s in stages}) == len(stages)  # each in its own update
+        trace = download_trace(page, tmp_path)
+        assert trace["status"] == "succeeded" and len(trace["steps"]) == 2
+        page.screenshot(path=str(tmp_path / "heron.png"), full_page=True)
+
+
+def test_two_sessions_with_uploads_see_only_their_own_runs(browser: Any, tmp_path: Path) -> None:
+    options = DemoOptions(out_root=tmp_path / "demo", concurrency=2)
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        first, second = open_page(browser, url), open_page(browser, url)
+        submit(first, "<image><image> What happens next to the Kite", frames(tmp_path))
+        submit(second, "Please draw a Lantern")
+        for page in (first, second):
+            page.locator('[data-ev="final"]').wait_for()
+        assert gallery_captions(first)[:2] == ["input 1 (input_1.png)", "input 2 (input_2.png)"]
+        assert not [c for c in gallery_captions(second) if c.startswith("input")]
+        for page, mine, theirs in ((first, "Kite", "Lantern"), (second, "Lantern", "Kite")):
+            text = page.locator("#it-plan").inner_text() + page.locator("#it-final").inner_text()
+            assert f"{mine} sketch" in text and theirs not in text
+            assert [c for c in gallery_captions(page) if c.startswith(("1. ", "2. "))] == [
+                f"1. {mine} sketch: Draw the {mine}. (step01_attempt1.png)",
+                f"2. {mine} colour: The {mine} in colour. (step02_attempt1.png)",
+            ]
+        trace = download_trace(first, tmp_path)
+        assert trace["request"]["text"] == "<image><image> What happens next to the Kite"
+        assert trace["input_images"] == ["input_1.png", "input_2.png"]
+        first.screenshot(path=str(tmp_path / "kite.png"), full_page=True)
+
+
+def test_browser_shows_bad_input_and_keeps_serving(browser: Any, tmp_path: Path) -> None:
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        page = open_page(browser, url)
+        submit(page, "<image> one marker, two images", frames(tmp_path))
+        alert = page.locator('[data-ev="error"]')
+        alert.wait_for()
+        message = (
+            "The request has 1 <image> marker(s) but 2 image(s) were given (the Input images field); "
+            "give one image per marker, in order."
+        )
+        assert alert.inner_text() == f"error: {message}"
+        toast = page.locator('.toast-message-item.warning [data-testid="toast-text"]')  # gr.Warning
+        toast.first.wait_for()
+        assert toast.first.inner_text() == message
+        page.locator("#it-files button[aria-label='Clear']").first.click()
+        submit(page, "Please draw a Moth")
+        page.locator('[data-ev="final"]').wait_for()
+        assert page.locator('[data-ev="error"]').count() == 0
+
+
+def test_browser_shows_a_refused_upload_at_its_field(browser: Any, tmp_path: Path) -> None:
+    """Issue 30 item 9: a 121-megapixel upload is refused before the queue by Gradio's validator,
+    whose one-line message the page paints on the upload field; the next request runs."""
+    options = DemoOptions(out_root=tmp_path / "demo")
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        page = open_page(browser, url)
+        submit(page, "<image> what next", [bomb_png(tmp_path / "bomb.png", 11000)])
+        refusal = page.locator("#it-files .validation-error")
+        refusal.wait_for(timeout=30_000)
+        assert refusal.inner_text().strip() == BOMB_MESSAGE.format(
+            name="bomb.png", what="is 11000x11000 = 121000000 pixels, over the limit of 16777216"
+        )
+        assert page.locator('[data-ev="final"]').count() == 0
+        page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)
+        clear = page.locator("#it-files button[aria-label='Clear']")
+        clear.first.click()  # the message's own close button
+        refusal.wait_for(state="detached")
+        clear.first.click()  # then the upload's
+        submit(page, "Please draw a Moth")
+        page.locator('[data-ev="final"]').wait_for()
+
+
+@pytest.mark.slow
+def test_tiny_preset_in_the_browser(browser: Any, tmp_path: Path) -> None:
+    """The real tiny models, two sessions at once (narrative; two uploads): the plan and each verdict
+    arrive in their own updates before the final page, and each page shows only its own run. The
+    finished run is photographed at 1280 px and at a phone's 390 px, where nothing overflows and the
+    gallery shows every image."""
+    options = DemoOptions(out_root=tmp_path / "demo", concurrency=2)
+    story = "<image><image> What happens next? Show the next moment."
+    with serve(build_demo("tiny", options=options), options) as url:
+        page, other = open_page(browser, url), open_page(browser, url)
+        assert "tiny stand-in models" in page.locator('[data-ev="notice"]').inner_text()
+        submit(page, "How to draw a cat step by step?")
+        submit(other, story, frames(tmp_path))
+        for current in (page, other):
+            current.locator('[data-ev="plan"]').wait_for()
+            current.locator('[data-ev="final"]').wait_for(timeout=600_000)
+        for current, mine, theirs in (
+            (page, "How to draw a cat", "What happens next"),
+            (other, "What happens next", "How to draw a cat"),
+        ):
+            trace = download_trace(current, tmp_path)
+            order = seen(current)
+            verdicts = [k for k in order if k.startswith("verdict-")]
+            n_attempts = sum(len(s["attempts"]) for s in trace["steps"])
+            assert len(verdicts) == n_attempts > 0
+            assert all(order["plan"] < order[v] < order["final"] for v in verdicts)
+            accepted = [s["accepted_image"] for s in trace["steps"] if s["accepted_image"]]
+            steps = [c for c in gallery_captions(current) if not c.startswith("input ")]
+            assert [c.rsplit("(", 1)[-1].rstrip(")") for c in steps] == accepted and accepted
+            final = current.locator("#it-final").inner_text()
+            assert mine in final and theirs not in final and mine in trace["request"]["text"]
+            if not trace["planner"]["plan"]["fallback"]:  # issue 33 item 8: why the plan is off-topic
+                assert (
+                    "need not be about the request" in current.locator('[data-ev="tiny-plan"]').inner_text()
+                )
+        assert gallery_captions(other)[:2] == ["input 1 (input_1.png)", "input 2 (input_2.png)"]
+        screenshot = tmp_path / "demo-tiny-1280.png"
+        assert_fits(page)
+        keep_screenshot(page, screenshot)
+        other.screenshot(path=str(tmp_path / "tiny-story.png"), full_page=True)
+        page.set_viewport_size({"width": PHONE, "height": 844})
+        page.locator("#it-gallery img").first.wait_for()
+        assert_fits(page)
+        assert_gallery_shows_images(page)
+        keep_screenshot(page, tmp_path / f"demo-tiny-{PHONE}.png")
+        if os.environ.get(SCREENSHOT_ENV):
+            save_small(screenshot, Path(os.environ[SCREENSHOT_ENV]))
+
+
+def test_a_phone_sees_the_whole_page(browser: Any, tmp_path: Path) -> None:
+    """Issue 33 item 7: at 390 px a long word (a URL, a run-on token) was cut off in the plan, the
+    steps and the final page, and the examples table ran past the screen. Everything wraps now."""
+    options = DemoOptions(out_root=tmp_path / "demo")
+    word = "Pneumonoultramicroscopicsilicovolcanoconiosis" * 2
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        page = open_page(browser, url, width=PHONE)
+        assert_fits(page)
+        submit(page, f"Please draw a {word}")
+        page.locator('[data-ev="final"]').wait_for()
+        assert word in page.locator("#it-final").inner_text()
+        assert_fits(page)
+        assert_gallery_shows_images(page)
+        page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
+        page.locator("#it-gallery .thumbnail-item").first.click()  # Gradio's lightbox, with a download
+        page.locator('#it-gallery [data-testid="detailed-image"]').wait_for()
+        assert page.locator("#it-gallery button[aria-label='Download']").count() == 1
+        assert_fits(page)
+
+
+def test_an_examples_images_stay_with_that_example(browser: Any, tmp_path: Path) -> None:
+    """Issue 33 item 7: after a click on an example with images, the visitor's next typed request
+    silently took them along. A request without an ``<image>`` marker now drops them, with a note;
+    one that keeps a marker (the example, edited) keeps them."""
+    options = DemoOptions(out_root=tmp_path / "demo")
+    example = "<image><image> The ball rolls towards the box. What happens next? Show the next two moments."
+    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
+        page = open_page(browser, url)
+        uploads, box = page.locator("#it-files"), page.locator("#it-request textarea")
+        for typed, kept in ((None, []), (" Draw the Box", [1, 2])):
+            page.locator("#it-examples").get_by_text("The ball rolls").click()
+            uploads.get_by_text("frame2").first.wait_for()
+            page.locator("#it-files-note").wait_for(state="hidden")  # a click on an example hides it
+            box.focus()
+            if typed is None:  # a new request, typed over the example's (Gradio's input event: keys)
+                box.press("ControlOrMeta+a")
+                box.press_sequentially("Please draw a Moth")
+                note = page.locator("#it-files-note")
+                note.get_by_text("The example's images were removed").wait_for()
+                uploads.get_by_text("frame2").first.wait_for(state="detached")
+            else:  # the example's request, edited: its markers, so its images, stay
+                box.press("End")
+                box.press_sequentially(typed)
+            page.locator("#it-run").click()
+            page.locator('[data-ev="final"]').wait_for()
+            trace = download_trace(page, tmp_path)
+            assert trace["request"]["text"] == (example + typed if typed else "Please draw a Moth")
+            assert trace["input_images"] == [f"input_{i}.png" for i in kept]
+
+
+def save_small(screenshot: Path, target: Path) -> None:
+    """The top of the page (inputs, plan, live steps) at half size in 128 colours: a small PNG to commit."""
+    with Image.open(screenshot) as image:
+        top = image.convert("RGB").crop((0, 0, image.width, min(image.height, 1500)))
+        small = top.resize((top.width // 2, top.height // 2), Image.Resampling.LANCZOS)
+        small.quantize(colors=128).save(target, optimize=True)
