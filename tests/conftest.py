@@ -15,6 +15,10 @@ from tests.helpers.runs import V1_RUN
 # set before anything imports torch. Not MKL's reproducible mode: it makes results depend on the thread
 # count, and tests compare a served generator (its own thread count) with the local one. See docs/testing.md.
 os.environ.update({k: v for k, v in PINNED_NUMERICS.items() if k != "MKL_CBWR"})
+# Idle OpenMP threads sleep instead of spinning: beside another busy process (the other xdist worker, a
+# pinned child, anything else on the machine) a spinning thread takes the core its partner needs, and a
+# 2-thread child ran up to 4 times slower (docs/notes/test-suite.md). Results do not change.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make unit` runs two xdist workers on two cores: one thread each (and in the servers they start), so
     # they do not fight. The tiny builds and the learning test run in pinned children with their own counts.

@@ -26,3 +26,13 @@ def test_spread_files_run_test_by_test_and_unknown_files_last() -> None:
 def test_every_name_in_first_is_a_test_file() -> None:
     files = {name.split("::", 1)[0] for name in FIRST}
     assert sorted(f for f in files if not (REPO / f).is_file()) == []
+
+
+def test_idle_openmp_threads_sleep_in_the_tests_and_their_pinned_children() -> None:
+    """Beside another busy process, spinning OpenMP threads slowed a 2-thread child up to 4 times."""
+    import os
+
+    from interleave_thinker.testing.pinned import pinned_env
+
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert pinned_env()["OMP_WAIT_POLICY"] == "PASSIVE"
