@@ -32,7 +32,7 @@ def test_idle_openmp_threads_sleep_in_the_tests_and_their_pinned_children() -> N
     """Beside another busy process, spinning OpenMP threads slowed a 2-thread child up to 4 times."""
     import os
 
-    from interleave_thinker.testing.pinned import pinned_env
+    from interleave_thinker.tiny.pinned import pinned_env
 
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
     assert pinned_env()["OMP_WAIT_POLICY"] == "PASSIVE"
