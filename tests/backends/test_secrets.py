@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from interleave_thinker.backends.remote import (
 from interleave_thinker.backends.secrets import scrub
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
+from tests.helpers.batch import scripted_servers
 from tests.helpers.common import REPO
 
 KEY = "sk-test-5ecret-9f27c1d0a8b3"
@@ -141,27 +141,8 @@ def test_a_huge_retry_after_ends_at_the_deadline_not_after_it(echo: EchoServer) 
 @pytest.fixture(scope="module")
 def scripted() -> Iterator[dict[str, str]]:
     """The scripted planner/critic and "/edit" servers of the batch tests (their own processes)."""
-    procs, urls = [], {}
-    try:
-        for kind in ("chat", "edit"):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "interleave_thinker.testing.doubles.scripted_models", kind, str(port)],
-                cwd=REPO,
-                stdout=subprocess.PIPE,
-            )
-            procs.append(proc)
-            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-            urls[kind] = f"http://127.0.0.1:{port}"
+    with scripted_servers() as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
 
 
 def run_cli(out: Path, env: dict[str, str], *specs: str) -> subprocess.CompletedProcess[str]:

@@ -24,17 +24,16 @@ import yaml
 from typer.testing import CliRunner
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.agents.critic import format_verdict
-from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.cli.main import app
 from interleave_thinker.cli.progress import attempt_line
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import read_trace, trace_json
-from interleave_thinker.core.types import Durations, Plan, PlanStep, Trace, Verdict
+from interleave_thinker.core.types import Durations, Trace
 from interleave_thinker.testing.doubles.counting import Counting
 from interleave_thinker.testing.doubles.seeded import SeededWorld
 from interleave_thinker.testing.doubles.server import LocalServer
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.replies import plan_reply, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "fixtures" / "candidates" / "release_trace.json"
@@ -43,22 +42,6 @@ before loop.candidates existed)."""
 
 
 # --- N=1 is the released loop, byte for byte -----------------------------------------------------------
-
-
-def plan_reply(*steps: tuple[str, str | None, str | None]) -> str:
-    return format_plan(
-        Plan(
-            steps=[
-                PlanStep(step_number=i, step_name=f"S{i}", instruction=ins, prompt=pr, auxiliary_text=aux)
-                for i, (ins, pr, aux) in enumerate(steps, start=1)
-            ],
-            reasoning="plan",
-        )
-    )
-
-
-def verdict(success: bool, refine: str = "") -> str:
-    return format_verdict(Verdict(success=success, refine_prompt=refine, reasoning="checked"))
 
 
 def scripted(critic: list[str], plan: str, **loop: Any) -> tuple[Pipeline, ScriptedImageBackend]:

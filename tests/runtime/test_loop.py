@@ -11,33 +11,14 @@ import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.agents.critic import format_verdict
-from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.prompt_store import TemplateStore, builtin_templates
-from interleave_thinker.core.types import Plan, PlanStep, Verdict
 from interleave_thinker.testing.recording import GenCall, RecordingImage, ScriptedOverTiny
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.replies import plan_reply, verdict
 
 GARBAGE = "I think the picture is nice."
-
-
-def plan_reply(*steps: tuple[str | None, str | None, str | None]) -> str:
-    """A planner reply with steps (instruction, prompt, auxiliary_text), named S1, S2, ..."""
-    return format_plan(
-        Plan(
-            steps=[
-                PlanStep(step_number=i, step_name=f"S{i}", instruction=ins, prompt=pr, auxiliary_text=aux)
-                for i, (ins, pr, aux) in enumerate(steps, start=1)
-            ],
-            reasoning="plan",
-        )
-    )
-
-
-def verdict(success: bool, refine: str = "") -> str:
-    return format_verdict(Verdict(success=success, refine_prompt=refine, reasoning="checked"))
 
 
 TWO_STEPS = plan_reply(

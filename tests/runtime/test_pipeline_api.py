@@ -11,7 +11,6 @@ import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.agents.critic import format_verdict
 from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.backends import specs
 from interleave_thinker.backends.protocols import (
@@ -23,10 +22,11 @@ from interleave_thinker.backends.protocols import (
 )
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.core.types import Plan, PlanStep, Verdict
+from interleave_thinker.core.types import Plan, PlanStep
 from interleave_thinker.runtime.call_overrides import preset_config
 from interleave_thinker.runtime.used_backends import backend_description
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.replies import verdict
 
 ONE_STEP = format_plan(
     Plan(steps=[PlanStep(step_number=1, step_name="S1", instruction="Draw.", prompt="a cat")], reasoning="r")
@@ -37,10 +37,6 @@ CONTINUE = format_plan(
         reasoning="r",
     )
 )
-
-
-def verdict(success: bool, refine: str = "") -> str:
-    return format_verdict(Verdict(success=success, refine_prompt=refine, reasoning="checked"))
 
 
 def config(**loop: Any) -> PipelineConfig:

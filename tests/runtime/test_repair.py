@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.agents.critic import format_verdict
+from interleave_thinker import Pipeline
 from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.agents.sequence_review import format_review, parse_review
@@ -20,8 +19,9 @@ from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import read_trace, trace_path
-from interleave_thinker.core.types import Flag, Plan, PlanStep, Verdict
+from interleave_thinker.core.types import Flag, Plan, PlanStep
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.replies import scripted_config, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 REVIEW_TEMPLATE = REPO / "src" / "interleave_thinker" / "prompts" / "loop" / "review_sequence.txt"
@@ -40,10 +40,6 @@ REQUEST = "<image>A story about this cat"
 INPUT = Image.new("RGB", (32, 32), (10, 20, 30))
 
 
-def verdict(ok: bool, refine: str = "") -> str:
-    return format_verdict(Verdict(success=ok, refine_prompt=refine, reasoning="checked"))
-
-
 def review(*steps: int) -> str:
     return format_review([Flag(step=s, reason=f"the cat changed colour in step {s}") for s in steps])
 
@@ -52,15 +48,7 @@ ACCEPT_ALL = [verdict(True)] * 3
 
 
 def build(critic: list[str], generator: ScriptedImageBackend | None = None, **loop: Any) -> dict[str, Any]:
-    config = PipelineConfig.model_validate(
-        {
-            "planner": "scripted:p",
-            "critic": "scripted:c",
-            "generator": "scripted:g",
-            "loop": loop,
-            "generation": {"width": 32, "height": 32},
-        }
-    )
+    config = scripted_config(loop)
     built: dict[str, Any] = {
         "planner": ScriptedVLMBackend([PLAN]),
         "critic": ScriptedVLMBackend(critic),

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.agents.critic import format_verdict
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.agents.ranking import format_ranking, parse_ranking
@@ -18,8 +17,9 @@ from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.core.errors import ConfigError, ParseError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import trace_json
-from interleave_thinker.core.types import Plan, PlanStep, Trace, Verdict
+from interleave_thinker.core.types import Plan, PlanStep, Trace
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.replies import scripted_config, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE_TRACES = REPO / "tests" / "fixtures" / "release_traces" / "forced_and_rejected.json"
@@ -36,21 +36,8 @@ PLAN = format_plan(
 )
 
 
-def verdict(ok: bool, refine: str = "") -> str:
-    return format_verdict(Verdict(success=ok, refine_prompt=refine, reasoning="checked"))
-
-
 def build(critic: list[Any], *, judge: list[str] | None = None, **loop: Any) -> dict[str, Any]:
-    config = PipelineConfig.model_validate(
-        {
-            "planner": "scripted:p",
-            "critic": "scripted:c",
-            "generator": "scripted:g",
-            "loop": loop,
-            "generation": {"width": 32, "height": 32},
-            **({"judge": "scripted:j"} if judge is not None else {}),
-        }
-    )
+    config = scripted_config(loop, **({"judge": "scripted:j"} if judge is not None else {}))
     built: dict[str, Any] = {
         "planner": ScriptedVLMBackend([PLAN]),
         "critic": ScriptedVLMBackend(critic),
