@@ -2,7 +2,7 @@
 code builds them, committed as package data so a first ``make demo`` trains nothing.
 
 Why: format training takes minutes of CPU and the demo needs it on first use. The files under
-``tiny/artefacts/`` are exactly what a fresh build writes (``tests/testing/test_reproducibility.py`` rebuilds
+``tiny/artefacts/`` are exactly what a fresh build writes (``tests/tiny/test_reproducibility.py`` rebuilds
 them and requires byte-identical files); ``manifest.json`` records each model's recipe (versions, seed,
 template digest, library versions) and the SHA-256 of each file. A cache folder is filled from them only
 when the recipe the code would build now is the recorded one and every digest matches; otherwise the
