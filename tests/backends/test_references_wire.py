@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -340,9 +341,20 @@ def test_serve_generator_round_trips_three_references_through_both_routes(
     """``/edit`` (``http:``) and ``/v1/images/edits`` (``vllm-omni:`` repeated ``image`` parts,
     ``openai-images:`` ``image[]`` parts) give the local backend's pixels for the same references, and
     other pixels for the references reversed: all three arrived, in order."""
-    request = edit(seed=7)
-    reversed_order = edit(seed=7, references=REFERENCES[::-1])
-    local, local_reversed = (pixels(tiny_generator.generate(r)) for r in (request, reversed_order))
+    import torch
+
+    # the local run with the service's thread count (its one CPU worker takes every core: ServiceSettings
+    # .threads_for), not this process's (one under xdist): a thread count changes the last bit of a pixel
+    threads = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        request = edit(seed=7)
+        reversed_order = edit(seed=7, references=REFERENCES[::-1])
+        local, local_reversed = (pixels(tiny_generator.generate(r)) for r in (request, reversed_order))
+        unseeded = edit(seed=0, steps=None)
+        local_unseeded = pixels(tiny_generator.generate(unseeded))
+    finally:
+        torch.set_num_threads(threads)
     assert local != local_reversed
     with HTTPImageBackend(service) as http, OmniImagesBackend(service) as omni:
         assert pixels(http.generate(request)) == local
@@ -351,9 +363,8 @@ def test_serve_generator_round_trips_three_references_through_both_routes(
         with pytest.raises(BackendError, match="takes at most 3 reference images, got 4"):
             http.generate(edit(references=(*REFERENCES, EDITED)))  # the served backend's own cap: 400
     # The OpenAI images API has no seed or steps: the service uses seed 0 and the model's steps.
-    unseeded = edit(seed=0, steps=None)
     with OpenAIImagesBackend("tiny:generator", base_url=f"{service}/v1") as openai:
-        assert pixels(openai.generate(unseeded)) == pixels(tiny_generator.generate(unseeded))
+        assert pixels(openai.generate(unseeded)) == local_unseeded
 
 
 def test_the_json_of_a_job_keeps_the_references_in_order() -> None:

@@ -35,9 +35,10 @@ def invoke(*args: str) -> Any:
 
 
 def ok(*args: str) -> str:
+    """The command's output with its whitespace made single spaces: lines wrap at the terminal's width."""
     result = invoke(*args)
     assert result.exit_code == 0, (result.output, result.exception)
-    return str(result.output)
+    return " ".join(str(result.output).split())
 
 
 # --- the registry ------------------------------------------------------------------------------------
