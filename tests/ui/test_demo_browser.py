@@ -93,10 +93,17 @@ def seen(page: Any) -> dict[str, int]:
 
 
 def download_trace(page: Any, folder: Path) -> dict[str, Any]:
-    with page.expect_download() as info:
-        page.locator("#it-download a").first.click()
+    """The run's zip as the page's download link serves it. Fetched from the link's address, not by a
+    click: the link is re-rendered while the page settles, and a click can wait on it for minutes on a
+    busy machine (seen once in a fresh-clone run)."""
+    import httpx
+
+    link = page.locator("#it-download a").first
+    href = link.get_attribute("href", timeout=60_000)
+    assert href and href.startswith("http://127.0.0.1:"), href
+    assert (link.get_attribute("download", timeout=60_000) or "").endswith(".zip")  # the browser saves it
     target = folder / "run.zip"
-    info.value.save_as(str(target))
+    target.write_bytes(httpx.get(href, timeout=60).raise_for_status().content)
     with zipfile.ZipFile(target) as archive:
         assert {"trace.json", "document.md", "index.html"} <= set(archive.namelist())
         return dict(json.loads(archive.read("trace.json")))
