@@ -92,6 +92,10 @@ def seen(page: Any) -> dict[str, int]:
     return {key: batch for key, batch in page.evaluate("window.__seen")}
 
 
+_LAST_DOWNLOAD: dict[int, str | None] = {}
+"""Each page's last downloaded address: a new run's link is awaited until it names another file."""
+
+
 def download_trace(page: Any, folder: Path) -> dict[str, Any]:
     """The run's zip as the page's download link serves it. Fetched from the link's address, not by a
     click: the link is re-rendered while the page settles, and a click can wait on it for minutes on a
@@ -99,7 +103,14 @@ def download_trace(page: Any, folder: Path) -> dict[str, Any]:
     import httpx
 
     link = page.locator("#it-download a").first
-    href = link.get_attribute("href", timeout=60_000)
+    previous, waited = _LAST_DOWNLOAD.get(id(page)), 0
+    while (
+        href := link.get_attribute("href", timeout=60_000)
+    ) == previous:  # the last run's, not re-rendered yet
+        assert waited < 300, f"the download link still names the previous run: {href}"
+        page.wait_for_timeout(200)
+        waited += 1
+    _LAST_DOWNLOAD[id(page)] = href
     assert href and href.startswith("http://127.0.0.1:"), href
     assert (link.get_attribute("download", timeout=60_000) or "").endswith(".zip")  # the browser saves it
     target = folder / "run.zip"
