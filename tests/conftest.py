@@ -72,6 +72,9 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("INTERLEAVE_THINKER_HOME", str(home))
     monkeypatch.setenv("INTERLEAVE_THINKER_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # Gradio deletes what it cached when a server stops, and names cached files by content: a demo in the
+    # other xdist worker producing the same image would delete this test's result (a fresh-clone CI flake).
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(home / "gradio"))
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS", raising=False)
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS_URL", raising=False)
     return home

@@ -431,3 +431,21 @@ def test_the_page_says_why_a_tiny_plan_is_off_topic(options: DemoOptions) -> Non
         DemoRuns(scripted_pipeline(), options).run(*run_args("Please draw a Cat"), request=session("s2"))
     )
     assert "tiny-plan" not in plain[-1][1]
+
+
+def test_the_demo_command_gives_its_process_a_gradio_cache_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from interleave_thinker.ui.files import own_gradio_cache
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", "/chosen/by/the/user")
+    assert own_gradio_cache() == Path("/chosen/by/the/user")
+    monkeypatch.delenv("GRADIO_TEMP_DIR")
+    folder = own_gradio_cache()
+    assert (
+        folder.is_dir()
+        and folder != Path("/tmp/gradio")
+        and folder.name.startswith("interleave-thinker-gradio-")
+    )
+    assert os.environ["GRADIO_TEMP_DIR"] == str(folder)
+    folder.rmdir()

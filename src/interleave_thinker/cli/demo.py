@@ -55,6 +55,7 @@ def demo(
     check_specs(cfg)  # before Gradio's import: an unreachable hub is one line in seconds
     try:
         from interleave_thinker.ui import DemoOptions, build_demo, launch_kwargs
+        from interleave_thinker.ui.files import own_gradio_cache
     except ImportError as exc:
         if exc.name and exc.name.split(".")[0] == "gradio":
             raise ConfigError(INSTALL_HINT) from None
@@ -69,6 +70,7 @@ def demo(
     )
     if out_root is not None:
         options = dataclasses.replace(options, out_root=out_root.resolve())
+    own_gradio_cache()
     with LoadingDisplay(Console(stderr=True), f"loading models ({cfg.preset or 'custom'} preset)"):
         quiet_diffusers(cfg.generator)  # imports torch and diffusers: part of the time shown
         app = build_demo(cfg, options=options)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
 import shutil
+import tempfile
 import time
 import uuid
 import zipfile
@@ -19,6 +21,21 @@ from interleave_thinker.core.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9]+")
+
+
+def own_gradio_cache() -> Path:
+    """Give this process a Gradio cache of its own (``GRADIO_TEMP_DIR``) unless the user chose one.
+
+    Gradio names a cached file by its content and, when a server stops, deletes every file it cached: two
+    demos on one machine sharing ``/tmp/gradio`` that produce the same image (same request, same seed)
+    would delete each other's results. The folder is removed when the process exits."""
+    chosen = os.environ.get("GRADIO_TEMP_DIR")
+    if chosen:
+        return Path(chosen)
+    folder = tempfile.mkdtemp(prefix="interleave-thinker-gradio-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["GRADIO_TEMP_DIR"] = folder
+    return Path(folder)
 
 
 def session_dir(root: Path, session_hash: str | None) -> Path:

@@ -80,6 +80,8 @@ class WorkerSlot:
         self.backend_name: str | None = None
         """The loaded backend's name (``diffusers:<checkpoint>``), listed as the model's root."""
         self.error: str | None = None
+        self.started = 0
+        """Jobs the process acknowledged and began: a job killed before that is retried, not failed."""
         self.completed = 0
         self.failed = 0
         self.restarts = 0
@@ -95,6 +97,7 @@ class WorkerSlot:
             "device": self.device,
             "pid": self.pid,
             "state": self.state,
+            "started": self.started,
             "completed": self.completed,
             "failed": self.failed,
             "restarts": self.restarts,
@@ -228,6 +231,8 @@ class WorkerSlot:
             self.pool.requeue(job)
             return
         reply: Reply
+        if started.get("event") == "started":
+            self.started += 1
         try:
             reply = started if started.get("event") != "started" else self._conn.recv()
         except (EOFError, OSError):
