@@ -23,7 +23,7 @@ from typing import ClassVar
 import pytest
 
 from interleave_thinker.backends import hub
-from interleave_thinker.core.errors import ModelNotFoundError
+from interleave_thinker.core.errors import InputError, ModelNotFoundError
 from tests.conftest import shared_path
 
 CLI = str(Path(sys.executable).with_name("interleave-thinker"))
@@ -155,6 +155,9 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_TOKEN", raising=False)
+    from huggingface_hub import constants  # it read HF_HUB_OFFLINE when first imported, by whichever test
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub, "_cache_root", lambda: tmp_path / "hf" / "hub")
     monkeypatch.setattr(hub, "_endpoint", lambda: f"http://127.0.0.1:{server.server_port}")
     monkeypatch.setattr(hub, "_checked", set())
@@ -258,3 +261,26 @@ def test_credentials_in_the_endpoint_stay_out_of_the_message(monkeypatch: pytest
     with pytest.raises(ModelNotFoundError) as caught:
         hub.ensure_available("org/model")
     assert "s3cret" not in str(caught.value) and "http://hub.invalid" in str(caught.value)
+
+
+def test_our_offline_switch_keeps_dataset_loads_off_the_network(
+    fake_hub: type[_Hub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``datasets`` and the hub read HF_HUB_OFFLINE when imported: a process that set a switch later (or
+    only ours) still reads hub datasets from the cache alone, for `batch` and `eval` inputs alike."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    from interleave_thinker.eval.datasets import load_ueval
+    from interleave_thinker.runtime.batch_inputs import read_batch_input
+
+    for module, endpoint_name in ((constants, "ENDPOINT"), (datasets.config, "HF_ENDPOINT")):
+        monkeypatch.setattr(module, endpoint_name, hub._endpoint())
+        monkeypatch.setattr(module, "HF_HUB_OFFLINE", False)  # imported before any switch was set
+    monkeypatch.setenv("INTERLEAVE_THINKER_OFFLINE", "1")
+    with pytest.raises(InputError, match="Offline, a dataset must already be in the Hugging Face cache"):
+        read_batch_input("hf:org/not-cached:test")
+    with pytest.raises(InputError, match="Offline, a dataset must already be in the Hugging Face cache"):
+        load_ueval("hf:org/not-cached:test")
+    assert fake_hub.asked == []
+    assert (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE) == (False, False)  # put back after

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.backends.hub_datasets import load_hf_dataset
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import cache_home, write_atomic
 from interleave_thinker.runtime.batch_inputs import read_json_list, read_records, select
@@ -106,10 +107,8 @@ def _read_records(path: Path) -> list[tuple[str, Any]]:
 
 def _hf_dataset(spec: str) -> tuple[str, str, Any]:
     name, _, split = spec.removeprefix("hf:").partition(":")
-    import datasets
-
     try:
-        loaded = datasets.load_dataset(name, split=split) if split else datasets.load_dataset(name)
+        loaded = load_hf_dataset(name, split)
     except Exception as exc:  # the hub raises many kinds; being offline without a cache is the common one
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         raise InputError(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from interleave_thinker.backends.hub_datasets import load_hf_dataset
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.runtime.failures import clean_text, one_line
 
@@ -141,13 +142,13 @@ def read_records(path: Path, formats: tuple[str, ...] = RECORD_FORMATS) -> list[
 def _hf_rows(spec: str) -> list[tuple[str, Any]]:
     name, _, split = spec.removeprefix("hf:").partition(":")
     try:
-        import datasets
+        import datasets  # noqa: F401
     except ImportError:
         raise InputError(
             "Hugging Face inputs need the `datasets` package (`pip install datasets`)."
         ) from None
     try:
-        dataset = datasets.load_dataset(name, split=split or "test")
+        dataset = load_hf_dataset(name, split or "test")
     except Exception as exc:  # the hub raises many kinds; offline ones are the common case
         raise InputError(
             f"Dataset '{name}' (split '{split or 'test'}') could not be loaded: {type(exc).__name__}: "
