@@ -28,6 +28,7 @@ from interleave_thinker.train.rewards import (
 
 SC_OK = '{"score": [7, 9], "reasoning": "sc"}'  # SC = 7
 PQ_OK = '{"score": [8, 6], "reasoning": "pq"}'  # PQ = 6
+PERFECT = '{"score": [10, 10]}'  # SC = PQ = 10
 PREVIOUS = "a cat"
 
 
@@ -53,7 +54,6 @@ def regenerated(name: str, expected: tuple[float, float, float, float, float], *
     return Case(name, answer(False), False, expected, "better cat", **changes)
 
 
-PERFECT = '{"score": [10, 10]}'
 CASES = [
     regenerated("valid, accurate, regenerated", (1, 1, 0.6, 0.4, 0.82)),
     Case(
