@@ -4,6 +4,7 @@ service's environment and sizes."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from interleave_thinker.server.generator import free_port
 from interleave_thinker.server.vlm_service import create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
+from interleave_thinker.testing.doubles.stoppable import CountingModel
 from tests.helpers.common import tiny_dir
 
 
@@ -95,3 +97,20 @@ def stop_all(servers: list[Engine]) -> None:
             server.process.terminate()
     for server in servers:
         server.reap()
+
+
+def post_by_hand(raw: socket.socket, body: bytes) -> None:
+    """A chat completion request written on a bare socket, so the test can leave before the reply ends."""
+    raw.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
+def wait_until_generating(model: CountingModel, within: float = 30) -> None:
+    """Until ``model`` has made 5 steps: the generation is under way (fails after ``within`` seconds)."""
+    deadline = time.monotonic() + within
+    while model.steps < 5:
+        assert time.monotonic() < deadline, "generation did not start"
+        time.sleep(0.01)

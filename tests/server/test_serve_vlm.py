@@ -32,7 +32,14 @@ from interleave_thinker.server.vlm_service import VLMLimits, create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
 from interleave_thinker.testing.doubles.stoppable import ModelBackend
 from tests.helpers.common import cli_command
-from tests.helpers.served import Engine, InProcessServer, offline_env, stop_all
+from tests.helpers.served import (
+    Engine,
+    InProcessServer,
+    offline_env,
+    post_by_hand,
+    stop_all,
+    wait_until_generating,
+)
 
 FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -393,15 +400,8 @@ def test_a_client_that_disconnects_stops_its_generation_and_frees_the_slot() -> 
         body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 100_000}).encode()
         host, port = server.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as raw:
-            raw.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            deadline = time.monotonic() + 30
-            while backend.model.steps < 5:
-                assert time.monotonic() < deadline, "generation did not start"
-                time.sleep(0.01)
+            post_by_hand(raw, body)
+            wait_until_generating(backend.model)
         assert backend.model.finished.wait(60), "the generation went on after its client left"
         assert backend.model.steps < 100_000
         with httpx.Client(base_url=server.url, timeout=60) as http:
