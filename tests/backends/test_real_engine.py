@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -30,10 +27,10 @@ from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.agents.planner import planner_messages
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.prompt_store import TemplateStore
-from interleave_thinker.server.generator import free_port
 from interleave_thinker.tiny.kind import tiny_vlm_folder
+from tests.helpers.common import cli_command, tiny_dir
 from tests.helpers.common import stable_across_backends as stable
-from tests.helpers.common import tiny_dir
+from tests.helpers.served import Engine, stop_all
 
 pytestmark = pytest.mark.slow
 
@@ -42,55 +39,6 @@ READY_S = 120.0
 ROLES = ("planner", "critic")
 TINY_DIR = tiny_dir()
 """The tiny models' cache, as tests/conftest.py keeps it for every test."""
-
-
-class Engine:
-    """One server process on a free port, started at once and waited for later, so several load side by side."""
-
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
-        self.name, self.log = name, log
-        self.port = free_port("127.0.0.1")
-        self.url = f"http://127.0.0.1:{self.port}"
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                [*argv, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)
-            )
-
-    def wait_ready(self, *, skip_if_it_exits: bool) -> None:
-        """Poll ``/health``; a server that exits first is a skip (the engine cannot start here) or a failure."""
-        deadline = time.monotonic() + READY_S
-        while True:
-            if self.process.poll() is not None:
-                tail = self.log.read_text(errors="replace")[-1500:]
-                message = f"{self.name} exited with code {self.process.returncode} before serving: {tail}"
-                if skip_if_it_exits:
-                    pytest.skip(message)
-                pytest.fail(message)
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (
-                f"{self.name} not ready in {READY_S:.0f}s: {self.log.read_text()}"
-            )
-            time.sleep(0.2)
-
-    def reap(self) -> None:
-        """Wait for the process told to stop (killed after 20 s)."""
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-
-
-def stop_all(servers: list[Engine]) -> None:
-    """Every server told first, then each waited for: they shut down side by side."""
-    for server in servers:
-        server.process.terminate()
-    for server in servers:
-        server.reap()
 
 
 def transformers_serve(folder: Path) -> list[str]:
@@ -110,19 +58,8 @@ def transformers_serve(folder: Path) -> list[str]:
 
 
 def serve_vlm(folder: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "interleave_thinker",
-        "serve",
-        "vlm",
-        "--model",
-        f"transformers:{folder}",
-        "--served-name",
-        str(folder),
-        "--log-level",
-        "warning",
-    ]
+    served = ("--model", f"transformers:{folder}", "--served-name", str(folder))
+    return cli_command("serve", "vlm", *served, "--log-level", "warning")
 
 
 ENGINES = {"transformers-serve": transformers_serve, "serve-vlm": serve_vlm}
@@ -202,7 +139,7 @@ def test_a_real_engine_gives_the_local_trace(engine: str, setup: Setup, tmp_path
         pytest.skip(reason)
     servers, folders = setup.servers[engine], setup.folders
     for server in servers.values():
-        server.wait_ready(skip_if_it_exits=engine == "transformers-serve")
+        server.wait_ready(skip_if_it_exits=engine == "transformers-serve", within=READY_S)
     if engine == "transformers-serve":
         check_the_engine_splits_the_reasoning(servers["planner"].url, folders["planner"])
     specs = {role: f"openai:{servers[role].url}/v1#{folders[role]}" for role in ROLES}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker import Pipeline
 from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.core.errors import InputError, TraceVersionError
 from interleave_thinker.core.prompt_store import builtin_templates
@@ -33,6 +33,7 @@ from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from interleave_thinker.train.data.trajectories import discover
 from tests.helpers.common import stable
+from tests.helpers.pipelines import scripted_config
 from tests.helpers.runs import FIXTURE_PROMPT
 from tests.helpers.runs import V1_RUN as FIXTURE
 
@@ -48,15 +49,8 @@ YES = "<think>fine</think><answer>{'previous_step_success': True, 'refine_prompt
 
 def fixture_pipeline(critic: tuple[str, ...] = (NO, YES, YES)) -> Pipeline:
     """The pipeline that wrote the fixture: step 2 is a text answer generated as an image."""
-    config = PipelineConfig.model_validate(
-        {
-            "planner": "scripted:planner",
-            "critic": "scripted:critic",
-            "generator": "scripted:generator",
-            "generation": {"width": 16, "height": 16, "steps": 2},
-            "agents": {"max_new_tokens": 8},
-            "loop": {"text_steps": "generate", "seed_base": 7},
-        }
+    config = scripted_config(
+        16, 2, agents={"max_new_tokens": 8}, loop={"text_steps": "generate", "seed_base": 7}
     )
     return Pipeline(
         planner=ScriptedVLMBackend([PLAN]),

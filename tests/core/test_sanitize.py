@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker import Pipeline
 from interleave_thinker.agents.critic import parse_verdict
 from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.sanitize import MANY_SURROGATES, clean_text, is_clean
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.pipelines import scripted_config
 
 CUT_EMOJI_PLAN = "<answer>{'execution_plan': [{'step_number': 1, 'instruction': 'smile \ud83d"
 """A planner reply cut inside an emoji, as a client that decodes JSON escapes hands it over."""
@@ -54,14 +55,7 @@ def test_retry_policy_stores_clean_replies() -> None:
 
 
 def scripted_pipeline(planner_reply: str) -> Pipeline:
-    config = PipelineConfig.model_validate(
-        {
-            "planner": "scripted:planner",
-            "critic": "scripted:critic",
-            "generator": "scripted:generator",
-            "generation": {"width": 16, "height": 16, "steps": 1},
-        }
-    )
+    config = scripted_config(16, 1)
     verdict = "<answer>{'previous_step_success': True, 'refine_prompt': 'ok'}</answer>"
     return Pipeline(
         planner=ScriptedVLMBackend([planner_reply], repeat_last=True),

@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker import Pipeline
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message
 from interleave_thinker.cli.batch import in_order
 from interleave_thinker.core.prompt_store import builtin_templates
@@ -22,6 +22,7 @@ from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from tests.helpers.common import REPO, free_port
+from tests.helpers.pipelines import scripted_config
 
 POISON = "POISON"
 PLAN = (
@@ -65,15 +66,7 @@ class PoisonImage(ImageBatchMixin):
 
 
 def pipeline(switch: Switch) -> Pipeline:
-    config = PipelineConfig.model_validate(
-        {
-            "planner": "scripted:planner",
-            "critic": "scripted:critic",
-            "generator": "scripted:generator",
-            "generation": {"width": 32, "height": 32, "steps": 2},
-            "agents": {"max_new_tokens": 8},
-        }
-    )
+    config = scripted_config(32, 2, agents={"max_new_tokens": 8})
     return Pipeline(
         planner=ScriptedVLMBackend([switch.planner], repeat_last=True),
         critic=ScriptedVLMBackend([VERDICT], repeat_last=True),

@@ -1,9 +1,11 @@
-"""The repository's root, the tiny models' cache, and the trace comparison several tests make."""
+"""The repository's root, the tiny models' cache, the trace comparison and the CLI run several tests make."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,17 @@ def free_port() -> int:
 def stable_across_backends(value: Any) -> Any:
     """``value`` without times and without the ``backends`` it names: one run through two sets of backends."""
     return stable(value, TIMINGS | {"backends"})
+
+
+def cli_command(*args: str) -> list[str]:
+    """``python -m interleave_thinker`` with ``args``: the command line a child process runs."""
+    return [sys.executable, "-m", "interleave_thinker", *args]
+
+
+def run_cli(
+    words: str, *args: str, cwd: Path | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process: ``words`` split on white space, then ``args`` as they are (paths, texts)."""
+    return subprocess.run(
+        cli_command(*words.split(), *args), capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )

@@ -1,8 +1,10 @@
-"""Run folders as the pipeline writes them: built from a table, the schema-1 fixture, a reward rollout."""
+"""Run folders as the pipeline writes them: built from a table, a batch of speckled pictures for the tiny
+judge, the schema-1 fixture, a reward rollout."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 from PIL import Image
@@ -77,6 +79,79 @@ def make_run(
     (run / "trace.json").write_text(trace.model_dump_json(indent=2))
     (run / "judge_scores.json").write_text(json.dumps(scores))
     return run
+
+
+BRIGHT = (220, 150, 220)
+DARK = (40, 20, 40)
+
+
+def noisy(path: Path, color: tuple[int, int, int], seed: int) -> Path:
+    """A 64x64 picture of one colour with seeded speckle, like the judge's training pictures."""
+    rng = random.Random(seed)
+    image = Image.new("RGB", (64, 64), color)
+    pixels = image.load()
+    assert pixels is not None
+    for _ in range(64 * 64 // 8):
+        x, y = rng.randrange(64), rng.randrange(64)
+        pixels[x, y] = tuple(min(255, max(0, c + rng.randint(-60, 60))) for c in color)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path)
+    return path
+
+
+def make_batch(root: Path, requests: int = 2) -> Path:
+    """A batch folder as `batch` writes it: ``requests/<id>/trace.json`` with images, no judge scores.
+
+    Per request: step 1 one bright attempt the critic accepted; step 2 a dark attempt the critic
+    rejected, then a bright one it accepted.
+    """
+    for r in range(requests):
+        run = root / "requests" / f"req{r}"
+        steps = [
+            PlanStep(
+                step_number=1, step_name="Sketch", instruction="Sketch the cat.", prompt="sketch the cat"
+            ),
+            PlanStep(
+                step_number=2, step_name="Colour", instruction="Colour the cat.", prompt="colour the cat"
+            ),
+        ]
+        records = []
+        before = WHITE_CANVAS
+        for i, colours in enumerate([[BRIGHT], [DARK, BRIGHT]], start=1):
+            record = StepRecord(step=steps[i - 1], kind="image", text=steps[i - 1].instruction)
+            prompt = steps[i - 1].prompt or ""
+            for a, colour in enumerate(colours):
+                name = f"step{i:02d}_attempt{a}.png"
+                noisy(run / "images" / name, colour, 100 * r + 10 * i + a)
+                ok = colour == BRIGHT
+                verdict = Verdict(
+                    success=ok, refine_prompt=prompt if ok else f"{prompt}, brighter", reasoning="r"
+                )
+                record.attempts.append(
+                    Attempt(
+                        step_number=i,
+                        attempt=a,
+                        prompt=prompt,
+                        seed=a,
+                        before_image=before,
+                        image_file=name,
+                        critic_called=True,
+                        verdict=verdict,
+                        accepted=ok,
+                    )
+                )
+                prompt = verdict.refine_prompt
+            record.accepted_image = record.attempts[-1].image_file
+            before = record.accepted_image
+            records.append(record)
+        trace = Trace(
+            request=Request(text="How to draw a cat step by step?"),
+            planner=PlannerRecord(plan=Plan(steps=steps, reasoning="Two image steps.")),
+            steps=records,
+            status="succeeded",
+        )
+        (run / "trace.json").write_text(trace.model_dump_json(indent=2))
+    return root
 
 
 # 4. remote.* and prompts.* reach `reward`'s generator and judge.

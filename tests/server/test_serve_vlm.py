@@ -31,8 +31,15 @@ from interleave_thinker.server.limits import read_timeout_protocol
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
 from interleave_thinker.testing.doubles.stoppable import ModelBackend
-from tests.helpers.common import tiny_dir
-from tests.helpers.served import InProcessServer
+from tests.helpers.common import cli_command
+from tests.helpers.served import (
+    Engine,
+    InProcessServer,
+    offline_env,
+    post_by_hand,
+    stop_all,
+    wait_until_generating,
+)
 
 FAST = RetrySettings(max_retries=2, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -289,53 +296,19 @@ def test_help_points_to_vllm_for_production() -> None:
 # -- the real command over the tiny planner, as a subprocess ------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m interleave_thinker serve vlm --model tiny:planner`` on a free port, same tiny dir as the tests."""
-    tiny = tiny_dir()  # what conftest's isolated_home sets, which module fixtures run before
     home = tmp_path_factory.mktemp("serve-home")
-    env = {
-        **os.environ,
-        "INTERLEAVE_THINKER_TINY_DIR": tiny,
-        "INTERLEAVE_THINKER_HOME": str(home),
-        "INTERLEAVE_THINKER_OFFLINE": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
-    port = free_port()
-    log_path = home / "server.log"
-    args = ["serve", "vlm", "--model", "tiny:planner", "--port", str(port), "--log-level", "warning"]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "interleave_thinker", *args], stdout=log, stderr=subprocess.STDOUT, env=env
-        )
-    url = f"http://127.0.0.1:{port}"
+    # offline_env's tiny dir: what conftest's isolated_home sets, which module fixtures run before
+    env = {**os.environ, **offline_env(), "INTERLEAVE_THINKER_HOME": str(home)}
+    args = ["serve", "vlm", "--model", "tiny:planner", "--log-level", "warning"]
+    server = Engine("serve vlm", cli_command(*args), home / "server.log", env)
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"serve vlm exited with {process.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"serve vlm did not become healthy:\n{log_path.read_text()}")
-            time.sleep(0.2)
-        yield url
+        server.wait_ready(within=240)
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
+        stop_all([server])
 
 
 @pytest.mark.slow
@@ -427,15 +400,8 @@ def test_a_client_that_disconnects_stops_its_generation_and_frees_the_slot() -> 
         body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 100_000}).encode()
         host, port = server.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as raw:
-            raw.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            deadline = time.monotonic() + 30
-            while backend.model.steps < 5:
-                assert time.monotonic() < deadline, "generation did not start"
-                time.sleep(0.01)
+            post_by_hand(raw, body)
+            wait_until_generating(backend.model)
         assert backend.model.finished.wait(60), "the generation went on after its client left"
         assert backend.model.steps < 100_000
         with httpx.Client(base_url=server.url, timeout=60) as http:
@@ -464,35 +430,19 @@ def test_a_client_that_never_finishes_its_headers_is_disconnected() -> None:
 
 @pytest.mark.slow
 def test_sigterm_stops_a_long_generation_within_seconds(tmp_path: Path) -> None:
-    env = {**os.environ, "INTERLEAVE_THINKER_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    port = free_port()
-    args = ["serve", "vlm", "--model", "tiny:planner", "--port", str(port), "--max-tokens", "1000000"]
-    log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "interleave_thinker", *args], stdout=log, stderr=subprocess.STDOUT, env=env
-        )
-    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **offline_env()}
+    args = ["serve", "vlm", "--model", "tiny:planner", "--max-tokens", "1000000"]
+    server = Engine("serve vlm", cli_command(*args), tmp_path / "server.log", env)
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.2)
+        server.wait_ready(within=240)
         body = {"messages": [{"role": "user", "content": "go on forever"}], "max_tokens": 1_000_000}
         thread = threading.Thread(
-            target=lambda: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300), daemon=True
+            target=lambda: httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=300),
+            daemon=True,
         )
         thread.start()
         time.sleep(2)
-        process.terminate()
-        assert process.wait(30) == 0, log_path.read_text()  # without the fix: minutes of generation
+        server.process.terminate()
+        assert server.process.wait(30) == 0, server.log.read_text()  # without the fix: minutes of generation
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+        stop_all([server])

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
 from interleave_thinker.testing.doubles.asgi import AppServer
 from interleave_thinker.testing.doubles.stoppable import ModelBackend
+from tests.helpers.served import post_by_hand, wait_until_generating
 
 REPLY = "Step 1: sketch the kite.\nStep 2: colour it red."
 KEY = "s3cret-token"
@@ -168,20 +168,13 @@ def test_a_client_leaving_mid_stream_stops_the_generation() -> None:
         ).encode()
         with socket.create_connection(("127.0.0.1", server.port)) as raw:
             raw.settimeout(30)
-            raw.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
+            post_by_hand(raw, body)
             received = b""
             while b"chat.completion.chunk" not in received:  # the stream has started (headers first)
                 data = raw.recv(4096)
                 assert data, "the server closed the stream"
                 received += data
-            deadline = time.monotonic() + 30
-            while backend.model.steps < 5:
-                assert time.monotonic() < deadline, "generation did not start"
-                time.sleep(0.01)
+            wait_until_generating(backend.model)
         assert backend.model.finished.wait(60), "the generation went on after its client left"
         assert backend.model.steps < 100_000
         assert httpx.get(f"{server.url}/health", timeout=30).json()["cancelled"] == 1

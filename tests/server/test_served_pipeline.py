@@ -6,84 +6,49 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.server.generator import GeneratorProcess, free_port
+from interleave_thinker.server.generator import GeneratorProcess
+from tests.helpers.common import cli_command
 from tests.helpers.common import stable_across_backends as stable
-from tests.helpers.common import tiny_dir
+from tests.helpers.served import Engine, offline_env, stop_all
 
 pytestmark = pytest.mark.slow
 
 
 def env() -> dict[str, str]:
-    tiny = tiny_dir()
-    return {
-        **os.environ,
-        "INTERLEAVE_THINKER_TINY_DIR": tiny,
-        "INTERLEAVE_THINKER_OFFLINE": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
+    return {**os.environ, **offline_env()}
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    processes: list[subprocess.Popen[bytes]] = []
-    urls: dict[str, str] = {}
     logs = tmp_path_factory.mktemp("logs")
-    for role in ("planner", "critic"):
-        port = free_port("127.0.0.1")
-        with open(logs / f"{role}.log", "wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "interleave_thinker",
-                        "serve",
-                        "vlm",
-                        "--model",
-                        f"tiny:{role}",
-                        "--port",
-                        str(port),
-                        "--log-level",
-                        "warning",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env(),
-                )
-            )
-        urls[role] = f"http://127.0.0.1:{port}"
+    engines = [
+        Engine(
+            f"serve vlm ({role})",
+            cli_command("serve", "vlm", "--model", f"tiny:{role}", "--log-level", "warning"),
+            logs / f"{role}.log",
+            env(),
+        )
+        for role in ("planner", "critic")
+    ]
+    urls = {role: engine.url for role, engine in zip(("planner", "critic"), engines, strict=True)}
     generator = GeneratorProcess("tiny:generator", workers=1, device="cpu", env=env())
     try:
         generator.__enter__()
         urls["generator"] = generator.url
-        for role in ("planner", "critic"):
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    if httpx.get(f"{urls[role]}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, (logs / f"{role}.log").read_text()
-                time.sleep(0.2)
+        for engine in engines:
+            engine.wait_ready(within=180)
         yield urls
     finally:
         generator.__exit__(None, None, None)
-        for process in processes:
-            process.terminate()
-            process.wait(30)
+        stop_all(engines)
 
 
 def run(overrides: dict[str, Any], out: Path, image: Path) -> dict[str, Any]:

@@ -8,10 +8,7 @@ follows the brightness, so its scores are parsed numbers that depend on the imag
 from __future__ import annotations
 
 import json
-import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,46 +17,10 @@ from PIL import Image
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.backends.specs import load_vlm_backend
 from interleave_thinker.core.prompt_store import TemplateStore
-from interleave_thinker.core.types import (
-    WHITE_CANVAS,
-    Attempt,
-    Plan,
-    PlannerRecord,
-    PlanStep,
-    Request,
-    StepRecord,
-    Trace,
-    Verdict,
-)
+from tests.helpers.common import run_cli
+from tests.helpers.runs import BRIGHT, DARK, make_batch, noisy
 
 pytestmark = pytest.mark.slow
-
-BRIGHT = (220, 150, 220)
-DARK = (40, 20, 40)
-
-
-def noisy(path: Path, color: tuple[int, int, int], seed: int) -> Path:
-    """A 64x64 picture of one colour with seeded speckle, like the judge's training pictures."""
-    rng = random.Random(seed)
-    image = Image.new("RGB", (64, 64), color)
-    pixels = image.load()
-    assert pixels is not None
-    for _ in range(64 * 64 // 8):
-        x, y = rng.randrange(64), rng.randrange(64)
-        pixels[x, y] = tuple(min(255, max(0, c + rng.randint(-60, 60))) for c in color)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path)
-    return path
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "interleave_thinker", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=900,
-    )
 
 
 def test_tiny_judge_scores_depend_on_the_picture(tmp_path: Path) -> None:
@@ -77,16 +38,7 @@ def test_tiny_judge_scores_depend_on_the_picture(tmp_path: Path) -> None:
 def test_judge_command_on_the_tiny_preset_gives_parsed_scores(tmp_path: Path) -> None:
     Image.new("RGB", (64, 64), "white").save(tmp_path / "before.png")
     noisy(tmp_path / "after.png", BRIGHT, 3)
-    result = cli(
-        "judge",
-        "--before",
-        "before.png",
-        "--after",
-        "after.png",
-        "--instruction",
-        "ink the dog",
-        cwd=tmp_path,
-    )
+    result = run_cli("judge --before before.png --after after.png --instruction", "ink the dog", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     assert report["error"] is None
@@ -143,22 +95,8 @@ def rollouts(tmp_path: Path) -> Path:
 
 def test_reward_command_on_the_tiny_preset_scores_every_judged_rollout(tmp_path: Path) -> None:
     path = rollouts(tmp_path)
-    result = cli(
-        "reward",
-        "--input",
-        str(path),
-        "--generator",
-        "tiny:generator",
-        "--judge",
-        "tiny:judge",
-        "--max-new-tokens",
-        "64",
-        "--deadline",
-        "600",
-        "--out",
-        "scored.jsonl",
-        cwd=tmp_path,
-    )
+    words = "reward --generator tiny:generator --judge tiny:judge --max-new-tokens 64 --deadline 600"
+    result = run_cli(words, "--input", str(path), "--out", "scored.jsonl", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     scored = [json.loads(line) for line in (tmp_path / "scored.jsonl").read_text().splitlines()]
     assert [s["reward_error"] for s in scored] == [None, None, None]
@@ -168,77 +106,10 @@ def test_reward_command_on_the_tiny_preset_scores_every_judged_rollout(tmp_path:
     assert scored[2]["semantic"] == scored[2]["quality"] == 0.5  # a success is not re-judged
 
 
-def make_batch(root: Path, requests: int = 2) -> Path:
-    """A batch folder as `batch` writes it: ``requests/<id>/trace.json`` with images, no judge scores.
-
-    Per request: step 1 one bright attempt the critic accepted; step 2 a dark attempt the critic
-    rejected, then a bright one it accepted.
-    """
-    for r in range(requests):
-        run = root / "requests" / f"req{r}"
-        steps = [
-            PlanStep(
-                step_number=1, step_name="Sketch", instruction="Sketch the cat.", prompt="sketch the cat"
-            ),
-            PlanStep(
-                step_number=2, step_name="Colour", instruction="Colour the cat.", prompt="colour the cat"
-            ),
-        ]
-        records = []
-        before = WHITE_CANVAS
-        for i, colours in enumerate([[BRIGHT], [DARK, BRIGHT]], start=1):
-            record = StepRecord(step=steps[i - 1], kind="image", text=steps[i - 1].instruction)
-            prompt = steps[i - 1].prompt or ""
-            for a, colour in enumerate(colours):
-                name = f"step{i:02d}_attempt{a}.png"
-                noisy(run / "images" / name, colour, 100 * r + 10 * i + a)
-                ok = colour == BRIGHT
-                verdict = Verdict(
-                    success=ok, refine_prompt=prompt if ok else f"{prompt}, brighter", reasoning="r"
-                )
-                record.attempts.append(
-                    Attempt(
-                        step_number=i,
-                        attempt=a,
-                        prompt=prompt,
-                        seed=a,
-                        before_image=before,
-                        image_file=name,
-                        critic_called=True,
-                        verdict=verdict,
-                        accepted=ok,
-                    )
-                )
-                prompt = verdict.refine_prompt
-            record.accepted_image = record.attempts[-1].image_file
-            before = record.accepted_image
-            records.append(record)
-        trace = Trace(
-            request=Request(text="How to draw a cat step by step?"),
-            planner=PlannerRecord(plan=Plan(steps=steps, reasoning="Two image steps.")),
-            steps=records,
-            status="succeeded",
-        )
-        (run / "trace.json").write_text(trace.model_dump_json(indent=2))
-    return root
-
-
 def test_data_build_from_a_batch_with_the_tiny_judge_writes_critic_examples(tmp_path: Path) -> None:
     batch = make_batch(tmp_path / "runs" / "eval")
-    result = cli(
-        "data",
-        "build",
-        "--input",
-        str(batch),
-        "--out",
-        "built",
-        "--judge",
-        "tiny:judge",
-        "--judge-max-new-tokens",
-        "64",
-        "--no-trl",
-        cwd=tmp_path,
-    )
+    words = "data build --out built --judge tiny:judge --judge-max-new-tokens 64 --no-trl"
+    result = run_cli(words, "--input", str(batch), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "judge: scored 6 attempt(s)" in result.stderr
     assert '"score"' not in result.stdout + result.stderr  # no model reply on the terminal
@@ -256,20 +127,8 @@ def test_data_build_from_a_batch_with_the_tiny_judge_writes_critic_examples(tmp_
 def test_data_build_that_produces_nothing_says_so_and_exits_non_zero(tmp_path: Path) -> None:
     batch = make_batch(tmp_path / "batch", requests=1)
     # the random tiny critic as a judge: every judgement fails to parse
-    failed = cli(
-        "data",
-        "build",
-        "--input",
-        str(batch),
-        "--out",
-        "built",
-        "--judge",
-        "tiny:critic",
-        "--judge-max-new-tokens",
-        "4",
-        "--no-trl",
-        cwd=tmp_path,
-    )
+    words = "data build --out built --judge tiny:critic --judge-max-new-tokens 4 --no-trl"
+    failed = run_cli(words, "--input", str(batch), cwd=tmp_path)
     assert failed.returncode == 1
     assert "every one of the 3 judgement(s) failed" in failed.stderr
     assert "judge: 3 of 3 judgement(s) failed; details in" in failed.stderr

@@ -28,6 +28,7 @@ from interleave_thinker.train.rewards import (
 
 SC_OK = '{"score": [7, 9], "reasoning": "sc"}'  # SC = 7
 PQ_OK = '{"score": [8, 6], "reasoning": "pq"}'  # PQ = 6
+PERFECT = '{"score": [10, 10]}'  # SC = PQ = 10
 PREVIOUS = "a cat"
 
 
@@ -48,8 +49,13 @@ class Case:
     truth: tuple[float, float] = (5.0, 8.0)
 
 
+def regenerated(name: str, expected: tuple[float, float, float, float, float], **changes: Any) -> Case:
+    """A failed step the critic rightly calls failed, regenerated with the refine prompt "better cat"."""
+    return Case(name, answer(False), False, expected, "better cat", **changes)
+
+
 CASES = [
-    Case("valid, accurate, regenerated", answer(False), False, (1, 1, 0.6, 0.4, 0.82), "better cat"),
+    regenerated("valid, accurate, regenerated", (1, 1, 0.6, 0.4, 0.82)),
     Case(
         "whitespace around tags",
         "< think > look < /think >\n< answer > {'previous_step_success': False, 'refine_prompt': 'better cat'} < / answer >",
@@ -111,37 +117,12 @@ CASES = [
     Case("gt success skips generation", answer(True, ""), True, (1, 1, 0.5, 0.5, 0.8)),
     Case("gt success, wrong prediction", answer(False), True, (1, 0, 0.5, 0.5, 0.7)),
     Case("gt success, garbage response", "garbage", True, (0, 0, 0.5, 0.5, 0.2)),
-    Case(
-        "judge failure", answer(False), False, (1, 1, 0.5, 0.5, 0.8), "better cat", judge=("not json", PQ_OK)
-    ),
-    Case("generator failure", answer(False), False, (1, 1, 0.5, 0.5, 0.8), "better cat", generator="fail"),
-    Case("deadline exceeded", answer(False), False, (1, 1, 0.5, 0.5, 0.8), "better cat", generator="slow"),
-    Case(
-        "perfect regeneration",
-        answer(False),
-        False,
-        (1, 1, 1.0, 1.0, 1.0),
-        "better cat",
-        judge=('{"score": [10, 10]}', "[10, 10]"),
-        truth=(0, 0),
-    ),
-    Case(
-        "worse regeneration",
-        answer(False),
-        False,
-        (1, 1, 0.25, 0.1, 0.685),
-        "better cat",
-        judge=("[2, 4]", "[0, 9]"),
-        truth=(7, 8),
-    ),
-    Case(
-        "edit from a real before image",
-        answer(False),
-        False,
-        (1, 1, 0.6, 0.4, 0.82),
-        "better cat",
-        before="photo",
-    ),
+    regenerated("judge failure", (1, 1, 0.5, 0.5, 0.8), judge=("not json", PQ_OK)),
+    regenerated("generator failure", (1, 1, 0.5, 0.5, 0.8), generator="fail"),
+    regenerated("deadline exceeded", (1, 1, 0.5, 0.5, 0.8), generator="slow"),
+    regenerated("perfect regeneration", (1, 1, 1.0, 1.0, 1.0), judge=(PERFECT, "[10, 10]"), truth=(0, 0)),
+    regenerated("worse regeneration", (1, 1, 0.25, 0.1, 0.685), judge=("[2, 4]", "[0, 9]"), truth=(7, 8)),
+    regenerated("edit from a real before image", (1, 1, 0.6, 0.4, 0.82), before="photo"),
 ]
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -21,6 +20,7 @@ from interleave_thinker.testing.doubles.judge import image_urls, judge_server
 from interleave_thinker.testing.recording import RecordingImage, ScriptedOverTiny
 from interleave_thinker.train.rewards import CriticReward, StepwiseScorer
 from tests.conftest import shared_path
+from tests.helpers.common import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,15 @@ def rollouts(tmp_path: Path) -> Path:
     return path
 
 
+def scored_by(reward: CriticReward, rows: list[dict[str, Any]], truth: str) -> list[float]:
+    """``reward`` over ``rows`` as TRL calls it: the responses, then each dataset column by name (the
+    ground truth under ``truth``: the release's ``evaluation`` or our ``ground_truth``)."""
+    columns = {
+        key: [r[key] for r in rows] for key in ("origin_prompt", "origin_image_path", "previous_prompt")
+    }
+    return reward(None, [r["response"] for r in rows], **{truth: [r["evaluation"] for r in rows]}, **columns)
+
+
 def test_stepwise_reward_on_tiny_models(tmp_path: Path) -> None:
     path = rollouts(tmp_path)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -56,15 +65,7 @@ def test_stepwise_reward_on_tiny_models(tmp_path: Path) -> None:
         repeat_last=True,
     )
     scorer = StepwiseScorer(generator, Judge(judge_vlm, builtin_templates()), base_dir=tmp_path)
-    reward = CriticReward(scorer)
-    values = reward(
-        None,
-        [r["response"] for r in rows],
-        evaluation=[r["evaluation"] for r in rows],
-        origin_prompt=[r["origin_prompt"] for r in rows],
-        origin_image_path=[r["origin_image_path"] for r in rows],
-        previous_prompt=[r["previous_prompt"] for r in rows],
-    )
+    values = scored_by(CriticReward(scorer), rows, truth="evaluation")
     # row 1: gt failure (sem 1, qual 6), regenerated from the white canvas: SC 6, PQ 7
     # row 2: gt success -> skipped; prediction True matches
     # row 3: gt success, prediction False -> accuracy 0, skipped
@@ -80,27 +81,9 @@ def test_stepwise_reward_on_tiny_models(tmp_path: Path) -> None:
 def test_reward_cli_on_tiny_models(tmp_path: Path) -> None:
     path = rollouts(tmp_path)
     out = tmp_path / "scored.jsonl"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "interleave_thinker",
-            "reward",
-            "--input",
-            str(path),
-            "--generator",
-            "tiny:generator",
-            "--judge",
-            "tiny:critic",  # a random model: the failure path (tiny:judge is format-trained)
-            "--max-new-tokens",
-            "12",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # the judge is tiny:critic, a random model: the failure path (tiny:judge is format-trained)
+    words = "reward --generator tiny:generator --judge tiny:critic --max-new-tokens 12"
+    result = run_cli(words, "--input", str(path), "--out", str(out), timeout=600)
     assert result.returncode == 1, result.stderr  # the one judged rollout failed: nothing useful, said so
     assert "every step-wise scoring failed" in result.stderr
     scored = [json.loads(line) for line in out.read_text().splitlines()]
@@ -115,28 +98,9 @@ def test_reward_cli_on_tiny_models(tmp_path: Path) -> None:
 def test_judge_cli_reports_failure_honestly(tmp_path: Path) -> None:
     Image.new("RGB", (64, 64), "white").save(tmp_path / "a.png")
     Image.new("RGB", (64, 64), "red").save(tmp_path / "b.png")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "interleave_thinker",
-            "judge",
-            "--before",
-            "a.png",
-            "--after",
-            "b.png",
-            "--instruction",
-            "a red square",
-            "--judge",
-            "tiny:critic",  # a random model: the failure path (tiny:judge is format-trained)
-            "--max-new-tokens",
-            "12",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    # the judge is tiny:critic, a random model: the failure path (tiny:judge is format-trained)
+    words = "judge --before a.png --after b.png --judge tiny:critic --max-new-tokens 12 --instruction"
+    result = run_cli(words, "a red square", cwd=tmp_path, timeout=600)
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert report["sc"] is None and report["overall"] is None and "unparsable" in report["error"]
@@ -166,14 +130,7 @@ def test_stepwise_reward_with_a_judge_served_over_http(tmp_path: Path) -> None:
         scorer = StepwiseScorer(
             load_image_backend("tiny:generator"), Judge(client, builtin_templates()), base_dir=tmp_path
         )
-        values = CriticReward(scorer)(
-            None,
-            [r["response"] for r in rows],
-            ground_truth=[r["evaluation"] for r in rows],
-            origin_prompt=[r["origin_prompt"] for r in rows],
-            origin_image_path=[r["origin_image_path"] for r in rows],
-            previous_prompt=[r["previous_prompt"] for r in rows],
-        )
+        values = scored_by(CriticReward(scorer), rows, truth="ground_truth")
         scorer.close()
         client.close()
     assert sorted(served_judge.processed_images) == [
