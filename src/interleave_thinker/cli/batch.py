@@ -11,12 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli.options import (
-    SchedulingFlags,
-    SettingsFlags,
-    quiet_diffusers,
-    with_scheduling_flags,
-)
+from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
 from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.core.errors import InputError
 
@@ -87,6 +82,7 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         self.cfg, self.items, self.source = cfg, items, source
         self.store = RunStore(out)
         self.loading = f"loading models ({cfg.preset or 'custom'} preset)"
+        self.generator = cfg.generator
         self.runner: BatchRunner | None = None
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
@@ -99,7 +95,6 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         from interleave_thinker.runtime.pipeline import Pipeline
         from interleave_thinker.runtime.scheduler import BatchRunner
 
-        quiet_diffusers(self.cfg.generator)  # imports torch and diffusers: part of the time shown
         self.runner = BatchRunner(Pipeline.from_config(self.cfg), self.store, settings)
 
     def pending(self) -> int:

@@ -9,11 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from interleave_thinker.cli.options import (
-    SchedulingFlags,
-    SettingsFlags,
-    with_scheduling_flags,
-)
+from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
 from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec

@@ -12,12 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli.options import (
-    SchedulingFlags,
-    SettingsFlags,
-    quiet_diffusers,
-    with_scheduling_flags,
-)
+from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
 from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
@@ -112,6 +107,7 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
     def __init__(self, run: GenerationRun) -> None:
         self.gen = run
         self.loading = f"loading models ({run.mode} mode)"
+        self.generator = run.config.generator
         self.store: RunStore | None = None
         self.pipeline: Pipeline | None = None
         self.settings: BatchSettings | None = None
@@ -134,7 +130,6 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.eval.generate import load_pipeline
 
-        quiet_diffusers(self.gen.config.generator)  # imports torch and diffusers: part of the time shown
         self.pipeline, self.settings = load_pipeline(self.gen), settings
 
     def pending(self) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from rich.console import Console
 
-from interleave_thinker.cli.options import SchedulingFlags
+from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ class ScheduledJob(Generic[R]):
     """What the progress bar counts."""
     log_name = "interleave_thinker.batch"
     """The logger of ``--quiet``'s failure lines (the command's own name, as users grep for it)."""
+    generator: str | None = None
+    """The generator spec whose diffusers progress bars are silenced before loading (None: nothing to silence)."""
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         """Open (or continue) the run store, no model loaded; the items still to run (None: known after load)."""
@@ -72,6 +74,8 @@ def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJ
             return result
         settings = flags.batch_settings()
         with LoadingDisplay(console, job.loading, quiet=flags.quiet):
+            if job.generator is not None:
+                quiet_diffusers(job.generator)  # imports torch and diffusers: part of the time shown
             job.load(settings)
         return _with_progress(job, total, flags.quiet)
 

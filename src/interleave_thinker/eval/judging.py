@@ -65,6 +65,14 @@ class JudgeRequest:
     messages: tuple[JudgeMessage, ...]
     settings: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def one_turn(
+        cls, parts: tuple[Part, ...], settings: dict[str, Any] | None = None, *, system: str | None = None
+    ) -> JudgeRequest:
+        """One user turn after the protocol's system text, if any: how most official judges ask."""
+        turns = (JudgeMessage("system", (system,)),) if system is not None else ()
+        return cls((*turns, JudgeMessage("user", parts)), dict(settings or {}))
+
     def render(self, image_part: Callable[[JudgeImage], dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages as chat dicts: text parts as ``{"type": "text"}``, images by ``image_part``."""
         return [

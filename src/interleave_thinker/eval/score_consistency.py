@@ -36,14 +36,7 @@ from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import StepRecord, Trace
 from interleave_thinker.core.untrusted import MAX_JSON_BYTES, load_json, read_bounded
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.eval.judging import (
-    JudgeClient,
-    JudgeImage,
-    JudgeMessage,
-    JudgeRequest,
-    Part,
-    Question,
-)
+from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Part, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, inside, read_image_bytes
 from interleave_thinker.eval.prompts import PromptSet
 from interleave_thinker.eval.scoring import ItemResult, bind, mean
@@ -183,10 +176,7 @@ def build_request(
         "second_prompt": _step_text(second[1]),
     }
     parts: tuple[Part, ...] = (fill(prompts.texts[PAIR], values), *(JudgeImage(d, _mime(d)) for d in images))
-    return JudgeRequest(
-        messages=(JudgeMessage("system", (prompts.texts[SYSTEM],)), JudgeMessage("user", parts)),
-        settings=dict(SETTINGS),
-    )
+    return JudgeRequest.one_turn(parts, SETTINGS, system=prompts.texts[SYSTEM])
 
 
 def _mime(data: bytes) -> str:

@@ -18,14 +18,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.eval.judging import (
-    JudgeClient,
-    JudgeImage,
-    JudgeMessage,
-    JudgeRequest,
-    Part,
-    Question,
-)
+from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Part, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, open_image, reason
 from interleave_thinker.eval.prompts import PromptSet
 from interleave_thinker.eval.scoring import ItemResult, bind, mean
@@ -186,8 +179,7 @@ def score_item(
         errors = [f"cannot read an image of this sample: {reason(exc)}"]
         return ItemResult(item.id, item.category, None, "failed", {"accuracy": 0}, extra=extra, errors=errors)
     questions = [
-        Question(JudgeRequest((JudgeMessage("user", parts),), dict(SETTINGS)), parse_judge, 1, role)
-        for role, parts in messages
+        Question(JudgeRequest.one_turn(parts, SETTINGS), parse_judge, 1, role) for role, parts in messages
     ]
     judgements = client.ask_all(item.id, questions)
     replies = {q.role: j.replies for q, j in zip(questions, judgements, strict=True)}

@@ -214,7 +214,7 @@ def rubrics(item: EvalItem, name: str) -> list[Any]:
 
 def _request(system: str, context: str, rubric: str, images: list[JudgeImage], cached: bool) -> JudgeRequest:
     if not cached:
-        return JudgeRequest((JudgeMessage("user", (context + "\n\n" + rubric, *images)),))
+        return JudgeRequest.one_turn((context + "\n\n" + rubric, *images))
     turns = [JudgeMessage("system", (system,))]
     if images:
         turns.append(JudgeMessage("user", tuple(images)))

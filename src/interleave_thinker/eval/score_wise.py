@@ -15,7 +15,7 @@ from typing import Any
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeMessage, JudgeRequest, Question
+from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
 from interleave_thinker.eval.prompts import PromptSet, fill_wise
 from interleave_thinker.eval.scoring import ItemResult, bind, mean
@@ -156,13 +156,8 @@ def build_request(
     protocol: WiseProtocol, prompts: PromptSet, raw: dict[str, Any], image: bytes
 ) -> JudgeRequest:
     user = fill_wise(prompts.texts[protocol.user], raw.get("Prompt"), raw.get("Explanation"))
-    return JudgeRequest(
-        messages=(
-            JudgeMessage("system", (prompts.texts[protocol.system],)),
-            JudgeMessage("user", (user, JudgeImage(image, "image/png"))),
-        ),
-        settings=dict(protocol.settings),
-    )
+    parts = (user, JudgeImage(image, "image/png"))
+    return JudgeRequest.one_turn(parts, protocol.settings, system=prompts.texts[protocol.system])
 
 
 def output_path(outputs: Path, prompt_id: str) -> Path:

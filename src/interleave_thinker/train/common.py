@@ -121,6 +121,24 @@ def checkpoint_step(checkpoint: Path | None) -> int:
     return int(checkpoint.name.rpartition("-")[2]) if checkpoint is not None else 0
 
 
+def save_final_model(trainer: Any, output_dir: Path) -> None:
+    """Weights (or adapter) and processor beside the checkpoint-N folders, where the pipeline loads them:
+    ``save_model`` is collective (ZeRO-3 / FSDP gather the shards); only the main process writes."""
+    trainer.save_model(str(output_dir))
+    if trainer.args.should_save:
+        trainer.processing_class.save_pretrained(str(output_dir))
+
+
+def run_facts(trainer: Any, checkpoint: Path | None) -> dict[str, Any]:
+    """The result fields every run reports alike, so SFT and GRPO summaries count steps the same way."""
+    return {
+        "main_process": trainer.is_world_process_zero(),
+        "start_step": checkpoint_step(checkpoint),
+        # the checkpoint's value when resumed, as the Trainer uses it
+        "logging_steps": int(trainer.state.logging_steps or trainer.args.logging_steps),
+    }
+
+
 def finished_at(output_dir: Path, max_steps: int, num_train_epochs: float) -> int | None:
     """The step at which the run in ``output_dir`` finished, or None when its newest checkpoint has more to do.
 

@@ -20,10 +20,11 @@ from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
     Phase,
     build_trl_config,
-    checkpoint_step,
     load_policy,
     no_phase,
     resume_checkpoint,
+    run_facts,
+    save_final_model,
     training_callbacks,
     trl_trainer,
 )
@@ -35,14 +36,12 @@ from interleave_thinker.train.grpo.data import (
     synthetic_critic_examples,
 )
 from interleave_thinker.train.rewards import (
+    PLANNER_REWARDS,
     CriticReward,
     CriticRewardWeights,
     StepwiseScorer,
     critic_accuracy_reward,
     critic_format_reward,
-    planner_format_reward,
-    planner_plan_reward,
-    planner_score_reward,
 )
 
 TRL_CHECKPOINTING_ALIAS = r"`is_gradient_checkpointing` is deprecated"
@@ -98,15 +97,8 @@ def reward_functions(
 ) -> tuple[list[Callable[..., Any]], list[float], list[Any]]:
     """(functions, weights, things to close) for the role; ``generator`` / ``judge_backend`` override the specs."""
     if role == "planner":
-        return (
-            [
-                timed("planner_format", planner_format_reward),
-                timed("planner_plan", planner_plan_reward),
-                timed("planner_score", planner_score_reward),
-            ],
-            [1.0, 1.0, 1.0],
-            [],
-        )
+        planner = [timed(name, fn) for name, fn in PLANNER_REWARDS.items()]
+        return planner, [1.0] * len(planner), []
     section = config.reward
     if not section.stepwise:
         weights = [section.format_weight, 1 - section.format_weight]
@@ -305,16 +297,11 @@ def run_grpo(
     finally:
         for closer in closers:
             closer.close()
-    # The final model beside the checkpoint-N folders, as SFT and TRL's own scripts save it.
-    trainer.save_model(str(config.output_dir))  # collective; writes on the main process only
-    if trainer.args.should_save:
-        trainer.processing_class.save_pretrained(str(config.output_dir))
+    save_final_model(trainer, config.output_dir)  # as SFT and TRL's own scripts save it
     return GRPOResult(
         config.output_dir,
         trainer.state.global_step,
         config.output_dir,
         list(trainer.state.log_history),
-        main_process=trainer.is_world_process_zero(),
-        start_step=checkpoint_step(checkpoint),
-        logging_steps=int(trainer.state.logging_steps or trainer.args.logging_steps),
+        **run_facts(trainer, checkpoint),
     )

@@ -9,12 +9,14 @@ from interleave_thinker.train.rewards.critic import (
     critic_format_reward,
 )
 from interleave_thinker.train.rewards.planner import (
+    PLANNER_REWARDS,
     planner_format_reward,
     planner_plan_reward,
     planner_score_reward,
 )
 
 __all__ = [
+    "PLANNER_REWARDS",
     "CriticReward",
     "CriticRewardWeights",
     "StepwiseScorer",

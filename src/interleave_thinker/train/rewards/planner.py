@@ -19,6 +19,7 @@ without a score (TRL then leaves it out of that row's total).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from interleave_thinker.agents.planner import parse_plan
@@ -136,3 +137,11 @@ def planner_score_reward(prompts: Any, completions: list[Any], **columns: Any) -
         raise ValueError(f"column 'plan_score' has {len(scores)} values for {len(completions)} completions")
     formats = planner_format_reward(prompts, completions)
     return [None if score is None else float(score) * fmt for score, fmt in zip(scores, formats, strict=True)]
+
+
+PLANNER_REWARDS: dict[str, Callable[..., Sequence[float | None]]] = {
+    "planner_format": planner_format_reward,
+    "planner_plan": planner_plan_reward,
+    "planner_score": planner_score_reward,
+}
+"""The planner's GRPO rewards by the name each is logged under, so the trainer and its logs agree."""

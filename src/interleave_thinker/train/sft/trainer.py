@@ -16,10 +16,11 @@ from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
     Phase,
     build_trl_config,
-    checkpoint_step,
     load_policy,
     no_phase,
     resume_checkpoint,
+    run_facts,
+    save_final_model,
     training_callbacks,
     trl_trainer,
 )
@@ -198,18 +199,16 @@ def run_sft(
     # 5. Save what the pipeline loads: weights (or adapter) and the processor with its inference template.
     # save_model is collective (ZeRO-3 / FSDP gather the shards) and writes on the main process only;
     # the processor and the merged copy are written by the main process alone.
-    processor = trainer.processing_class
-    processor.chat_template = trainer.inference_chat_template
-    trainer.save_model(str(config.output_dir))
-    if trainer.args.should_save:
-        processor.save_pretrained(str(config.output_dir))
+    trainer.processing_class.chat_template = trainer.inference_chat_template
+    save_final_model(trainer, config.output_dir)
     adapter = config.finetune.method == "lora"
     merged = None
     if adapter and config.finetune.lora.merge and trainer.args.should_save:
         from interleave_thinker.train.sft.checkpoints import merge_adapter
 
         merged = merge_adapter(config.output_dir, config.output_dir / "merged")
-    start = checkpoint_step(checkpoint)
+    facts = run_facts(trainer, checkpoint)
+    start = facts["start_step"]
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h and h.get("step", 0) > start]
     return SFTResult(
         output_dir=config.output_dir,
@@ -219,7 +218,5 @@ def run_sft(
         adapter=adapter,
         merged_dir=merged,
         log_history=list(trainer.state.log_history),
-        main_process=trainer.is_world_process_zero(),
-        start_step=start,
-        logging_steps=int(trainer.state.logging_steps or trainer.args.logging_steps),
+        **facts,
     )
