@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,30 @@ def test_training_starts_from_the_tiny_folders_the_registry_names() -> None:
     paths = ensure_tiny_models()
     assert base_checkpoint("tiny:critic") == str(paths.critic) == str(checkpoint_folder("tiny:critic"))
     assert base_checkpoint("tiny:") == str(paths.planner)
+
+
+def test_another_template_set_is_adapted_from_the_shipped_built_in_model(tmp_path: Path) -> None:
+    """Built-in templates keep their shipped keys and build from scratch; any other set starts from the
+    shipped built-in model (seconds to copy) and is fine-tuned for ``ADAPT_STEPS``, under a key of its own."""
+    from interleave_thinker.core.prompt_store import TemplateSet, builtin_templates
+    from interleave_thinker.tiny.format_trained import ADAPT_STEPS, FORMAT_VERSION, _start, template_digest
+    from interleave_thinker.tiny.shipped import ARTEFACTS
+
+    builtin = builtin_templates()
+    edited = TemplateSet(
+        kind="custom",
+        origin="test",
+        texts={**builtin.texts, "critic": builtin.texts["critic"] + "\nBe brief."},
+    )
+    shipped = json.loads((ARTEFACTS / "manifest.json").read_text(encoding="utf-8"))["models"]
+    for role in ("planner", "critic", "judge"):
+        assert f"format-v{FORMAT_VERSION}-{template_digest(role, builtin)}/{role}" in shipped
+        assert _start(role, tmp_path, template_digest(role, builtin)) == (None, None)
+    digest = template_digest("critic", edited)
+    assert digest != template_digest("critic", builtin)
+    steps, start = _start("critic", tmp_path, digest)
+    assert steps == ADAPT_STEPS
+    assert start == tmp_path / f"format-v{FORMAT_VERSION}-{template_digest('critic', builtin)}" / "critic"
+    key = f"{start.parent.name}/critic"
+    copied = (start / "model.safetensors").read_bytes()
+    assert hashlib.sha256(copied).hexdigest() == shipped[key]["files"]["model.safetensors"]

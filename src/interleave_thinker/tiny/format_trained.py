@@ -48,6 +48,9 @@ TEXT_INTERMEDIATE = 192
 PLANNER_STEPS = 200
 CRITIC_STEPS = 160
 JUDGE_STEPS = 120
+ADAPT_STEPS = 40
+"""Steps that carry a shipped model (trained on the built-in templates) over to another template set: the
+answer formats are the same, only the wording around them differs, so a short fine-tune suffices."""
 JUDGE_SEED = 4
 """After ``tiny.models``'s planner, critic and generator seeds."""
 JUDGE_DATA_VERSION = "1"
@@ -127,7 +130,14 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
         shutil.rmtree(checkpoint)
 
 
-def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps: int | None = None) -> None:
+def _build_one(
+    tmp: Path,
+    role: str,
+    templates: TemplateSet,
+    source: Path,
+    steps: int | None = None,
+    start: Path | None = None,
+) -> None:
     """Build in a child process with pinned numerics (``tiny.models.run_pinned``), quietly."""
     import json
     import logging
@@ -145,6 +155,7 @@ def _build_one(tmp: Path, role: str, templates: TemplateSet, source: Path, steps
                 "role": role,
                 "source": str(source),
                 "steps": steps,
+                "start": str(start) if start else None,
                 "templates": {"kind": templates.kind, "origin": templates.origin, "texts": templates.texts},
             }
         ),
@@ -161,13 +172,22 @@ def _build_from_job(job: Path) -> None:
     spec = json.loads(job.read_text(encoding="utf-8"))
     templates = TemplateSet(**spec["templates"])
     warnings.simplefilter("ignore")
-    build_format_trained(Path(spec["tmp"]), spec["role"], templates, Path(spec["source"]), spec["steps"])
+    start = Path(spec["start"]) if spec["start"] else None
+    build_format_trained(
+        Path(spec["tmp"]), spec["role"], templates, Path(spec["source"]), spec["steps"], start
+    )
 
 
 def build_format_trained(
-    tmp: Path, role: str, templates: TemplateSet, source: Path, steps: int | None = None
+    tmp: Path,
+    role: str,
+    templates: TemplateSet,
+    source: Path,
+    steps: int | None = None,
+    start: Path | None = None,
 ) -> Path:
-    """Build one format-trained model into ``tmp/model`` (``steps`` overrides the role's default, for tests).
+    """Build one format-trained model into ``tmp/model`` (``steps`` overrides the role's default, for tests),
+    from a fresh random base, or fine-tuned from the model at ``start``.
 
     Deterministic given the seeds: data, initial weights and training order are seeded, the training
     runs on a fixed thread count with torch's deterministic algorithms; the remaining source of
@@ -179,7 +199,7 @@ def build_format_trained(
     seed = SEEDS[role]
     steps = steps or STEPS[role]
     work = tmp / "work"
-    base = build_base(work / "base", source, seed=seed)
+    base = start or build_base(work / "base", source, seed=seed)
     if role == "planner":
         examples = planner_examples(templates, PLANNER_STEPS * BATCH // 2, seed=seed)
     elif role == "critic":
@@ -212,11 +232,26 @@ def ensure_format_trained_tiny(
 
 
 def template_digest(role: str, templates: TemplateSet) -> str:
-    """The cache key of a role's folder: the templates its data is filled with (and the judge's data version)."""
+    """The cache key of a role's folder: the templates its data is filled with (and the judge's data version).
+    A set other than the built-in one is adapted from the built-in model (:func:`ensure_format_trained`),
+    so its key names that start too."""
+    from interleave_thinker.core.pinned_texts import sha256_text
+
+    digest, builtin = _texts_digest(role, templates), _builtin_digest(role)
+    return digest if digest == builtin else sha256_text(f"adapted-{ADAPT_STEPS}-from-{builtin}-{digest}")[:12]
+
+
+def _texts_digest(role: str, templates: TemplateSet) -> str:
     from interleave_thinker.core.pinned_texts import sha256_text
 
     salt = f"judge-v{JUDGE_DATA_VERSION}" if role == "judge" else ""  # planner/critic keys unchanged
     return sha256_text(salt + "".join(templates.get(n) for n in ROLE_TEMPLATES[role]))[:12]
+
+
+def _builtin_digest(role: str) -> str:
+    from interleave_thinker.core.prompt_store import builtin_templates
+
+    return _texts_digest(role, builtin_templates())
 
 
 def format_recipe(role: str, digest: str) -> dict[str, object]:
@@ -241,7 +276,8 @@ def ensure_format_trained(
     role: str, root: Path | None = None, *, templates: TemplateSet | None = None
 ) -> Path:
     """One format-trained tiny model (``planner``, ``critic`` or ``judge``), made alone when only one is
-    needed: copied from the shipped artefact when its recipe matches (``tiny.shipped``), else trained."""
+    needed: copied from the shipped artefact when its recipe matches (``tiny.shipped``), else trained
+    (for another template set than the built-in one, adapted from the built-in model: :func:`_start`)."""
     if role not in ROLES:
         raise ValueError(f"role must be planner, critic or judge, not {role!r}")
     templates = templates or TemplateStore().load()
@@ -256,11 +292,23 @@ def ensure_format_trained(
             tmp = folder / f".{role}.partial"
             shutil.rmtree(tmp, ignore_errors=True)
             if not install_shipped(f"{folder.name}/{role}", format_recipe(role, digest), tmp / "model"):
-                _build_one(tmp, role, templates, ensure_tiny_model("planner", root))
+                _build_one(
+                    tmp, role, templates, ensure_tiny_model("planner", root), *_start(role, root, digest)
+                )
             (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
             (tmp / "model").rename(final)
             shutil.rmtree(tmp)
     return final
+
+
+def _start(role: str, root: Path, digest: str) -> tuple[int | None, Path | None]:
+    """(steps, start model) of a build: from scratch for the built-in templates; for any other set, a short
+    fine-tune of the built-in model (shipped, so no wait), minutes sooner than training from scratch."""
+    from interleave_thinker.core.prompt_store import builtin_templates
+
+    if digest == _builtin_digest(role):
+        return None, None
+    return ADAPT_STEPS, ensure_format_trained(role, root, templates=builtin_templates())
 
 
 def build_shipped(work: Path) -> dict[str, tuple[dict[str, object], Path]]:
