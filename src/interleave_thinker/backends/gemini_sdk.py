@@ -1,5 +1,5 @@
 """What the two Gemini backends (``gemini:`` chat and ``gemini-image:``) share: the key variables, the
-install hint and the SDK client.
+install hint, the SDK client and :class:`GeminiSDKBackend`, the base that sets them up.
 
 Why here: the ``google-genai`` SDK is an optional extra, imported only when a client is made, after the
 key has been checked, so a missing key is named before a missing package; both backends build the
@@ -9,8 +9,11 @@ client the same way (the timeout of ``remote.timeout`` in the SDK's milliseconds
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
+from interleave_thinker.backends.remote import RetrySettings
+from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
 from interleave_thinker.core.errors import BackendError
 
 DEFAULT_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
@@ -28,3 +31,28 @@ def gemini_client(name: str, key: str | None, timeout: float) -> Any:
             f"{name}: the Gemini backend needs the google-genai SDK; install it with {INSTALL_HINT}."
         ) from exc
     return genai.Client(api_key=key, http_options={"timeout": int(timeout * 1000)})
+
+
+class GeminiSDKBackend(RemoteBackend):
+    """A backend whose calls go through the SDK's client: one pseudo-endpoint (its ``name``), the key
+    from :data:`DEFAULT_KEY_ENVS` or ``remote.api_key_env``, the client made only after the key is read."""
+
+    model: str
+    retry: RetrySettings
+    client: Any
+    cooperative = False  # the SDK's own client blocks: a batch runs its calls in an executor
+
+    def open_client(
+        self, client: Any | None, api_key_env: str | None, concurrency: int, sleep: Callable[[float], None]
+    ) -> None:
+        """The key's variables, the client (``client`` when given, else a real one) and the caller;
+        ``name`` and ``retry`` are set first."""
+        self.key_envs, configured = key_envs(api_key_env, DEFAULT_KEY_ENVS)
+        self.client = client if client is not None else self._make_client(configured)
+        self.open_caller([self.name], retry=self.retry, concurrency=concurrency, sleep=sleep)
+
+    def _make_client(self, configured: bool) -> Any:
+        """Read the key (a missing one is a :class:`ConfigError`), then import the SDK (only now: it is
+        an optional extra) and build a ``genai.Client``."""
+        key = self.api_key(required=True, configured=configured)
+        return gemini_client(self.name, key, self.retry.timeout)

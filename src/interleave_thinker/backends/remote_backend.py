@@ -60,6 +60,16 @@ def read_api_key(who: str, envs: Sequence[str], *, required: bool, configured: b
     )
 
 
+def caller_settings(remote: RemoteOptions) -> dict[str, Any]:
+    """The constructor keywords of a served backend that reads its own key (``openai:``, ``gemini:``)
+    from the user's ``remote`` section: retries, concurrency and the key's variable."""
+    return {
+        "retry": RetrySettings.from_options(remote),
+        "concurrency": remote.concurrency,
+        "api_key_env": remote.api_key_env,
+    }
+
+
 def pool_settings(remote: RemoteOptions, who: str, default_env: str) -> dict[str, Any]:
     """The constructor keywords of a bearer-token pool backend (``http:``, ``vllm-omni:``) from the
     user's ``remote`` section: retries, concurrency, cooldown, the key (optional unless named in

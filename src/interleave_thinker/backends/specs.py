@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 class BackendSpec:
     kind: str
     target: str
-    raw: str
+
+    @property
+    def raw(self) -> str:
+        """The spec as written (``KIND:TARGET``): what an error quotes back to the user."""
+        return f"{self.kind}:{self.target}"
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def parse_spec(spec: str, known: dict[str, object] | None = None) -> BackendSpec
         raise ConfigError(
             f"Unknown backend kind '{kind}' in {spec!r}; known kinds: {', '.join(sorted(known))}."
         )
-    return BackendSpec(kind=kind, target=target, raw=spec)
+    return BackendSpec(kind=kind, target=target)
 
 
 LOCAL_KINDS = frozenset({"transformers", "diffusers", "fastvideo", "tiny"})

@@ -33,27 +33,28 @@ COUNTS = ("calls", "input_tokens", "output_tokens", "images_in", "images_out")
 
 @dataclass
 class Usage:
-    """What one role's backend was asked for: calls, tokens (as its server reported them), images."""
+    """What one role's backend was asked for: the :data:`COUNTS` (calls, tokens as its server reported
+    them, images), named once there and kept as one table."""
 
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    images_in: int = 0
-    images_out: int = 0
     on_change: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     """Called after every change, outside the lock (the ledger writes the counts to disk there)."""
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
         with self._lock:
             for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
+                self.counts[name] += value  # a name outside COUNTS is a KeyError: a bug of the caller
         if self.on_change is not None:
             self.on_change()
 
+    def __getitem__(self, name: str) -> int:
+        with self._lock:
+            return self.counts[name]
+
     def as_dict(self) -> dict[str, int]:
         with self._lock:
-            return {name: getattr(self, name) for name in COUNTS}
+            return dict(self.counts)
 
 
 def _images_in(messages: list[Message]) -> int:

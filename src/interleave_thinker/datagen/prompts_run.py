@@ -128,8 +128,8 @@ class TeacherJob:
         result.calls += len(outcome.raw_replies) + sum(
             e.startswith(BACKEND_ERROR_PREFIX) for e in outcome.errors
         )
-        result.input_tokens += usage.input_tokens
-        result.output_tokens += usage.output_tokens
+        result.input_tokens += usage["input_tokens"]
+        result.output_tokens += usage["output_tokens"]
         failed = None
         if outcome.value is None:
             last = outcome.errors[-1] if outcome.errors else "no reply"
@@ -139,7 +139,7 @@ class TeacherJob:
         record = CallRecord(
             name.split("-")[0], request_digest(request), request, replies, outcome.errors, failed
         )
-        record.input_tokens, record.output_tokens = usage.input_tokens, usage.output_tokens
+        record.input_tokens, record.output_tokens = usage["input_tokens"], usage["output_tokens"]
         save_call(path, record)
         return outcome.value
 

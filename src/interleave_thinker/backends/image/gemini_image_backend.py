@@ -50,12 +50,11 @@ from PIL import Image
 
 from interleave_thinker.backends._images import fit_to_size
 from interleave_thinker.backends.encoding import png_bytes
-from interleave_thinker.backends.gemini_sdk import DEFAULT_KEY_ENVS, gemini_client
+from interleave_thinker.backends.gemini_sdk import GeminiSDKBackend
 from interleave_thinker.backends.image.pooled import PooledImageBackend
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import check_request, wire_images
 from interleave_thinker.backends.remote import RetrySettings
-from interleave_thinker.backends.remote_backend import key_envs
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -113,12 +112,11 @@ def _name(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-class GeminiImageBackend(PooledImageBackend):
+class GeminiImageBackend(GeminiSDKBackend, PooledImageBackend):
     """Text-to-image and edits with Gemini image models; see the module doc for the SDK surface used."""
 
     key_hint = "Check that the API key is valid for {b.model}"
     not_found_hint = "Check the model id '{b.model}'"
-    cooperative = False  # the SDK's own client blocks: a batch runs its calls in an executor
 
     def __init__(
         self,
@@ -134,20 +132,12 @@ class GeminiImageBackend(PooledImageBackend):
         self.max_references = reference_cap(self.model)
         self.concurrency = remote.concurrency
         self.retry = RetrySettings.from_options(remote)
-        self.key_envs, configured = key_envs(remote.api_key_env, DEFAULT_KEY_ENVS)
         self._owns_client = client is None
-        self.client = client if client is not None else self._make_client(configured)
-        self.open_caller([self.name], retry=self.retry, concurrency=remote.concurrency, sleep=sleep)
+        self.open_client(client, remote.api_key_env, remote.concurrency, sleep)
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> GeminiImageBackend:
         return cls(target, remote=options.remote)
-
-    def _make_client(self, configured: bool) -> Any:
-        """Read the key (a missing one is a :class:`ConfigError`), then import the SDK (only now: it is
-        an optional extra) and build a ``genai.Client``."""
-        key = self.api_key(required=True, configured=configured)
-        return gemini_client(self.name, key, self.retry.timeout)
 
     def generate(self, request: ImageRequest) -> Image.Image:
         """One image; ``steps`` and ``guidance`` are ignored, ``seed`` is passed but not guaranteed."""

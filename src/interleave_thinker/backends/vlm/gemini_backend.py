@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_bytes
-from interleave_thinker.backends.gemini_sdk import DEFAULT_KEY_ENVS, gemini_client
+from interleave_thinker.backends.gemini_sdk import GeminiSDKBackend
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
-from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
+from interleave_thinker.backends.remote_backend import caller_settings
 from interleave_thinker.core.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -36,11 +36,9 @@ DEFAULT_MAX_PIXELS = 16384 * 32 * 32
 """Same bound as the openai backend (Qwen3-VL's default ``longest_edge``): keeps request bodies sane."""
 
 
-class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
+class GeminiVLMBackend(GeminiSDKBackend, VLMBatchMixin):
     """``chat`` = one ``client.models.generate_content`` call, retried on 408/429/5xx (not 501) and
     transport errors."""
-
-    cooperative = False  # the SDK's own client blocks: a batch runs its calls in an executor
 
     def __init__(
         self,
@@ -59,21 +57,13 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
         self.name = f"gemini:{model}"
         self.default_max_pixels = default_max_pixels
         self.retry = retry or RetrySettings()
-        self.key_envs, configured = key_envs(api_key_env, DEFAULT_KEY_ENVS)
-        self.client = client if client is not None else self._make_client(configured)
-        self.open_caller([self.name], retry=self.retry, concurrency=concurrency, sleep=sleep)
+        self.open_client(client, api_key_env, concurrency, sleep)
         self._usage = threading.local()
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> GeminiVLMBackend:
         """``MODEL``, e.g. ``gemini-2.5-pro``."""
-        remote = options.remote
-        return cls(
-            target.strip(),
-            api_key_env=remote.api_key_env,
-            retry=RetrySettings.from_options(remote),
-            concurrency=remote.concurrency,
-        )
+        return cls(target.strip(), **caller_settings(options.remote))
 
     def chat(
         self,
@@ -96,12 +86,6 @@ class GeminiVLMBackend(RemoteBackend, VLMBatchMixin):
         """Token counts of this thread's last reply (from ``usage_metadata``; empty when absent), named as
         the OpenAI-compatible backend names them: what `data generate` counts and prices."""
         return dict(getattr(self._usage, "value", {}))
-
-    def _make_client(self, configured: bool) -> Any:
-        """A real ``google.genai.Client``; the key is checked first (:class:`ConfigError`), then the SDK
-        is imported."""
-        key = self.api_key(required=True, configured=configured)
-        return gemini_client(self.name, key, self.retry.timeout)
 
     def to_gemini_contents(self, messages: list[Message]) -> tuple[list[dict[str, Any]], str | None]:
         """Project messages -> (Gemini ``contents``, system instruction or None)."""

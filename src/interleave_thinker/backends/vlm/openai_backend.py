@@ -26,7 +26,7 @@ from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_data_url
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
-from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
+from interleave_thinker.backends.remote_backend import RemoteBackend, caller_settings, key_envs
 from interleave_thinker.core import green
 from interleave_thinker.core.errors import BackendError, ConfigError
 
@@ -85,14 +85,7 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
                 "'openai:http://127.0.0.1:8000/v1#MODEL' (several URLs separated by commas)."
             )
         remote = options.remote
-        return cls(
-            urls,
-            model.strip() or None,
-            retry=RetrySettings.from_options(remote),
-            concurrency=remote.concurrency,
-            cooldown=remote.cooldown,
-            api_key_env=remote.api_key_env,
-        )
+        return cls(urls, model.strip() or None, cooldown=remote.cooldown, **caller_settings(remote))
 
     # -- the protocol ---------------------------------------------------------------------------
 
