@@ -33,38 +33,31 @@ ConfigOption = Annotated[
 ]
 DtypeOption = Annotated[str | None, typer.Option(help=field_help("model.dtype"))]
 
-ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Requests (benchmark items) in flight at once.")]
-PerBackendLimitOption = Annotated[
-    list[str] | None, typer.Option(help="ROLE=N calls in flight for one backend.")
-]
-MicroBatchOption = Annotated[
-    list[str] | None, typer.Option(help="ROLE whose local model batches calls across requests.")
-]
-ShardOption = Annotated[str | None, typer.Option(help="I/N: run every N-th request starting at I (0-based).")]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")]
-QuietOption = Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")]
-ResumeOption = Annotated[bool, typer.Option(help="Continue the run in --out: skip finished requests.")]
-RetryFailedOption = Annotated[
-    bool,
-    typer.Option(help="When resuming, run the requests that failed again (--no-retry-failed keeps them)."),
-]
-FreshOption = Annotated[
-    bool,
-    typer.Option(
-        "--fresh",
-        help="Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
-    ),
-]
+
+
+def flag(kind: Any, default: Any, help: str, *names: str, min: int | None = None) -> tuple[Any, Any]:
+    """``(declaration, default)`` of one flag for :func:`with_flags`: its type, default and help in one row."""
+    return Annotated[kind, typer.Option(*names, min=min, help=help)], default
+
+
 SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
-    "concurrency": (ConcurrencyOption, 16),
-    "per_backend_limit": (PerBackendLimitOption, None),
-    "micro_batch": (MicroBatchOption, None),
-    "shard": (ShardOption, None),
+    "concurrency": flag(int, 16, "Requests (benchmark items) in flight at once.", min=1),
+    "per_backend_limit": flag(list[str] | None, None, "ROLE=N calls in flight for one backend."),
+    "micro_batch": flag(list[str] | None, None, "ROLE whose local model batches calls across requests."),
+    "shard": flag(str | None, None, "I/N: run every N-th request starting at I (0-based)."),
     "limit": (LimitOption, None),
-    "resume": (ResumeOption, True),
-    "retry_failed": (RetryFailedOption, True),
-    "quiet": (QuietOption, False),
-    "fresh": (FreshOption, False),
+    "resume": flag(bool, True, "Continue the run in --out: skip finished requests."),
+    "retry_failed": flag(
+        bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
+    ),
+    "quiet": flag(bool, False, "Log lines instead of a progress bar."),
+    "fresh": flag(
+        bool,
+        False,
+        "Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
+        "--fresh",
+    ),
 }
 """The scheduling flags of every command on the batch scheduler (`batch`, `data generate`, `eval
 generate`, `eval run`): name -> (declaration, default)."""
