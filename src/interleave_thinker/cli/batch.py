@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -47,9 +47,7 @@ def read_summary(path: Path) -> dict[str, Any] | None:
 def batch(
     settings: SettingsFlags,
     scheduling: SchedulingFlags,
-    input: Annotated[
-        str, typer.Option("--input", help="JSONL, JSON list, CSV, Parquet, or hf:DATASET[:split].")
-    ],
+    input: BatchInputOption,
     out: Annotated[
         Path, typer.Option(help="Batch folder: requests/<id>/, journal, summary, results, report.")
     ],

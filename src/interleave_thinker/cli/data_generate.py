@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
@@ -27,9 +27,7 @@ console = Console(stderr=True)
 def generate(
     settings: SettingsFlags,
     scheduling: SchedulingFlags,
-    input: Annotated[
-        str, typer.Option("--input", help="Prompts: JSONL (as `data prompts` writes), JSON, CSV.")
-    ],
+    input: BatchInputOption,
     out: Annotated[
         Path, typer.Option(help="Batch folder: requests/<id>/ with trace.json and execution_record.json.")
     ],

@@ -15,17 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import annotated_types
 import typer
 
-from interleave_thinker.core.config import (
-    PipelineConfig,
-    PlannerFallback,
-    PresetName,
-    ReferencePolicy,
-    SelectBest,
-    TextSteps,
-)
-from interleave_thinker.core.config_keys import field_help
+from interleave_thinker.core.config import PipelineConfig, PresetName
+from interleave_thinker.core.config_keys import field_help, settings_field
 from interleave_thinker.core.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -37,79 +31,71 @@ PresetOption = Annotated[
 ConfigOption = Annotated[
     Path | None, typer.Option(help="YAML settings file (keys as in docs/configuration.md).")
 ]
-PlannerOption = Annotated[str | None, typer.Option(help=field_help("planner"))]
-CriticOption = Annotated[str | None, typer.Option(help=field_help("critic"))]
-GeneratorOption = Annotated[str | None, typer.Option(help=field_help("generator"))]
-MaxAttemptsOption = Annotated[int | None, typer.Option(min=1, help=field_help("loop.max_attempts"))]
-SeedOption = Annotated[int | None, typer.Option(help=field_help("loop.seed_base"))]
-DeviceOption = Annotated[str | None, typer.Option(help=field_help("model.device"))]
 DtypeOption = Annotated[str | None, typer.Option(help=field_help("model.dtype"))]
-FallbackOption = Annotated[PlannerFallback | None, typer.Option(help=field_help("loop.planner_fallback"))]
-TextStepsOption = Annotated[TextSteps | None, typer.Option(help=field_help("loop.text_steps"))]
-CriticOnLastAttemptOption = Annotated[
-    bool | None, typer.Option(help=field_help("loop.critic_on_last_attempt"))
-]
-ReferencesOption = Annotated[ReferencePolicy | None, typer.Option(help=field_help("loop.references"))]
-CandidatesOption = Annotated[int | None, typer.Option(min=1, help=field_help("loop.candidates"))]
-SelectBestOption = Annotated[SelectBest | None, typer.Option(help=field_help("loop.select_best"))]
-RepairBudgetOption = Annotated[int | None, typer.Option(min=0, help=field_help("loop.repair_budget"))]
 
-ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Requests (benchmark items) in flight at once.")]
-PerBackendLimitOption = Annotated[
-    list[str] | None, typer.Option(help="ROLE=N calls in flight for one backend.")
-]
-MicroBatchOption = Annotated[
-    list[str] | None, typer.Option(help="ROLE whose local model batches calls across requests.")
-]
-ShardOption = Annotated[str | None, typer.Option(help="I/N: run every N-th request starting at I (0-based).")]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")]
-QuietOption = Annotated[bool, typer.Option(help="Log lines instead of a progress bar.")]
-ResumeOption = Annotated[bool, typer.Option(help="Continue the run in --out: skip finished requests.")]
-RetryFailedOption = Annotated[
-    bool,
-    typer.Option(help="When resuming, run the requests that failed again (--no-retry-failed keeps them)."),
-]
-FreshOption = Annotated[
-    bool,
-    typer.Option(
-        "--fresh",
-        help="Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
-    ),
-]
+
+
+def flag(kind: Any, default: Any, help: str, *names: str, min: int | None = None) -> tuple[Any, Any]:
+    """``(declaration, default)`` of one flag for :func:`with_flags`: its type, default and help in one row."""
+    return Annotated[kind, typer.Option(*names, min=min, help=help)], default
+
+
 SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
-    "concurrency": (ConcurrencyOption, 16),
-    "per_backend_limit": (PerBackendLimitOption, None),
-    "micro_batch": (MicroBatchOption, None),
-    "shard": (ShardOption, None),
+    "concurrency": flag(int, 16, "Requests (benchmark items) in flight at once.", min=1),
+    "per_backend_limit": flag(list[str] | None, None, "ROLE=N calls in flight for one backend."),
+    "micro_batch": flag(list[str] | None, None, "ROLE whose local model batches calls across requests."),
+    "shard": flag(str | None, None, "I/N: run every N-th request starting at I (0-based)."),
     "limit": (LimitOption, None),
-    "resume": (ResumeOption, True),
-    "retry_failed": (RetryFailedOption, True),
-    "quiet": (QuietOption, False),
-    "fresh": (FreshOption, False),
+    "resume": flag(bool, True, "Continue the run in --out: skip finished requests."),
+    "retry_failed": flag(
+        bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
+    ),
+    "quiet": flag(bool, False, "Log lines instead of a progress bar."),
+    "fresh": flag(
+        bool,
+        False,
+        "Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
+        "--fresh",
+    ),
 }
 """The scheduling flags of every command on the batch scheduler (`batch`, `data generate`, `eval
 generate`, `eval run`): name -> (declaration, default)."""
 ROLES = ("planner", "critic", "generator")
 
+
+def setting_flag(key: str) -> tuple[str, Any]:
+    """``(key, declaration)`` of the flag that sets settings key ``key``: its type, lower bound and help are
+    the field's, so flag and setting cannot drift; the flag not given (None) leaves the key to the preset,
+    the file and the environment."""
+    field = settings_field(key)
+    floor = next((rule.ge for rule in field.metadata if isinstance(rule, annotated_types.Ge)), None)
+    option = typer.Option(help=field_help(key), min=floor if isinstance(floor, int) else None)
+    assert field.annotation is not None, key
+    return key, Annotated[field.annotation | None, option]
+
+
 SETTINGS_FLAGS: dict[str, tuple[str, Any]] = {
     "preset": ("preset", PresetOption),
     "config": ("", ConfigOption),
-    "device": ("model.device", DeviceOption),
+    "device": setting_flag("model.device"),
 }
 """Flags of every command that reads settings: name -> (settings key, declaration)."""
+LOOP_FLAGS = (
+    "planner_fallback",
+    "text_steps",
+    "critic_on_last_attempt",
+    "references",
+    "candidates",
+    "select_best",
+    "repair_budget",
+)
+"""Loop settings whose flag has the key's name (``--select-best`` sets ``loop.select_best``)."""
 PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
-    "planner": ("planner", PlannerOption),
-    "critic": ("critic", CriticOption),
-    "generator": ("generator", GeneratorOption),
-    "max_attempts": ("loop.max_attempts", MaxAttemptsOption),
-    "seed": ("loop.seed_base", SeedOption),
-    "planner_fallback": ("loop.planner_fallback", FallbackOption),
-    "text_steps": ("loop.text_steps", TextStepsOption),
-    "critic_on_last_attempt": ("loop.critic_on_last_attempt", CriticOnLastAttemptOption),
-    "references": ("loop.references", ReferencesOption),
-    "candidates": ("loop.candidates", CandidatesOption),
-    "select_best": ("loop.select_best", SelectBestOption),
-    "repair_budget": ("loop.repair_budget", RepairBudgetOption),
+    **{role: setting_flag(role) for role in ROLES},
+    "max_attempts": setting_flag("loop.max_attempts"),
+    "seed": setting_flag("loop.seed_base"),
+    **{name: setting_flag(f"loop.{name}") for name in LOOP_FLAGS},
 }
 """Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Generic, TypeVar
 
+import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
@@ -24,6 +25,14 @@ if TYPE_CHECKING:
 console = Console(stderr=True)
 R = TypeVar("R")
 OnDone = Callable[[str, str], None]
+BatchInputOption = Annotated[
+    str,
+    typer.Option(
+        "--input",
+        help="Requests: JSONL (as `data prompts` writes), JSON list, CSV, Parquet, or hf:DATASET[:split].",
+    ),
+]
+"""``--input`` of the commands that run a file of requests (`batch`, `data generate`): one reader, one help."""
 
 
 class ScheduledJob(Generic[R]):

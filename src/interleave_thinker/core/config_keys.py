@@ -7,18 +7,24 @@ here; neither is needed to read or check a configuration.
 from __future__ import annotations
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from interleave_thinker.core.config import PipelineConfig
 
 
-def field_help(path: str, model: type[BaseModel] = PipelineConfig) -> str:
-    """The description of the settings field at dotted ``path`` (``loop.seed_base``): a flag's help text."""
+def settings_field(path: str, model: type[BaseModel] = PipelineConfig) -> FieldInfo:
+    """The settings field at dotted ``path`` (``loop.seed_base``): its type, bounds and description."""
     *sections, name = path.split(".")
     for section in sections:
         annotation = model.model_fields[section].annotation
         assert isinstance(annotation, type) and issubclass(annotation, BaseModel), path
         model = annotation
-    description = model.model_fields[name].description
+    return model.model_fields[name]
+
+
+def field_help(path: str, model: type[BaseModel] = PipelineConfig) -> str:
+    """The description of the settings field at dotted ``path`` (``loop.seed_base``): a flag's help text."""
+    description = settings_field(path, model).description
     if not description:
         raise ValueError(f"settings field {path} has no description; a flag's help comes from it")
     return description
@@ -46,11 +52,7 @@ def config_table() -> str:
     config_table; print(config_table())"``)."""
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
     for key in documented_keys():
-        *sections, name = key.split(".")
-        model: type[BaseModel] = PipelineConfig
-        for section in sections:
-            model = model.model_fields[section].annotation  # type: ignore[assignment]
-        default = model.model_fields[name].default
+        default = settings_field(key).default
         shown = DOC_DEFAULTS.get(key) or (
             "none"
             if default is None

@@ -9,6 +9,7 @@ critic; so base runs are concurrent, resumable and traced exactly like agentic o
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from interleave_thinker.backends.protocols import Message, VLMBatchMixin
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend
@@ -60,14 +61,7 @@ class NoCritic(VLMBatchMixin):
 
     name = BASE_CRITIC
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Any) -> str:
         raise BackendError("eval --mode base asks no critic; this call should not happen.")
 
 

@@ -21,7 +21,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -208,36 +208,32 @@ class Question:
     role: str
 
 
+@dataclass(eq=False)
 class JudgeClient:
     """Asks questions with at most ``capacity`` calls in flight; caches and logs every reply."""
 
-    def __init__(
-        self,
-        transport: JudgeTransport,
-        *,
-        cache_dir: Path,
-        log_path: Path,
-        capacity: int,
-        calls_per_item: int | None = None,
-        calls_per_run: int | None = None,
-    ) -> None:
-        self.transport = transport
-        self.calls_per_item = calls_per_item
-        self.calls_per_run = calls_per_run
+    transport: JudgeTransport
+    _: KW_ONLY
+    cache_dir: Path
+    log_path: Path
+    capacity: InitVar[int]
+    calls_per_item: int | None = None
+    calls_per_run: int | None = None
+    calls: int = field(default=0, init=False)
+    """Calls made (cache hits not counted), against ``calls_per_run``."""
+    cache_hits: int = field(default=0, init=False)
+
+    def __post_init__(self, capacity: int) -> None:
         self._item_calls: dict[str, int] = {}
-        self.cache_dir = cache_dir
-        self.log_path = log_path
-        self.calls = 0
-        self.cache_hits = 0
         self._lock = threading.Lock()
         # Twice as many threads as slots: the next request is built, and the last reply cached and
         # logged, while ``capacity`` calls stay in flight; the semaphore alone bounds the judge's load.
         self._slots = threading.BoundedSemaphore(capacity)
         self._pool = ThreadPoolExecutor(max_workers=2 * capacity, thread_name_prefix="judge")
-        self._model = transport.model_id()
+        self._model = self.transport.model_id()
         self._log_handle: TextIO | None = None
         self._cache_handle: TextIO | None = None
-        self.cache_path = cache_dir / "replies-cache.jsonl"
+        self.cache_path = self.cache_dir / "replies-cache.jsonl"
         self._memo = self._load_cache()
 
     @property

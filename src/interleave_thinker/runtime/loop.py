@@ -13,6 +13,7 @@ every attempt, a budget of generator calls per request instead of a limit per st
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
 
 from PIL import Image
@@ -44,30 +45,21 @@ from interleave_thinker.runtime.repair import repair_sequence
 from interleave_thinker.runtime.selection import keep_best
 
 
+@dataclass(kw_only=True, eq=False)
 class StepLoop:
+    """One request's loop over the pipeline's agents and generator, with the run's settings."""
+
+    planner: Planner
+    critic: Critic
+    generator: ImageBackend
+    loop: LoopOptions
+    generation: GenerationOptions
+    observer: Observer = field(default_factory=Observer)
+    judge: Judge | None = None
     reviewer: VLMBackend | None = None
     """The sequence review's backend (``loop.repair_reviewer``); None: the critic's."""
-
-    def __init__(
-        self,
-        *,
-        planner: Planner,
-        critic: Critic,
-        generator: ImageBackend,
-        loop: LoopOptions,
-        generation: GenerationOptions,
-        observer: Observer | None = None,
-        judge: Judge | None = None,
-    ) -> None:
-        self.judge = judge
-        self.planner = planner
-        self.critic = critic
-        self.generator = generator
-        self.loop = loop
-        self.generation = generation
-        self.observer = observer or Observer()
-        self.references: References | None = None
-        """Each attempt's reference images (``loop.references``), set for the request :meth:`run` runs."""
+    references: References | None = field(default=None, init=False)
+    """Each attempt's reference images (``loop.references``), set for the request :meth:`run` runs."""
 
     def seed(self, step_index: int, attempt: int) -> int:
         return self.loop.seed_base + step_index * self.loop.seed_stride + attempt

@@ -291,10 +291,10 @@ class Pipeline:
             generator=self.generator,
             loop=self.config.loop,
             generation=self.config.generation,
-            observer=observer,
+            observer=observer or Observer(),
             judge=self.judge,
+            reviewer=self.reviewer,
         )
-        loop.reviewer = self.reviewer
         loop.run(recorder, input_images, recorder.trace.input_images)
 
     def _close_trace(self, recorder: RunRecorder, start: float) -> None:

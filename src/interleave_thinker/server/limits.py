@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from interleave_thinker.server.asgi import HTTPMiddleware
 
 DEFAULT_READ_TIMEOUT = 30.0
 
@@ -75,16 +78,14 @@ class BodyTooLarge(Exception):
     """Raised from ``receive`` inside the app when the body passes the limit."""
 
 
-class BodyLimit:
+@dataclass
+class BodyLimit(HTTPMiddleware):
     """ASGI middleware: 413 when a request body is declared or turns out larger than ``limit`` bytes."""
 
-    def __init__(self, app: Any, limit: int, reply: Any) -> None:
-        self.app, self.limit, self.reply = app, limit, reply
+    limit: int
+    reply: Any
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
             await self.reply(int(declared))(scope, receive, send)

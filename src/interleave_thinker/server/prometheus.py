@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -23,6 +24,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.responses import Response
+
+from interleave_thinker.server.asgi import HTTPMiddleware
 
 PREFIX = "interleave_thinker_"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -64,16 +67,13 @@ def _route(scope: dict[str, Any]) -> str:
     return scope["path"] if scope.get("path") in served else OTHER_ROUTE
 
 
-class RequestMetrics:
+@dataclass
+class RequestMetrics(HTTPMiddleware):
     """ASGI middleware feeding :class:`HTTPMetrics`; add it last so it sees every reply, refusals included."""
 
-    def __init__(self, app: Any, metrics: HTTPMetrics) -> None:
-        self.app, self.metrics = app, metrics
+    metrics: HTTPMetrics
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         started = time.perf_counter()
         status = 500  # an app that raises before replying
 
