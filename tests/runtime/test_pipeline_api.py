@@ -23,7 +23,7 @@ from interleave_thinker.backends.protocols import (
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.types import Plan, PlanStep
-from interleave_thinker.runtime.call_overrides import preset_config
+from interleave_thinker.runtime.call_overrides import ALIASES, CALL_KEYS, CallOverrides, preset_config
 from interleave_thinker.runtime.used_backends import backend_description
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from tests.helpers.replies import verdict
@@ -138,6 +138,17 @@ def test_both_forms_of_one_setting_is_an_error_naming_both(
     message = str(caught.value)
     assert f"both {documented} and {alias}" in message and f"give only {documented}" in message
     assert not (tmp_path / "never").exists() and requests(pipe) == []
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it(tmp_path: Path) -> None:
+    pipe = pipeline()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_steps'"):
+        pipe("Draw a cat", out_dir=tmp_path / "never", num_steps=4)  # type: ignore[call-arg]
+    assert not (tmp_path / "never").exists() and requests(pipe) == []
+
+
+def test_the_call_keywords_are_the_per_call_settings_and_their_aliases() -> None:
+    assert CallOverrides.__optional_keys__ == set(CALL_KEYS) | set(ALIASES)
 
 
 def test_max_attempts_is_honoured_for_the_call() -> None:

@@ -30,12 +30,9 @@ def generate_attempt(
         request = ImageRequest(
             attempt.prompt,
             image=before,
-            width=generation.width,
-            height=generation.height,
             seed=attempt.seed,
-            steps=generation.steps,
-            guidance=generation.guidance,
             references=references,
+            **generation.model_dump(),  # width, height, steps, guidance: ImageRequest fields by name
         )
         return generator.generate(request)
     except InterleaveThinkerError as exc:

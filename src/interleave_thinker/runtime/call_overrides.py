@@ -14,12 +14,13 @@ each other's values.
 from __future__ import annotations
 
 import copy
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from interleave_thinker.core.config import GenerationOptions, LoopOptions, PipelineConfig
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.runtime.input_images import InputImages
 
 CALL_KEYS: dict[str, tuple[str, str]] = {
     "seed": ("loop", "seed_base"),
@@ -33,6 +34,21 @@ CALL_KEYS: dict[str, tuple[str, str]] = {
 ALIASES: dict[str, str] = {"images": "image", "steps": "num_inference_steps", "guidance": "guidance_scale"}
 """Accepted alias -> documented argument: the config's, the flags' and ``ImageRequest``'s short names."""
 SECTIONS: dict[str, type[BaseModel]] = {"loop": LoopOptions, "generation": GenerationOptions}
+
+
+class CallOverrides(TypedDict, total=False):
+    """The keywords ``Pipeline.__call__`` takes beyond its own: :data:`CALL_KEYS`' per-call settings and
+    the aliases of :data:`ALIASES`; None = the config's value (``images``: ``image``'s)."""
+
+    seed: int | None
+    num_inference_steps: int | None
+    steps: int | None
+    width: int | None
+    height: int | None
+    guidance_scale: float | None
+    guidance: float | None
+    max_attempts: int | None
+    images: InputImages | None
 
 
 class Configured(Protocol):
@@ -64,8 +80,13 @@ def one_form(**values: Any) -> Any:
 
 def given_overrides(**values: Any) -> dict[str, Any]:
     """The per-call settings that were given (None = use the config's value), keyed by the name the
-    caller wrote (an alias included, so an error names it); both forms of one setting raise ConfigError."""
-    given = {name: value for name, value in values.items() if value is not None}
+    caller wrote (an alias included, so an error names it); both forms of one setting raise ConfigError,
+    a name that is not a setting TypeError (as Python's own check of a keyword would)."""
+    unknown = sorted(set(values) - CallOverrides.__optional_keys__)
+    if unknown:
+        raise TypeError(f"Pipeline.__call__() got an unexpected keyword argument '{unknown[0]}'")
+    # in the order declared, whatever the caller's: the trace and the errors list them alike every time
+    given = {name: values[name] for name in CallOverrides.__annotations__ if values.get(name) is not None}
     for alias, name in ALIASES.items():
         if alias in given:
             one_form(**{name: given.get(name), alias: given[alias]})

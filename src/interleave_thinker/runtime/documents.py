@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -76,20 +77,20 @@ def _markdown_value(value: object) -> str:
 def page_templates(kind: str) -> Environment:
     """The environment of the package's page templates: ``html`` autoescaped (``select_autoescape``),
     ``markdown`` escaped by :func:`markdown_text` on every value (Jinja has no Markdown autoescape)."""
-    loader = PackageLoader("interleave_thinker.runtime", TEMPLATES_DIR)
     if kind == "html":
         autoescape = select_autoescape(enabled_extensions=("html.j2",), default_for_string=True, default=True)
-        return Environment(loader=loader, autoescape=autoescape, undefined=StrictUndefined)
-    environment = Environment(
-        loader=loader,
-        autoescape=False,
-        finalize=_markdown_value,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=StrictUndefined,
+        return _environment(autoescape=autoescape)
+    environment = _environment(
+        autoescape=False, finalize=_markdown_value, trim_blocks=True, lstrip_blocks=True
     )
     environment.filters["oneline"] = _oneline
     return environment
+
+
+def _environment(**options: Any) -> Environment:
+    """What both kinds share: the package's templates, and a missing value an error (``StrictUndefined``)."""
+    loader = PackageLoader("interleave_thinker.runtime", TEMPLATES_DIR)
+    return Environment(loader=loader, undefined=StrictUndefined, **options)
 
 
 def render_markdown(trace: Trace, notice: str | None = None) -> str:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
@@ -30,6 +30,7 @@ from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
 from interleave_thinker.runtime.call_overrides import (
+    CallOverrides,
     call_settings,
     for_call,
     given_overrides,
@@ -196,15 +197,7 @@ class Pipeline:
         request_id: str | None = None,
         task: str | None = None,
         resume: bool = False,
-        seed: int | None = None,
-        num_inference_steps: int | None = None,
-        width: int | None = None,
-        height: int | None = None,
-        guidance_scale: float | None = None,
-        max_attempts: int | None = None,
-        images: InputImages | None = None,
-        steps: int | None = None,
-        guidance: float | None = None,
+        **settings: Unpack[CallOverrides],
     ) -> Result:
         """Run one request; with ``out_dir`` every image and the trace are written as they are made.
 
@@ -217,17 +210,8 @@ class Pipeline:
         With ``resume=True`` and a trace of the same request in ``out_dir``, a finished request is
         returned as it is and an unfinished one continues after its last complete step.
         """
-        image = one_form(image=image, images=images)
-        overrides = given_overrides(
-            seed=seed,
-            num_inference_steps=num_inference_steps,
-            steps=steps,
-            width=width,
-            height=height,
-            guidance_scale=guidance_scale,
-            guidance=guidance,
-            max_attempts=max_attempts,
-        )
+        image = one_form(image=image, images=settings.pop("images", None))
+        overrides = given_overrides(**settings)
         pipe = for_call(self, overrides) if overrides else self  # this call only: a copy, merged config
         return pipe._run(prompt, image, out_dir, observer, request_id, task, resume)
 

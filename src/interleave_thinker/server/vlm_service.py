@@ -36,6 +36,7 @@ from interleave_thinker.server.auth import UNAUTHORIZED, BearerAuth
 from interleave_thinker.server.cancel import CallGate, install_stop_check
 from interleave_thinker.server.limits import BodyLimit
 from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
+from interleave_thinker.server.vlm_errors import error_body, failure_body
 from interleave_thinker.server.vlm_stream import StreamJob, events, token_streamer, tokenizer_of
 
 DEFAULT_MAX_TOKENS = 4096
@@ -158,7 +159,6 @@ def create_app(
                 call=call,
                 served_name=served_name,
                 settle=settle,
-                failure=_failure_body,
                 streamer=lambda push: token_streamer(backend, push) if app.state.cancellable else None,
                 include_usage=body.stream_options is not None and body.stream_options.include_usage,
             )
@@ -243,19 +243,12 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BackendError)
     async def _failed(request: Request, exc: BackendError) -> JSONResponse:
-        return JSONResponse(status_code=500, content=_failure_body(exc))
+        return JSONResponse(status_code=500, content=failure_body(exc))
 
     @app.exception_handler(Exception)
     async def _crashed(request: Request, exc: Exception) -> JSONResponse:
         """Anything else (a tokenizer's TypeError...) in the same shape, not Starlette's text/plain."""
-        return JSONResponse(status_code=500, content=_failure_body(exc))
-
-
-def _failure_body(exc: BaseException) -> dict[str, Any]:
-    """A failed generation as an OpenAI error body: a 500 reply, or a streamed reply's error event."""
-    if isinstance(exc, BackendError):
-        return _error_body(500, str(exc), "server_error")
-    return _error_body(500, f"The model failed: {type(exc).__name__}: {str(exc)[:300]}", "server_error")
+        return JSONResponse(status_code=500, content=failure_body(exc))
 
 
 async def _run_while_connected(gate: CallGate, call: Any, request: Request) -> str | None:
@@ -389,11 +382,4 @@ def _unauthorized() -> JSONResponse:
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content=_error_body(status, message, kind))
-
-
-def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
-    """OpenAI's error shape, so OpenAI clients (and ours) show the message (made encodable: it may
-    quote a request's own text)."""
-    message = message.encode("utf-8", "replace").decode("utf-8")
-    return {"error": {"message": message, "type": kind, "code": status}}
+    return JSONResponse(status_code=status, content=error_body(status, message, kind))

@@ -36,6 +36,7 @@ from typing import Any
 from fastapi import Request
 
 from interleave_thinker.server.cancel import CallGate
+from interleave_thinker.server.vlm_errors import failure_body
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ class StreamJob:
     served_name: str
     settle: Callable[[str], tuple[dict[str, int] | None, str]]
     """Final text -> (usage or None, finish reason); also feeds the service's token counter."""
-    failure: Callable[[BaseException], dict[str, Any]]
-    """An exception -> the OpenAI-shaped error body of the error event."""
     streamer: Callable[[Callable[[str], None]], Any] = lambda push: None
     include_usage: bool = False
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
@@ -171,7 +170,7 @@ async def events(job: StreamJob, request: Request) -> AsyncIterator[str]:
         try:
             final = work.result()
         except Exception as exc:  # the stream has started: the error goes in it
-            yield sse(job.failure(exc))
+            yield sse(failure_body(exc))
             yield DONE
             return
         if final is None:  # the client left while queued

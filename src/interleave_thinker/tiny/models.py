@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from interleave_thinker.core.paths import cache_home
 from interleave_thinker.tiny.pinned import run_pinned
@@ -120,40 +121,12 @@ def build_tiny_vlm(dest: Path, *, seed: int) -> Path:
     ``Qwen2VLImageProcessor`` (patch 16, merge 2, pixel cap so big canvases stay a few tokens) and a
     ``Qwen3VLVideoProcessor``; the model's image/video token ids must match the tokenizer's.
     """
-    from transformers import (
-        GenerationConfig,
-        Qwen2VLImageProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    from transformers import GenerationConfig, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     dest = Path(dest)
     tokenizer = build_tiny_tokenizer()
     tok_id: Callable[[str], int] = tokenizer.convert_tokens_to_ids
-    image_processor = Qwen2VLImageProcessor(
-        size={"shortest_edge": VLM_MIN_PIXELS, "longest_edge": VLM_MAX_PIXELS},
-        patch_size=VLM_PATCH_SIZE,
-        temporal_patch_size=2,
-        merge_size=VLM_MERGE_SIZE,
-        image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5],
-    )
-    video_processor = Qwen3VLVideoProcessor(
-        size={"shortest_edge": VLM_MIN_PIXELS, "longest_edge": VLM_MAX_PIXELS * 2},
-        patch_size=VLM_PATCH_SIZE,
-        temporal_patch_size=2,
-        merge_size=VLM_MERGE_SIZE,
-        max_frames=8,
-    )
-    processor = Qwen3VLProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        video_processor=video_processor,
-        chat_template=CHAT_TEMPLATE,
-    )
-
+    processor = _tiny_vlm_processor(tokenizer)
     config = Qwen3VLConfig(
         text_config={
             "vocab_size": len(tokenizer),
@@ -202,6 +175,31 @@ def build_tiny_vlm(dest: Path, *, seed: int) -> Path:
     model.save_pretrained(dest)
     processor.save_pretrained(dest)
     return dest
+
+
+def _tiny_vlm_processor(tokenizer: Any) -> Any:
+    """The tiny VLM's ``Qwen3VLProcessor``: the tokenizer, and image and video processors that cut
+    pictures into the patches the vision tower takes (its ``vision_config`` in :func:`build_tiny_vlm`)."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    patching = {"patch_size": VLM_PATCH_SIZE, "temporal_patch_size": 2, "merge_size": VLM_MERGE_SIZE}
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": VLM_MIN_PIXELS, "longest_edge": VLM_MAX_PIXELS},
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+        **patching,
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        size={"shortest_edge": VLM_MIN_PIXELS, "longest_edge": VLM_MAX_PIXELS * 2},
+        max_frames=8,
+        **patching,
+    )
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
 
 
 def build_tiny_flux2_klein(dest: Path, *, seed: int) -> Path:
