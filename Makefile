@@ -51,7 +51,7 @@ typecheck: $(STAMP)
 # the longest files first: see tests/helpers/schedule.py and docs/notes/test-suite.md.
 TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=40
 
 # The edit loop: lint, types and every test not marked slow (no tiny model is built or trained).
 quick: lint typecheck

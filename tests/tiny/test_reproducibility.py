@@ -19,6 +19,7 @@ from interleave_thinker.tiny import shipped
 from interleave_thinker.tiny.format_trained import (
     FORMAT_VERSION,
     SHIPPED_ROLES,
+    BuildJob,
     _build_one,
     ensure_format_trained,
     format_recipe,
@@ -49,7 +50,7 @@ def build_fresh(root: Path, monkeypatch: pytest.MonkeyPatch, *, isa: str, thread
         patch.setenv("MKL_NUM_THREADS", threads)
         patch.setenv(REBUILD_ENV, "1")  # built, not copied from the shipped generator
         paths = ensure_tiny_models(root / "tiny")
-        _build_one(root / "critic", "critic", builtin_templates(), paths.planner, steps=6)
+        _build_one(BuildJob(root / "critic", "critic", builtin_templates(), paths.planner, steps=6))
     return digests(root)
 
 

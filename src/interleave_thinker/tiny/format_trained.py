@@ -130,64 +130,79 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
         shutil.rmtree(checkpoint)
 
 
-def _build_one(
-    tmp: Path,
-    role: str,
-    templates: TemplateSet,
-    source: Path,
-    steps: int | None = None,
-    start: Path | None = None,
-) -> None:
+@dataclass(frozen=True)
+class BuildJob:
+    """One format-trained build: what :func:`build_format_trained` needs, and what the child process of
+    :func:`_build_one` reads back from JSON."""
+
+    tmp: Path
+    role: str
+    templates: TemplateSet
+    source: Path
+    """The tiny preset's checkpoint whose processor and generation config the model takes."""
+    steps: int | None = None
+    """Overrides the role's default (tests; adapted builds)."""
+    start: Path | None = None
+    """Fine-tune this model instead of a fresh random base."""
+
+    def to_json(self) -> str:
+        import json
+
+        templates = {
+            "kind": self.templates.kind,
+            "origin": self.templates.origin,
+            "texts": self.templates.texts,
+        }
+        paths = {
+            "tmp": str(self.tmp),
+            "source": str(self.source),
+            "start": str(self.start) if self.start else None,
+        }
+        return json.dumps({**paths, "role": self.role, "steps": self.steps, "templates": templates})
+
+    @classmethod
+    def from_json(cls, text: str) -> BuildJob:
+        import json
+
+        spec = json.loads(text)
+        start = Path(spec["start"]) if spec["start"] else None
+        return cls(
+            Path(spec["tmp"]),
+            spec["role"],
+            TemplateSet(**spec["templates"]),
+            Path(spec["source"]),
+            spec["steps"],
+            start,
+        )
+
+
+def _build_one(job: BuildJob) -> None:
     """Build in a child process with pinned numerics (``tiny.models.run_pinned``), quietly."""
-    import json
     import logging
 
     if current_reporter() is None:  # a display shows the build's own progress instead
         logging.getLogger(__name__).warning(
-            "Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", role
+            "Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", job.role
         )
-    tmp.mkdir(parents=True, exist_ok=True)
-    job = tmp / "job.json"
-    job.write_text(
-        json.dumps(
-            {
-                "tmp": str(tmp),
-                "role": role,
-                "source": str(source),
-                "steps": steps,
-                "start": str(start) if start else None,
-                "templates": {"kind": templates.kind, "origin": templates.origin, "texts": templates.texts},
-            }
-        ),
-        encoding="utf-8",
+    job.tmp.mkdir(parents=True, exist_ok=True)
+    path = job.tmp / "job.json"
+    path.write_text(job.to_json(), encoding="utf-8")
+    run_pinned(
+        ["-m", "interleave_thinker.tiny.format_trained", str(path)], f"the format-trained tiny {job.role}"
     )
-    run_pinned(["-m", "interleave_thinker.tiny.format_trained", str(job)], f"the format-trained tiny {role}")
 
 
-def _build_from_job(job: Path) -> None:
+def _build_from_job(path: Path) -> None:
     """The child process's side of :func:`_build_one`."""
-    import json
     import warnings
 
-    spec = json.loads(job.read_text(encoding="utf-8"))
-    templates = TemplateSet(**spec["templates"])
     warnings.simplefilter("ignore")
-    start = Path(spec["start"]) if spec["start"] else None
-    build_format_trained(
-        Path(spec["tmp"]), spec["role"], templates, Path(spec["source"]), spec["steps"], start
-    )
+    build_format_trained(BuildJob.from_json(path.read_text(encoding="utf-8")))
 
 
-def build_format_trained(
-    tmp: Path,
-    role: str,
-    templates: TemplateSet,
-    source: Path,
-    steps: int | None = None,
-    start: Path | None = None,
-) -> Path:
-    """Build one format-trained model into ``tmp/model`` (``steps`` overrides the role's default, for tests),
-    from a fresh random base, or fine-tuned from the model at ``start``.
+def build_format_trained(job: BuildJob) -> Path:
+    """Build one format-trained model into ``tmp/model``, from a fresh random base or fine-tuned from
+    ``job.start``.
 
     Deterministic given the seeds: data, initial weights and training order are seeded, the training
     runs on a fixed thread count with torch's deterministic algorithms; the remaining source of
@@ -196,10 +211,10 @@ def build_format_trained(
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
+    role, templates, tmp = job.role, job.templates, job.tmp
     seed = SEEDS[role]
-    steps = steps or STEPS[role]
     work = tmp / "work"
-    base = start or build_base(work / "base", source, seed=seed)
+    base = job.start or build_base(work / "base", job.source, seed=seed)
     if role == "planner":
         examples = planner_examples(templates, PLANNER_STEPS * BATCH // 2, seed=seed)
     elif role == "critic":
@@ -209,7 +224,7 @@ def build_format_trained(
     data = work / "data"
     sft_dataset(examples).save_to_disk(str(data))
     with deterministic_torch(TRAIN_THREADS):
-        _train(tmp / "model", base, data, steps, seed)
+        _train(tmp / "model", base, data, job.steps or STEPS[role], seed)
     shutil.rmtree(work)
     return tmp / "model"
 
@@ -292,9 +307,8 @@ def ensure_format_trained(
             tmp = folder / f".{role}.partial"
             shutil.rmtree(tmp, ignore_errors=True)
             if not install_shipped(f"{folder.name}/{role}", format_recipe(role, digest), tmp / "model"):
-                _build_one(
-                    tmp, role, templates, ensure_tiny_model("planner", root), *_start(role, root, digest)
-                )
+                source = ensure_tiny_model("planner", root)
+                _build_one(BuildJob(tmp, role, templates, source, *_start(role, root, digest)))
             (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
             (tmp / "model").rename(final)
             shutil.rmtree(tmp)
