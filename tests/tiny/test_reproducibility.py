@@ -50,7 +50,7 @@ def build_fresh(root: Path, monkeypatch: pytest.MonkeyPatch, *, isa: str, thread
         patch.setenv("MKL_NUM_THREADS", threads)
         patch.setenv(REBUILD_ENV, "1")  # built, not copied from the shipped generator
         paths = ensure_tiny_models(root / "tiny")
-        _build_one(BuildJob(root / "critic", "critic", builtin_templates(), paths.planner, steps=6))
+        _build_one(root / "critic", BuildJob("critic", builtin_templates(), paths.planner, steps=6))
     return digests(root)
 
 

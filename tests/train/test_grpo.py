@@ -67,7 +67,7 @@ def format_trained() -> Any:
 def released_critic() -> Path:
     """The tiny critic format-trained on the released critic template, the one the fixture's prompts use
     (trained on our built-in template it answers the fixture with a bare "</answer>", so no reward varies);
-    adapted from the shipped critic in ``ADAPT_STEPS`` steps (20 were too few: no reward varied)."""
+    adapted from the shipped critic in ``ADAPT_STEPS`` (30) steps; 20 were too few: no reward varied."""
     from interleave_thinker.core.prompt_store import TemplateStore
     from interleave_thinker.tiny.format_trained import ensure_format_trained
 

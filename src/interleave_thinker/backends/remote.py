@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
@@ -33,10 +33,8 @@ from interleave_thinker.backends.secrets import (
     split_credentials,
 )
 from interleave_thinker.core import green
+from interleave_thinker.core.config_sections import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
-
-if TYPE_CHECKING:
-    from interleave_thinker.core.config import RemoteOptions
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +48,20 @@ TRY_OVERHEAD = 1.0
 encoding, a busy client): without it, the last try of a loaded client was cut by the deadline."""
 
 
+_REMOTE = RemoteOptions()
+"""The ``remote`` section's defaults, which a backend built without settings takes: one place for them."""
+
+
 @dataclass(frozen=True)
 class RetrySettings:
     """How hard a served backend tries before giving up, and how much of a reply it takes in."""
 
-    max_retries: int = 4
-    backoff_base: float = 0.5
-    backoff_max: float = 8.0
+    max_retries: int = _REMOTE.max_retries
+    backoff_base: float = _REMOTE.backoff_base
+    backoff_max: float = _REMOTE.backoff_max
     jitter: float = 0.5
-    timeout: float = 300.0
-    deadline: float | None = None
+    timeout: float = _REMOTE.timeout
+    deadline: float | None = _REMOTE.deadline
     max_retry_after: float = MAX_RETRY_AFTER
     max_reply_bytes: int = MAX_REPLY_BYTES
     """A reply body (after its content-encoding) longer than this is refused while it streams in."""

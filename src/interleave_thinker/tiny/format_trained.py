@@ -48,7 +48,7 @@ TEXT_INTERMEDIATE = 192
 PLANNER_STEPS = 200
 CRITIC_STEPS = 160
 JUDGE_STEPS = 120
-ADAPT_STEPS = 40
+ADAPT_STEPS = 30
 """Steps that carry a shipped model (trained on the built-in templates) over to another template set: the
 answer formats are the same, only the wording around them differs, so a short fine-tune suffices."""
 JUDGE_SEED = 4
@@ -132,10 +132,9 @@ def _train(dest: Path, base: Path, data: Path, steps: int, seed: int) -> None:
 
 @dataclass(frozen=True)
 class BuildJob:
-    """One format-trained build: what :func:`build_format_trained` needs, and what the child process of
-    :func:`_build_one` reads back from JSON."""
+    """What one format-trained build makes: :func:`_build_one` writes it as JSON into the build's folder,
+    where its child process reads it back."""
 
-    tmp: Path
     role: str
     templates: TemplateSet
     source: Path
@@ -153,12 +152,16 @@ class BuildJob:
             "origin": self.templates.origin,
             "texts": self.templates.texts,
         }
-        paths = {
-            "tmp": str(self.tmp),
-            "source": str(self.source),
-            "start": str(self.start) if self.start else None,
-        }
-        return json.dumps({**paths, "role": self.role, "steps": self.steps, "templates": templates})
+        start = str(self.start) if self.start else None
+        return json.dumps(
+            {
+                "role": self.role,
+                "source": str(self.source),
+                "steps": self.steps,
+                "start": start,
+                "templates": templates,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> BuildJob:
@@ -166,26 +169,20 @@ class BuildJob:
 
         spec = json.loads(text)
         start = Path(spec["start"]) if spec["start"] else None
-        return cls(
-            Path(spec["tmp"]),
-            spec["role"],
-            TemplateSet(**spec["templates"]),
-            Path(spec["source"]),
-            spec["steps"],
-            start,
-        )
+        templates = TemplateSet(**spec["templates"])
+        return cls(spec["role"], templates, Path(spec["source"]), spec["steps"], start)
 
 
-def _build_one(job: BuildJob) -> None:
-    """Build in a child process with pinned numerics (``tiny.models.run_pinned``), quietly."""
+def _build_one(tmp: Path, job: BuildJob) -> None:
+    """Build into ``tmp/model`` in a child process with pinned numerics (``tiny.models.run_pinned``), quietly."""
     import logging
 
     if current_reporter() is None:  # a display shows the build's own progress instead
         logging.getLogger(__name__).warning(
             "Building the format-trained tiny %s (once, a few minutes on CPU; cached after).", job.role
         )
-    job.tmp.mkdir(parents=True, exist_ok=True)
-    path = job.tmp / "job.json"
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "job.json"
     path.write_text(job.to_json(), encoding="utf-8")
     run_pinned(
         ["-m", "interleave_thinker.tiny.format_trained", str(path)], f"the format-trained tiny {job.role}"
@@ -193,14 +190,14 @@ def _build_one(job: BuildJob) -> None:
 
 
 def _build_from_job(path: Path) -> None:
-    """The child process's side of :func:`_build_one`."""
+    """The child process's side of :func:`_build_one`: the job file lies in the build's folder."""
     import warnings
 
     warnings.simplefilter("ignore")
-    build_format_trained(BuildJob.from_json(path.read_text(encoding="utf-8")))
+    build_format_trained(path.parent, BuildJob.from_json(path.read_text(encoding="utf-8")))
 
 
-def build_format_trained(job: BuildJob) -> Path:
+def build_format_trained(tmp: Path, job: BuildJob) -> Path:
     """Build one format-trained model into ``tmp/model``, from a fresh random base or fine-tuned from
     ``job.start``.
 
@@ -211,7 +208,7 @@ def build_format_trained(job: BuildJob) -> Path:
     from interleave_thinker.train.data.trl_format import sft_dataset
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
-    role, templates, tmp = job.role, job.templates, job.tmp
+    role, templates = job.role, job.templates
     seed = SEEDS[role]
     work = tmp / "work"
     base = job.start or build_base(work / "base", job.source, seed=seed)
@@ -308,7 +305,7 @@ def ensure_format_trained(
             shutil.rmtree(tmp, ignore_errors=True)
             if not install_shipped(f"{folder.name}/{role}", format_recipe(role, digest), tmp / "model"):
                 source = ensure_tiny_model("planner", root)
-                _build_one(BuildJob(tmp, role, templates, source, *_start(role, root, digest)))
+                _build_one(tmp, BuildJob(role, templates, source, *_start(role, root, digest)))
             (tmp / "model" / COMPLETE_MARKER).write_text(FORMAT_VERSION + "\n", encoding="utf-8")
             (tmp / "model").rename(final)
             shutil.rmtree(tmp)
