@@ -145,23 +145,12 @@ class BuildJob:
     """Fine-tune this model instead of a fresh random base."""
 
     def to_json(self) -> str:
+        import dataclasses
         import json
 
-        templates = {
-            "kind": self.templates.kind,
-            "origin": self.templates.origin,
-            "texts": self.templates.texts,
-        }
-        start = str(self.start) if self.start else None
-        return json.dumps(
-            {
-                "role": self.role,
-                "source": str(self.source),
-                "steps": self.steps,
-                "start": start,
-                "templates": templates,
-            }
-        )
+        fields = dataclasses.asdict(self)  # the template set too, as {kind, origin, texts}
+        fields.update(source=str(self.source), start=str(self.start) if self.start else None)
+        return json.dumps(fields)
 
     @classmethod
     def from_json(cls, text: str) -> BuildJob:
