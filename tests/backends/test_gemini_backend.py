@@ -191,11 +191,15 @@ def test_not_installed_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_sdk_client_built_with_key_from_configured_env(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[dict[str, Any]] = []
+    closed: list[bool] = []
 
     class Client:
         def __init__(self, **kwargs: Any) -> None:
             built.append(kwargs)
             self.models = FakeModels(["hello from sdk"])
+
+        def close(self) -> None:
+            closed.append(True)
 
     install_genai_client(monkeypatch, Client)
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
@@ -209,6 +213,19 @@ def test_sdk_client_built_with_key_from_configured_env(monkeypatch: pytest.Monke
         backend.close()
     assert built == [{"api_key": "g-456", "http_options": {"timeout": 12000}}]
     assert backend.model == "gemini-2.5-flash"
+    assert closed == [True]  # the client it made is closed with it
+
+
+def test_an_injected_client_is_left_open() -> None:
+    class Client(FakeClient):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    client = Client("x")
+    GeminiVLMBackend("gemini-2.5-pro", client=client, retry=FAST).close()
+    assert not client.closed
 
 
 def test_empty_model_is_a_config_error() -> None:

@@ -48,8 +48,15 @@ class GeminiSDKBackend(RemoteBackend):
         """The key's variables, the client (``client`` when given, else a real one) and the caller;
         ``name`` and ``retry`` are set first."""
         self.key_envs, configured = key_envs(api_key_env, DEFAULT_KEY_ENVS)
+        self._owns_client = client is None
         self.client = client if client is not None else self._make_client(configured)
         self.open_caller([self.name], retry=self.retry, concurrency=concurrency, sleep=sleep)
+
+    def close(self) -> None:
+        """Close the SDK client when we created it (an injected client belongs to the caller)."""
+        super().close()
+        if self._owns_client and callable(getattr(self.client, "close", None)):
+            self.client.close()
 
     def _make_client(self, configured: bool) -> Any:
         """Read the key (a missing one is a :class:`ConfigError`), then import the SDK (only now: it is

@@ -132,7 +132,6 @@ class GeminiImageBackend(GeminiSDKBackend, PooledImageBackend):
         self.max_references = reference_cap(self.model)
         self.concurrency = remote.concurrency
         self.retry = RetrySettings.from_options(remote)
-        self._owns_client = client is None
         self.open_client(client, remote.api_key_env, remote.concurrency, sleep)
 
     @classmethod
@@ -202,9 +201,3 @@ class GeminiImageBackend(GeminiSDKBackend, PooledImageBackend):
                 f"(remote.max_reply_mb = {limit / 2**20:g}); raise remote.max_reply_mb."
             )
         return self.reply_image(data, f"the returned {mime_type or 'image'}")
-
-    def close(self) -> None:
-        """Close the SDK client when we created it (an injected client belongs to the caller)."""
-        super().close()
-        if self._owns_client and callable(getattr(self.client, "close", None)):
-            self.client.close()
