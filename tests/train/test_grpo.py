@@ -159,6 +159,49 @@ def test_planner_grpo_runs_with_planner_rewards(format_trained: Any, tmp_path: P
     assert logged and all(0.0 <= e["rewards/planner_plan/mean"] <= 1.0 for e in logged)
 
 
+def test_grpo_lora_adapts_the_named_projections_in_the_language_model_only(
+    format_trained: Any, tmp_path: Path
+) -> None:
+    """``finetune.lora.target_modules`` promises the vision tower is never adapted: ``linear_fc1`` names
+    layers of the tiny model's vision tower and merger only, so it must adapt nothing there; and
+    ``finetune.lora.merge`` writes the merged model, as in SFT."""
+    from safetensors import safe_open
+
+    config = GRPORunConfig.model_validate(
+        {
+            "role": "planner",
+            "output_dir": str(tmp_path / "lora"),
+            "model": {"name_or_path": str(format_trained.planner)},
+            "data": {"synthetic": 2},
+            "finetune": {
+                "method": "lora",
+                "lora": {"r": 4, "target_modules": ["q_proj", "linear_fc1"], "merge": True},
+            },
+            "training": {
+                "num_generations": 2,
+                "per_device_train_batch_size": 2,
+                "max_steps": 1,
+                "max_completion_length": 16,
+                "bf16": False,
+                "use_cpu": True,
+                "report_to": "none",
+                "save_steps": 1,
+            },
+        }
+    )
+    result = run_grpo(config)
+    assert result.global_step == 1
+    with safe_open(str(result.output_dir / "adapter_model.safetensors"), "pt") as saved:
+        names = saved.keys()
+    adapted = {name.split(".lora_")[0] for name in names}
+    assert adapted and all(key.endswith("q_proj") for key in adapted), sorted(adapted)
+    assert not [key for key in adapted if "visual" in key]
+    # finetune.lora.merge is honoured as in SFT: a standalone full model beside the adapter
+    assert result.adapter and result.merged_dir == result.output_dir / "merged"
+    assert (result.merged_dir / "model.safetensors").is_file()
+    assert not (result.output_dir / "model.safetensors").exists()
+
+
 def test_config_errors_name_the_key(tmp_path: Path) -> None:
     from interleave_thinker.core.errors import ConfigError
 

@@ -310,7 +310,7 @@ def test_tiny_grpo_resume_of_a_finished_run_is_a_no_op(tmp_path: Path) -> None:
     # TRL's read of transformers' deprecated alias, printed once per call site before: not shown
     assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
     # one layout for SFT and GRPO: the final model in output_dir, beside checkpoint-N
-    assert f"model saved in {out}; use it with: --planner transformers:{out}" in result.stdout
+    assert f"model saved in {out}\nuse it with: --planner transformers:{out}\n" in result.stdout
     assert not (out / "final").exists() and (out / "checkpoint-1" / "model.safetensors").is_file()
     resume_is_a_no_op(args, out, out / "model.safetensors", 1)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import BaseModel
@@ -14,6 +14,10 @@ from rich.console import Console
 
 from interleave_thinker.cli.options import deprecated, with_flags
 from interleave_thinker.train.sft.config import Role
+
+if TYPE_CHECKING:
+    from interleave_thinker.train.grpo.trainer import GRPOResult
+    from interleave_thinker.train.sft.trainer import SFTResult
 
 app = typer.Typer(help="Fine-tune the planner or the critic.", no_args_is_help=True)
 
@@ -144,9 +148,12 @@ def sft(
     typer.echo(
         summary(result.global_step, result.start_step, "loss", result.losses, result.logging_steps) + mean
     )
+    echo_saved(result, flags.role or run_config.role or "planner")
+
+
+def echo_saved(result: SFTResult | GRPOResult, role: str) -> None:
+    """The last lines of a finished run, SFT and GRPO alike: what was saved where, and how to use it."""
     typer.echo(f"{'adapter' if result.adapter else 'model'} saved in {result.output_dir}")
     if result.merged_dir:
         typer.echo(f"merged model saved in {result.merged_dir}")
-    typer.echo(
-        f"use it with: --{run_config.role or (flags.role or 'planner')} transformers:{result.output_dir}"
-    )
+    typer.echo(f"use it with: --{role} transformers:{result.output_dir}")

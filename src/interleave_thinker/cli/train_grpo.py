@@ -12,6 +12,7 @@ from interleave_thinker.cli.train import (
     TrainFlags,
     already_finished,
     config_sets,
+    echo_saved,
     summary,
     train_phase,
     with_train_flags,
@@ -53,6 +54,4 @@ def grpo(
     held_out = [e["eval_reward"] for e in this_run if "eval_reward" in e]
     if held_out:
         typer.echo(f"held-out mean reward {held_out[0]} -> {held_out[-1]} ({len(held_out)} evaluations)")
-    typer.echo(
-        f"model saved in {result.final_model}; use it with: --{run_config.role or 'critic'} transformers:{result.final_model}"
-    )
+    echo_saved(result, flags.role or run_config.role or "critic")

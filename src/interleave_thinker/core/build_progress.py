@@ -1,4 +1,5 @@
-"""Progress of long one-off builds (the tiny models), from the code that builds to whoever shows it.
+"""Progress of long one-off builds (the tiny models, a training run's set-up), from the code that builds
+to whoever shows it.
 
 Why in ``core``: the builder (``tiny``) may not import the display (``cli``, a layer above it); both may
 import this. A display enters :func:`reporting_builds`; builds started inside it
@@ -8,7 +9,16 @@ call the reporter's methods (from the calling thread).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+Phase = Callable[[str], contextlib.AbstractContextManager[object]]
+"""Shows one phase of building a training run (``with phase("loading model x"): ...``); the CLI passes one
+that prints the phase and its time, so the seconds before the progress bar are not silent."""
+
+
+def no_phase(text: str) -> contextlib.AbstractContextManager[object]:
+    """The default :data:`Phase`: shows nothing (library callers and tests)."""
+    return contextlib.nullcontext()
 
 
 class BuildReporter:

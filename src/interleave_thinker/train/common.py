@@ -7,34 +7,26 @@ trainer with copies of the same code, so a fix to one (a dtype, a frozen project
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import inspect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from interleave_thinker.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from interleave_thinker.train.sft.config import ModelSection
+    from interleave_thinker.train.sft.config import FinetuneSection, ModelSection
 
 logger = logging.getLogger(__name__)
 
 VISION_MARKERS = ("visual.", "vision_tower", "vision_model")
 PROJECTOR_MARKERS = ("visual.merger", "deepstack_merger", "multi_modal_projector", "mm_projector")
 TINY_STARTS = ("planner", "critic", "planner-sft", "critic-sft")
-
-Phase = Callable[[str], contextlib.AbstractContextManager[object]]
-"""Shows one phase of building a run (``with phase("loading model x"): ...``); the CLI passes one that prints
-the phase and its time, so the seconds before the progress bar are not silent."""
-
-
-def no_phase(text: str) -> contextlib.AbstractContextManager[object]:
-    """The default :data:`Phase`: shows nothing (library callers and tests)."""
-    return contextlib.nullcontext()
+LANGUAGE_ONLY = r"^(?!.*(visual|vision)).*\.({names})$"
+"""LoRA target regex: the named projections anywhere except inside the vision tower."""
 
 
 def base_checkpoint(name: str) -> str:
@@ -121,6 +113,19 @@ def checkpoint_step(checkpoint: Path | None) -> int:
     return int(checkpoint.name.rpartition("-")[2]) if checkpoint is not None else 0
 
 
+class TrainingRun(Protocol):
+    """What :func:`trl_trainer` and :func:`finish_run` read of a run config (``SFTRunConfig``, ``GRPORunConfig``)."""
+
+    @property
+    def finetune(self) -> FinetuneSection: ...
+
+    @property
+    def training(self) -> Any: ...
+
+    @property
+    def output_dir(self) -> Path: ...
+
+
 def save_final_model(trainer: Any, output_dir: Path) -> None:
     """Weights (or adapter) and processor beside the checkpoint-N folders, where the pipeline loads them:
     ``save_model`` is collective (ZeRO-3 / FSDP gather the shards); only the main process writes."""
@@ -137,6 +142,23 @@ def run_facts(trainer: Any, checkpoint: Path | None) -> dict[str, Any]:
         # the checkpoint's value when resumed, as the Trainer uses it
         "logging_steps": int(trainer.state.logging_steps or trainer.args.logging_steps),
     }
+
+
+def finish_run(trainer: Any, run: TrainingRun, checkpoint: Path | None) -> dict[str, Any]:
+    """After ``trainer.train()``: save the final model into ``output_dir`` (:func:`save_final_model`), with
+    ``finetune.lora.merge`` also a merged full model in ``output_dir/merged``, and return the result fields
+    both trainers report alike (:func:`run_facts`, ``adapter``, ``merged_dir``).
+
+    Why one call: the save is collective, so every rank must reach it in the same place; and the
+    ``finetune`` section is the same in both configs, so GRPO honours ``merge`` as SFT does."""
+    save_final_model(trainer, run.output_dir)
+    adapter = run.finetune.method == "lora"
+    merged = None
+    if adapter and run.finetune.lora.merge and trainer.args.should_save:
+        from interleave_thinker.train.sft.checkpoints import merge_adapter
+
+        merged = merge_adapter(run.output_dir, run.output_dir / "merged")
+    return {**run_facts(trainer, checkpoint), "adapter": adapter, "merged_dir": merged}
 
 
 def finished_at(output_dir: Path, max_steps: int, num_train_epochs: float) -> int | None:
@@ -227,21 +249,48 @@ def training_callbacks(
     return chosen
 
 
+def lora_config(finetune: FinetuneSection) -> Any:
+    """PEFT's ``LoraConfig`` from ``finetune.lora`` (None for a full fine-tune).
+
+    The targets are ``finetune.lora.target_modules`` in the language model only (:data:`LANGUAGE_ONLY`),
+    as that key promises, for SFT and GRPO alike: a bare name list would also adapt vision-tower layers
+    of the same name (Qwen2.5-VL's vision MLP has ``gate_proj``/``up_proj``/``down_proj``).
+    """
+    if finetune.method != "lora":
+        return None
+    from peft import LoraConfig
+
+    lora = finetune.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=LANGUAGE_ONLY.format(names="|".join(lora.target_modules)),
+        task_type="CAUSAL_LM",
+    )
+
+
 def trl_trainer(
     trainer_class: Any,
+    run: TrainingRun,
     parts: tuple[Any, Any, Any],
     datasets: tuple[Any, Any],
-    *,
-    peft: Any,
-    callbacks: Sequence[Any],
+    callbacks: Sequence[Any] = (),
     **extra: Any,
 ) -> Any:
-    """A TRL trainer from ``(model, processor, args)`` and ``(train, eval)`` datasets; ``extra`` holds
-    what only one trainer takes (GRPO's ``reward_funcs``)."""
+    """A TRL trainer from ``(model, processor, args)`` and ``(train, eval)`` datasets, with the run's LoRA
+    adapter (:func:`lora_config`) and the caller's callbacks plus the replica check
+    (:func:`training_callbacks`); ``extra`` holds what only one trainer takes (GRPO's ``reward_funcs``)."""
     model, processor, args = parts
-    pieces = {"model": model, "args": args, "processing_class": processor, "peft_config": peft}
+    chosen = training_callbacks(callbacks, run.training.replica_check_steps, Path(args.output_dir))
+    pieces = {
+        "model": model,
+        "args": args,
+        "processing_class": processor,
+        "peft_config": lora_config(run.finetune),
+    }
     data = {"train_dataset": datasets[0], "eval_dataset": datasets[1]}
-    return trainer_class(**pieces, **data, callbacks=list(callbacks) or None, **extra)
+    return trainer_class(**pieces, **data, callbacks=chosen or None, **extra)
 
 
 def leave_process_group() -> None:

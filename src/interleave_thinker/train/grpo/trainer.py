@@ -16,16 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.core.build_progress import Phase, no_phase
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
-    Phase,
     build_trl_config,
+    finish_run,
     load_policy,
-    no_phase,
     resume_checkpoint,
-    run_facts,
-    save_final_model,
-    training_callbacks,
     trl_trainer,
 )
 from interleave_thinker.train.grpo.config import GRPORunConfig, Role
@@ -60,6 +57,10 @@ class GRPOResult:
     start_step: int = 0
     """The step this run started from (the checkpoint's with ``--resume``); earlier log entries are not this run's."""
     logging_steps: int = 0
+    adapter: bool = False
+    """True with ``finetune.method: lora``: ``output_dir`` holds the adapter, not full weights."""
+    merged_dir: Path | None = None
+    """The merged full model (``finetune.lora.merge``), else None."""
 
 
 def _role(config: GRPORunConfig, role: Role | None) -> Role:
@@ -264,20 +265,10 @@ def build_grpo_trainer(
     args = trl_config(config, config.output_dir, weights)
     with args.main_process_first(desc="GRPO prompts"), phase("building the prompts"):
         train, evals = train_dataset(config, chosen), eval_dataset(config, chosen)
-    extra = training_callbacks(callbacks, config.training.replica_check_steps, config.output_dir)
-    peft = None
-    if config.finetune.method == "lora":
-        from peft import LoraConfig
-
-        lora = config.finetune.lora
-        peft = LoraConfig(
-            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
-        )
-    parts, datasets = (model, processor, args), (train, evals)
     trainer_class = with_advantage_clip(GRPOTrainer, config.training.advantage_clip)
     with phase(f"building the trainer ({len(train)} prompts)"):
         trainer = trl_trainer(
-            trainer_class, parts, datasets, peft=peft, callbacks=extra, reward_funcs=functions
+            trainer_class, config, (model, processor, args), (train, evals), callbacks, reward_funcs=functions
         )
     return trainer, closers
 
@@ -297,11 +288,11 @@ def run_grpo(
     finally:
         for closer in closers:
             closer.close()
-    save_final_model(trainer, config.output_dir)  # as SFT and TRL's own scripts save it
+    facts = finish_run(trainer, config, checkpoint)  # saved as SFT and TRL's own scripts save it
     return GRPOResult(
         config.output_dir,
         trainer.state.global_step,
         config.output_dir,
         list(trainer.state.log_history),
-        **run_facts(trainer, checkpoint),
+        **facts,
     )

@@ -12,25 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.core.build_progress import Phase, no_phase
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.train.common import (
-    Phase,
     build_trl_config,
+    finish_run,
     load_policy,
-    no_phase,
     resume_checkpoint,
-    run_facts,
-    save_final_model,
-    training_callbacks,
     trl_trainer,
 )
 from interleave_thinker.train.data.loaders import load_sft
 from interleave_thinker.train.data.trl_format import datasets_module, sft_dataset
 from interleave_thinker.train.sft.config import Role, SFTRunConfig
 from interleave_thinker.train.sft.templates import training_chat_template
-
-LANGUAGE_ONLY = r"^(?!.*(visual|vision)).*\.({names})$"
-"""LoRA target regex: the named projections anywhere except inside the vision tower."""
 
 
 @dataclass
@@ -94,21 +88,6 @@ def _load_model(config: SFTRunConfig) -> tuple[Any, Any]:
     return model, processor
 
 
-def _peft_config(config: SFTRunConfig) -> Any:
-    if config.finetune.method != "lora":
-        return None
-    from peft import LoraConfig
-
-    lora = config.finetune.lora
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=LANGUAGE_ONLY.format(names="|".join(lora.target_modules)),
-        task_type="CAUSAL_LM",
-    )
-
-
 def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate: bool = False) -> Any:
     """``trl.SFTConfig`` from our config; ``trl:`` extras must be SFTConfig field names."""
     from trl import SFTConfig
@@ -161,15 +140,8 @@ def build_trainer(
             processor.chat_template = template
     # 3. TRL (every rank builds the same trainer; accelerate shards the batches across ranks).
     args = trl_config(config, config.output_dir, vision=vision, evaluate=evals is not None)
-    callbacks = training_callbacks(callbacks, config.training.replica_check_steps, config.output_dir)
     with phase(f"building the trainer ({len(train)} rows)"):
-        trainer = trl_trainer(
-            SFTTrainer,
-            (model, processor, args),
-            (train, evals),
-            peft=_peft_config(config),
-            callbacks=callbacks,
-        )
+        trainer = trl_trainer(SFTTrainer, config, (model, processor, args), (train, evals), callbacks)
     trainer.inference_chat_template = original_template
     return trainer
 
@@ -196,18 +168,10 @@ def run_sft(
     trainer = build_trainer(config, role, callbacks, phase)
     # 4. Train.
     output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    # 5. Save what the pipeline loads: weights (or adapter) and the processor with its inference template.
-    # save_model is collective (ZeRO-3 / FSDP gather the shards) and writes on the main process only;
-    # the processor and the merged copy are written by the main process alone.
+    # 5. Save what the pipeline loads: weights (or adapter, and a merged copy) and the processor with its
+    # inference template (finish_run: collective, and only the main process writes).
     trainer.processing_class.chat_template = trainer.inference_chat_template
-    save_final_model(trainer, config.output_dir)
-    adapter = config.finetune.method == "lora"
-    merged = None
-    if adapter and config.finetune.lora.merge and trainer.args.should_save:
-        from interleave_thinker.train.sft.checkpoints import merge_adapter
-
-        merged = merge_adapter(config.output_dir, config.output_dir / "merged")
-    facts = run_facts(trainer, checkpoint)
+    facts = finish_run(trainer, config, checkpoint)
     start = facts["start_step"]
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h and h.get("step", 0) > start]
     return SFTResult(
@@ -215,8 +179,6 @@ def run_sft(
         global_step=trainer.state.global_step,
         train_loss=getattr(output, "training_loss", None),
         losses=losses,
-        adapter=adapter,
-        merged_dir=merged,
         log_history=list(trainer.state.log_history),
         **facts,
     )
