@@ -134,26 +134,33 @@ def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(released_critic: Path,
     assert resumed.global_step == 3 and (resumed.final_model / "config.json").is_file()
 
 
-def test_planner_grpo_runs_with_planner_rewards(format_trained: Any, tmp_path: Path) -> None:
-    config = GRPORunConfig.model_validate(
+def planner_config(
+    model: Path, output_dir: Path, steps: int, completion: int, **sections: Any
+) -> GRPORunConfig:
+    """A tiny planner run on ``2 * steps`` synthetic prompts, two rollouts each, on the CPU."""
+    return GRPORunConfig.model_validate(
         {
             "role": "planner",
-            "output_dir": str(tmp_path / "planner"),
-            "model": {"name_or_path": str(format_trained.planner)},
-            "data": {"synthetic": 4},
+            "output_dir": str(output_dir),
+            "model": {"name_or_path": str(model)},
+            "data": {"synthetic": 2 * steps},
             "training": {
                 "num_generations": 2,
                 "per_device_train_batch_size": 2,
-                "max_steps": 2,
-                "max_completion_length": 48,
+                "max_steps": steps,
+                "max_completion_length": completion,
                 "bf16": False,
                 "use_cpu": True,
                 "report_to": "none",
-                "save_steps": 2,
+                "save_steps": steps,
             },
+            **sections,
         }
     )
-    result = run_grpo(config)
+
+
+def test_planner_grpo_runs_with_planner_rewards(format_trained: Any, tmp_path: Path) -> None:
+    result = run_grpo(planner_config(format_trained.planner, tmp_path / "planner", 2, 48))
     assert result.global_step == 2
     logged = [e for e in result.log_history if "rewards/planner_format/mean" in e]
     assert logged and all(0.0 <= e["rewards/planner_plan/mean"] <= 1.0 for e in logged)
@@ -167,27 +174,9 @@ def test_grpo_lora_adapts_the_named_projections_in_the_language_model_only(
     ``finetune.lora.merge`` writes the merged model, as in SFT."""
     from safetensors import safe_open
 
-    config = GRPORunConfig.model_validate(
-        {
-            "role": "planner",
-            "output_dir": str(tmp_path / "lora"),
-            "model": {"name_or_path": str(format_trained.planner)},
-            "data": {"synthetic": 2},
-            "finetune": {
-                "method": "lora",
-                "lora": {"r": 4, "target_modules": ["q_proj", "linear_fc1"], "merge": True},
-            },
-            "training": {
-                "num_generations": 2,
-                "per_device_train_batch_size": 2,
-                "max_steps": 1,
-                "max_completion_length": 16,
-                "bf16": False,
-                "use_cpu": True,
-                "report_to": "none",
-                "save_steps": 1,
-            },
-        }
+    lora = {"r": 4, "target_modules": ["q_proj", "linear_fc1"], "merge": True}
+    config = planner_config(
+        format_trained.planner, tmp_path / "lora", 1, 16, finetune={"method": "lora", "lora": lora}
     )
     result = run_grpo(config)
     assert result.global_step == 1
