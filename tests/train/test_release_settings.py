@@ -160,3 +160,15 @@ def test_accelerate_configs_named_by_the_configs_and_docs_exist() -> None:
     assert "configs/accelerate/deepspeed_zero3.yaml" in named
     missing = sorted(n for n in named if not (REPO / n).is_file())
     assert missing == []
+
+
+def test_the_critic_reward_mix_is_the_releases_and_stated_once() -> None:
+    """overall = 0.5 * format + 0.5 * (0.2 * accuracy + 0.6 * semantic + 0.2 * quality): the defaults of
+    ``reward.*_weight`` are the reward's own (``CriticRewardWeights``), so the two cannot drift apart."""
+    from interleave_thinker.train.rewards import CriticRewardWeights
+
+    config = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml")
+    assert config.reward.weights() == CriticRewardWeights() == CriticRewardWeights(0.5, 0.2, 0.6, 0.2)
+    assert config.reward.weights().overall(1.0, 1.0, 0.5, 0.0) == pytest.approx(0.5 + 0.5 * (0.2 + 0.3))
+    changed = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=("reward.semantic_weight=0.7",))
+    assert changed.reward.weights().semantic == 0.7

@@ -17,7 +17,11 @@ from pydantic import Field, model_validator
 
 from interleave_thinker.core.config import PromptOptions, RemoteOptions
 from interleave_thinker.train.overrides import load_run_config
+from interleave_thinker.train.rewards.critic import CriticRewardWeights
 from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, _Section
+
+RELEASE_MIX = CriticRewardWeights()
+"""The ``reward.*_weight`` defaults: the release's mix, stated once, in the reward itself."""
 
 Role = Literal["planner", "critic"]
 
@@ -58,10 +62,27 @@ class RewardSection(_Section):
     )
     dtype: str = Field(default="auto", description="dtype of the local judge and generator (model.dtype).")
     deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
-    format_weight: float = Field(default=0.5, ge=0, le=1)
-    accuracy_weight: float = Field(default=0.2, ge=0)
-    semantic_weight: float = Field(default=0.6, ge=0)
-    quality_weight: float = Field(default=0.2, ge=0)
+    format_weight: float = Field(
+        default=RELEASE_MIX.format,
+        ge=0,
+        le=1,
+        description="Share of the total reward for a reply in the verdict format; the rest is the inner sum.",
+    )
+    accuracy_weight: float = Field(
+        default=RELEASE_MIX.accuracy,
+        ge=0,
+        description="Inner weight of predicting the step's success as labelled.",
+    )
+    semantic_weight: float = Field(
+        default=RELEASE_MIX.semantic,
+        ge=0,
+        description="Inner weight of the regenerated image's semantic consistency (the judge's SC).",
+    )
+    quality_weight: float = Field(
+        default=RELEASE_MIX.quality,
+        ge=0,
+        description="Inner weight of the regenerated image's perceptual quality (the judge's PQ).",
+    )
     stepwise: bool = Field(
         default=True, description="False: format + accuracy only (no generator or judge calls)."
     )
@@ -72,6 +93,12 @@ class RewardSection(_Section):
     )
     judge_max_new_tokens: int = Field(default=1024, ge=1)
     cache_dir: Path | None = Field(default=None, description="Keep regenerated images across steps and runs.")
+
+    def weights(self) -> CriticRewardWeights:
+        """The critic reward's mix from the ``*_weight`` keys."""
+        return CriticRewardWeights(
+            self.format_weight, self.accuracy_weight, self.semantic_weight, self.quality_weight
+        )
 
 
 class GRPOTrainingSection(_Section):

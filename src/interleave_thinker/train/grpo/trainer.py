@@ -35,7 +35,6 @@ from interleave_thinker.train.grpo.data import (
 from interleave_thinker.train.rewards import (
     PLANNER_REWARDS,
     CriticReward,
-    CriticRewardWeights,
     StepwiseScorer,
     critic_accuracy_reward,
     critic_format_reward,
@@ -127,12 +126,7 @@ def reward_functions(
         sample_concurrency=section.sample_concurrency,
         cache=GenerationCache(section.cache_dir),
     )
-    total = CriticReward(
-        scorer,
-        CriticRewardWeights(
-            section.format_weight, section.accuracy_weight, section.semantic_weight, section.quality_weight
-        ),
-    )
+    total = CriticReward(scorer, section.weights())
     functions: list[Callable[..., Any]] = [timed("critic_reward", total)]
     functions += [total.component(name) for name in ("format", "accuracy", "semantic", "quality")]
     return functions, [1.0, 0.0, 0.0, 0.0, 0.0], [scorer]
