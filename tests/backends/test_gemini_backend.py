@@ -87,7 +87,7 @@ def user(text: str) -> list[dict[str, Any]]:
 
 
 def calls(backend: GeminiVLMBackend) -> list[dict[str, Any]]:
-    return backend.client.models.calls  # type: ignore[no-any-return]
+    return backend.client.models.calls
 
 
 def test_request_shape_and_reply(make: Any) -> None:

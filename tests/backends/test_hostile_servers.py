@@ -19,6 +19,7 @@ import pytest
 
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend, load_vlm_backend
+from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core import green
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError
@@ -107,6 +108,7 @@ def test_a_chat_reply_with_a_lone_surrogate_comes_back_as_text(path: str) -> Non
     messages: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "score this"}]}]
     with LocalServer(hostile.handler("surrogate")) as server:
         backend = load_vlm_backend(f"openai:{server.url}/v1#hostile", OPTIONS)
+        assert isinstance(backend, OpenAIVLMBackend)  # a served backend: it has a client to close
         try:
             text = on_path(path, lambda: backend.chat(messages, max_new_tokens=16))
         finally:

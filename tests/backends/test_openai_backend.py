@@ -405,7 +405,7 @@ def message_reply(message: dict[str, Any]) -> Reply:
     return Reply(200, body)
 
 
-ENGINE_MESSAGES = {
+ENGINE_MESSAGES: dict[str, dict[str, Any]] = {
     # transformers serve 5.24 (cli/serving/chat_completion.py): both parts stripped, tool_calls left out.
     "transformers-serve": {"content": ANSWER, "role": "assistant", "reasoning_content": THINK},
     # vLLM before the rename, --reasoning-parser qwen3: the text on either side of </think>, unstripped.

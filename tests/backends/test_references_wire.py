@@ -205,7 +205,7 @@ def test_fastvideo_is_refused_from_its_spec_before_anything_loads() -> None:
 def test_the_policies_are_checked_against_the_cap() -> None:
     assert set(POLICY_NEEDS) == {"release", "previous+inputs", "anchor"}
     one = ScriptedImageBackend()
-    one.max_references = 1  # type: ignore[misc]
+    one.max_references = 1
     check_references(one, "previous+inputs")
     with pytest.raises(ConfigError) as info:
         check_references(one, "anchor")
@@ -280,6 +280,7 @@ def test_the_worker_passes_the_references_and_refuses_more_than_its_backend_take
     backend = ScriptedImageBackend()
     assert run_job(backend, job(3), max_pixels=10**6)["ok"] is True
     (request,) = backend.calls
+    assert request.image is not None  # an edit: the picture to change came with the references
     assert [pixels(i) for i in (request.image, *request.references)] == SENT
     refused = run_job(backend, job(9), max_pixels=10**6)
     assert refused["ok"] is False and refused["kind"] == "input"  # answered 400

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from interleave_thinker.backends.protocols import ImageRequest, ServedBackend
+from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, ServedBackend
 from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
-from interleave_thinker.backends.wrapping import Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
 from interleave_thinker.datagen.generate_usage import MeteredImage, MeteredVLM, Usage
 from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
 from interleave_thinker.testing.doubles.scripted_models import State, handler
@@ -24,15 +24,13 @@ from interleave_thinker.testing.doubles.server import LocalServer
 from interleave_thinker.testing.recording import RecordingImage
 from interleave_thinker.ui.worker import EventSink, ReportingGenerator, ReportingVLM
 
-Wrap = Callable[[Any], Any]
-
-IMAGE_FAMILIES: dict[str, Wrap] = {
+IMAGE_FAMILIES: dict[str, Callable[[Any], ImageBatchMixin]] = {
     "limited": lambda inner: LimitedImage(inner, BackendStats("generator", 5)),
     "metered": lambda inner: MeteredImage(inner, Usage()),
     "reporting": lambda inner: ReportingGenerator(inner, EventSink(threading.Event())),
     "recording": RecordingImage,
 }
-VLM_FAMILIES: dict[str, Wrap] = {
+VLM_FAMILIES: dict[str, Callable[[Any], VLMWrapper]] = {
     "limited": lambda inner: LimitedVLM(inner, BackendStats("critic", 5)),
     "metered": lambda inner: MeteredVLM(inner, Usage()),
     "reporting": lambda inner: ReportingVLM(inner, EventSink(threading.Event()), None),

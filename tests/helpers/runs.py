@@ -68,6 +68,7 @@ def make_run(
             if verdict and not verdict.success:
                 prompt = verdict.refine_prompt
         record.accepted_image = record.attempts[-1].image_file
+        assert record.accepted_image is not None  # every attempt above names its image
         before = record.accepted_image
         records.append(record)
     trace = Trace(
@@ -142,6 +143,7 @@ def make_batch(root: Path, requests: int = 2) -> Path:
                 )
                 prompt = verdict.refine_prompt
             record.accepted_image = record.attempts[-1].image_file
+            assert record.accepted_image is not None  # every attempt above names its image
             before = record.accepted_image
             records.append(record)
         trace = Trace(

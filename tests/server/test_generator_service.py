@@ -531,6 +531,10 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(
     thread.join(30)
     assert decode_reply(reply[0]).size == (1024, 1024)
     for pid in worker_pids:
-        wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists(), timeout=10)
+
+        def exited(pid: int = pid) -> bool:
+            return not Path(f"/proc/{pid}").exists()
+
+        wait_until(exited, timeout=10)
     with pytest.raises(httpx.ConnectError), httpx.Client() as late:
         late.get(f"{service.url}/health")

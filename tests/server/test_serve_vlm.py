@@ -52,12 +52,19 @@ class RecordingBackend(VLMBatchMixin):
         self.reply = reply
         self.fail = fail
         self.hold = hold
-        self.calls: list[tuple[list[Message], int, float]] = []
+        self.calls: list[tuple[list[Message], int, float | None]] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)

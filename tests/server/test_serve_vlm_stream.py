@@ -44,7 +44,14 @@ class ScriptedBackend(VLMBatchMixin):
         self.fail = fail
         self.calls = 0
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         self.calls += 1
         if self.fail:
             raise BackendError("scripted: generation failed: out of memory")

@@ -37,7 +37,9 @@ def session(name: str) -> Any:
     return SimpleNamespace(session_hash=name)
 
 
-def run_args(text: str, files: list[str] | None = None, size: str = "96x80") -> tuple[Any, ...]:
+def run_args(
+    text: str, files: list[str] | None = None, size: str = "96x80"
+) -> tuple[str, list[str] | None, int, int, str, bool, str]:
     return (text, files, 3, 0, "text", False, size)
 
 
@@ -71,6 +73,7 @@ def test_stream_shows_plan_attempts_verdicts_then_page_and_zip(options: DemoOpti
     assert final.count('data-role="picture"') == 2 and "phase-done" in status
     assert all(frame[6] is None for frame in frames[:-1])
 
+    assert download is not None
     archive = zipfile.ZipFile(download)
     names = set(archive.namelist())
     assert {"trace.json", "document.md", "index.html"} <= names
@@ -296,6 +299,7 @@ def test_sweep_never_follows_nor_deletes_through_links(tmp_path: Path) -> None:
 
     runs = DemoRuns(scripted_pipeline(), DemoOptions(out_root=root, ttl_s=3600))
     status, *_, download = list(runs.run(*run_args("Please draw a Cat"), request=session("s2")))[-1]
+    assert download is not None
     assert "phase-done" in status and Path(download).parent == root / "s2"
 
 
@@ -368,6 +372,7 @@ def test_each_image_is_shown_once_in_a_gallery(options: DemoOptions, tmp_path: P
     )
     status, _, _, fold, gallery, final, download = frames[-1]
     assert "phase-done" in status and "<img" not in final
+    assert download is not None
     run_dir = Path(download).with_suffix("")
     assert gallery == [
         (str(run_dir / "images" / "input_1.png"), "input 1 (input_1.png)"),
@@ -425,7 +430,9 @@ def test_the_page_says_why_a_tiny_plan_is_off_topic(options: DemoOptions) -> Non
     frames = list(DemoRuns(pipe, options).run(*run_args("Please draw a Cat"), request=session("s1")))
     plan = frames[-1][1]
     assert f'data-ev="tiny-plan">{html.escape(TINY_PLAN)}</p>' in plan
-    index = zipfile.ZipFile(frames[-1][6]).read("index.html").decode()
+    download = frames[-1][6]
+    assert download is not None
+    index = zipfile.ZipFile(download).read("index.html").decode()
     assert str(markupsafe.escape(TINY_PLAN)) in index
     plain = list(
         DemoRuns(scripted_pipeline(), options).run(*run_args("Please draw a Cat"), request=session("s2"))

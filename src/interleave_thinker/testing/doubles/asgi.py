@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 
 class AppServer:
@@ -27,7 +27,7 @@ class AppServer:
         self.server = uvicorn.Server(uvicorn.Config(app, **settings))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
-    def __enter__(self) -> AppServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
