@@ -62,8 +62,7 @@ def http_parser() -> str:
     (pure Python: about 40 % more of the doubles' CPU in the 1,024 row, on the cores the batch needs).
     ``pip install -e '.[bench]'`` installs it."""
     try:
-        # httptools ships no type stubs (and is optional here): only its presence is probed.
-        import httptools  # type: ignore[import-not-found]  # noqa: F401
+        import httptools  # noqa: F401
     except ImportError:
         return "h11"
     return "httptools"
