@@ -40,10 +40,17 @@ class SimVLM(ScriptedVLMBackend):
         self.sim = Capacity(latency, capacity)
         self._lock = threading.Lock()
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         self.sim.spend()
         with self._lock:
-            return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+            return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
 
 
 class SimImage(ScriptedImageBackend):

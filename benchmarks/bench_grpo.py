@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _sim import SimVLM  # type: ignore[import-not-found]
+from _sim import SimVLM
 from interleave_thinker.backends.specs import load_image_backend
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.tiny.format_trained import ensure_format_trained_tiny

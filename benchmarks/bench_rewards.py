@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from _sim import SimImage, SimVLM  # type: ignore[import-not-found]
+from _sim import SimImage, SimVLM
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.train.rewards import CriticReward, StepwiseScorer

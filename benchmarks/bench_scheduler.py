@@ -15,25 +15,31 @@ Run: python benchmarks/bench_scheduler.py [--skip-tiny] [--only-scale] [--scale-
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import math
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 from PIL import Image
 
-from _scale import Row, measure, report  # type: ignore[import-not-found]
-from _sim import SimImage, SimVLM  # type: ignore[import-not-found]
+from _scale import Row, measure, report
+from _sim import SimImage, SimVLM
 from interleave_thinker import Pipeline, PipelineConfig
-from interleave_thinker.backends.protocols import ImageRequest
+from interleave_thinker.backends.protocols import ImageRequest, Message
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
 from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 REQUESTS, STEPS = 64, 3
 PLANNER, GENERATOR, CRITIC, SLOTS = 0.040, 0.150, 0.040, 8
@@ -51,8 +57,8 @@ def hash_of(messages: list[dict[str, object]]) -> str:
     return hashlib.sha256(repr(messages[0]["content"]).encode()).hexdigest()[:8]
 
 
-def verdict(messages: list[dict[str, object]]) -> str:
-    text = "".join(p["text"] for p in messages[0]["content"] if p.get("type") == "text")  # type: ignore[union-attr,attr-defined]
+def verdict(messages: list[Message]) -> str:
+    text = "".join(p["text"] for p in messages[0]["content"] if p.get("type") == "text")
     ok = "refined" in text or int(hashlib.sha256(text.encode()).hexdigest(), 16) % 4 != 0
     return f"<answer>{{'previous_step_success': {ok}, 'refine_prompt': 'refined prompt'}}</answer>"
 
@@ -130,11 +136,11 @@ def part_b() -> None:
     )
 
 
-def concurrently(fn: object, args: list[object]) -> tuple[list[object], float]:
-    results: list[object] = [None] * len(args)
+def concurrently(fn: Callable[[T], R], args: list[T]) -> tuple[list[R], float]:
+    results: list[Any] = [None] * len(args)  # each filled by its thread (None if the call raised)
 
     def work(i: int) -> None:
-        results[i] = fn(args[i])  # type: ignore[operator]
+        results[i] = fn(args[i])
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(args))]
     start = time.perf_counter()
@@ -164,7 +170,7 @@ def part_c() -> None:
     print("(c) tiny models, 8 concurrent requests")
     for batched in (False, True):
         wrapped = LimitedVLM(vlm, BackendStats("critic", 8 if batched else 1), micro_batch=batched)
-        outs, wall = concurrently(lambda c, w=wrapped: w.chat(c, max_new_tokens=32), conversations)  # type: ignore[misc]
+        outs, wall = concurrently(functools.partial(wrapped.chat, max_new_tokens=32), conversations)
         if not batched:
             reference = outs
         print(
@@ -177,17 +183,13 @@ def part_c() -> None:
         wrapped_image = LimitedImage(
             image, BackendStats("generator", 8 if batched else 1), micro_batch=batched
         )
-        outs, wall = concurrently(
-            lambda p, w=wrapped_image: w.generate(
-                ImageRequest(p, width=64, height=64, seed=7, steps=2, guidance=1.0)
-            ),  # type: ignore[misc]
-            prompts,
-        )
+        requests = [ImageRequest(p, width=64, height=64, seed=7, steps=2, guidance=1.0) for p in prompts]
+        pictures, wall = concurrently(wrapped_image.generate, requests)
         if not batched:
-            images = outs
+            images = pictures
         diff = max(
             int(np.abs(np.asarray(a, dtype=int) - np.asarray(b, dtype=int)).max())
-            for a, b in zip(outs, images, strict=True)
+            for a, b in zip(pictures, images, strict=True)
         )
         print(
             f"    diffusers    {'batched  ' if batched else 'unbatched'}: {8 / wall:6.2f} req/s, batches={wrapped_image.stats.batches}, "

@@ -13,6 +13,7 @@ from interleave_thinker.agents.critic import Critic, format_verdict
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.planner import Planner, format_plan
 from interleave_thinker.agents.retry import RetryPolicy
+from interleave_thinker.backends.protocols import Message
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.prompt_store import TemplateSet, builtin_templates
 from interleave_thinker.core.types import Plan, PlanStep, Verdict
@@ -35,9 +36,16 @@ class BudgetRecording(ScriptedVLMBackend):
         super().__init__(replies)
         self.budgets: list[int] = []
 
-    def chat(self, messages: list[Any], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
         self.budgets.append(max_new_tokens)
-        return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+        return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
 
 
 def _image() -> Image.Image:

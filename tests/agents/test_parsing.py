@@ -340,7 +340,7 @@ def test_replies_over_the_limit_are_rejected() -> None:
     assert parse_verdict(long).success is True
     for parse in (parse_plan, parse_verdict, parse_judgement):
         with pytest.raises(ParseError, match="over the limit"):
-            parse(long + " ")  # type: ignore[operator]
+            parse(long + " ")
 
 
 def test_think_blocks_are_cut_as_before() -> None:

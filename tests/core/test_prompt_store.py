@@ -6,7 +6,7 @@ import re
 import shutil
 import threading
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -39,8 +39,12 @@ def repository_tree(prompts_dir: Path, root: Path, *, tamper: str | None = None)
     return root
 
 
+Serve = Callable[[Path], tuple[str, list[str]]]
+"""Start a static server over a folder: (its URL, the paths requested so far)."""
+
+
 @pytest.fixture
-def serve() -> Iterator[object]:
+def serve() -> Iterator[Serve]:
     servers: list[ThreadingHTTPServer] = []
 
     def start(root: Path) -> tuple[str, list[str]]:
@@ -84,7 +88,7 @@ def test_tampered_folder_file_is_rejected(prompts_dir: Path, tmp_path: Path) -> 
 
 
 def test_download_from_local_server_then_offline_cache(
-    prompts_dir: Path, tmp_path: Path, serve, monkeypatch
+    prompts_dir: Path, tmp_path: Path, serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -106,7 +110,9 @@ def test_download_from_local_server_then_offline_cache(
     assert again.texts == templates.texts
 
 
-def test_tampered_download_is_rejected(prompts_dir: Path, tmp_path: Path, serve, monkeypatch) -> None:
+def test_tampered_download_is_rejected(
+    prompts_dir: Path, tmp_path: Path, serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_HUB_OFFLINE")
     url, _ = serve(repository_tree(prompts_dir, tmp_path / "repo", tamper="judge_pq"))

@@ -179,7 +179,9 @@ def write_prompts(teachers: Engine, tmp_path: Path) -> Path:
 def generate_killed_and_resumed(teachers: Engine, prompts: Path, tmp_path: Path) -> Path:
     """`data generate` SIGKILLed once mid-run and resumed, and an uninterrupted run of a subset."""
     chat = f"openai:{teachers.url}#teacher"
-    settings = dict(preset="tiny", planner=chat, critic=chat, judge=chat, generator="tiny:generator")
+    settings: dict[str, Any] = dict(
+        preset="tiny", planner=chat, critic=chat, judge=chat, generator="tiny:generator"
+    )
     settings |= {"loop": LOOP, "generation": {"width": 64, "height": 64, "steps": 2}}
     config = tmp_path / "teacher.json"
     config.write_text(json.dumps(settings), encoding="utf-8")

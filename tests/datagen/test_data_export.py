@@ -188,7 +188,7 @@ def test_unapproved_steps_are_dropped_and_counted(tmp_path: Path) -> None:
     assert pipeline(critic_on_last_attempt=False)("Draw a cube and then a sphere", out_dir=root / "forced").ok
     assert pipeline()("Draw a cube and then a sphere", out_dir=root / "ok").ok
     for fmt in ("interleaved-easy", "interleaved-hard"):
-        stats = export_corpus(root, tmp_path / "out", fmt)  # type: ignore[arg-type]
+        stats = export_corpus(root, tmp_path / "out", fmt)
         assert (stats.runs, stats.kept) == (2, 1)
         assert stats.dropped == {"step_not_approved": 1}
         assert stats.dropped_runs == [{"run": "forced", "reason": "step_not_approved"}]

@@ -333,7 +333,7 @@ def test_teacher_presets_are_the_papers_set_ups(
         15,
         "empty",
     )
-    assert loop.seed_stride > loop.generator_budget
+    assert loop.generator_budget is not None and loop.seed_stride > loop.generator_budget
     assert (cfg.generation.width, cfg.generation.height) == (1024, 1024)
     # Steps and guidance as the authors run each generator; Nano Banana takes neither (none = the model's own).
     assert (cfg.generation.steps, cfg.generation.guidance) == (steps, guidance)

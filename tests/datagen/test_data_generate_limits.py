@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -51,9 +52,7 @@ def servers() -> Iterator[dict[str, tuple[str, Counting]]]:
         server.close()
 
 
-def run_generate(
-    tmp_path: Path, chat: str, judge: str, generator: str, limits: list[str]
-) -> dict[str, object]:
+def run_generate(tmp_path: Path, chat: str, judge: str, generator: str, limits: list[str]) -> dict[str, Any]:
     """24 requests at concurrency 16, one attempt per step; the batch's summary.json."""
     inputs = tmp_path / "in.jsonl"
     rows = [{"id": f"r{i:02d}", "prompt": f"draw {i}"} for i in range(REQUESTS)]
@@ -79,9 +78,9 @@ def run_generate(
         args += ["--per-backend-limit", limit]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    summary: dict[str, object] = json.loads((out / "summary.json").read_text())
-    assert summary["requests"]["total"] == REQUESTS  # type: ignore[index]
-    assert summary["requests"]["unfinished"] == 0  # type: ignore[index]
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["total"] == REQUESTS
+    assert summary["requests"]["unfinished"] == 0
     return summary
 
 
@@ -93,7 +92,7 @@ def test_a_generator_limit_above_eight_reaches_the_wire(
     summary = run_generate(tmp_path, chat, chat, url, ["generator=16"])
     assert counting.calls >= 2 * REQUESTS  # two or three steps per request
     assert counting.peak == 16  # was 8: the transport's default, under the meter
-    assert summary["backends"]["generator"]["limit"] == 16  # type: ignore[index]
+    assert summary["backends"]["generator"]["limit"] == 16
 
 
 def test_a_planner_limit_holds_beside_the_critics_on_one_transport(
@@ -106,7 +105,7 @@ def test_a_planner_limit_holds_beside_the_critics_on_one_transport(
     summary = run_generate(tmp_path, url, servers["chat"][0], servers["edit"][0], ["planner=12"])
     assert counting.calls == REQUESTS
     assert counting.peak == 12  # 16 requests at once, 12 of them planning
-    assert summary["backends"]["planner"]["limit"] == 12  # type: ignore[index]
+    assert summary["backends"]["planner"]["limit"] == 12
 
 
 def test_a_pool_files_slots_are_the_generators_limit(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -139,7 +140,7 @@ def test_release_text_answer_concatenates_step_texts() -> None:
         PlanStep(step_number=3, instruction="Open.", prompt="p", auxiliary_text=""),
         PlanStep(step_number=4, instruction=None, prompt=None, auxiliary_text=None),
     ]
-    trace = Trace(request={"text": "q"})  # type: ignore[arg-type]
+    trace = Trace(request={"text": "q"})
     trace.planner.plan = Plan(steps=steps)
     assert release_text_answer(trace) == "Fold it in half.Crease.Open."
 
@@ -229,7 +230,7 @@ def test_rise_base_and_agentic_write_category_index_pngs(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_ueval_submission_follows_the_release(tmp_path: Path) -> None:
     suffix = " both visually and textually"
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"id": 7, "prompt": "How do I plant a seed? Show the steps" + suffix, "task": "life",
          "text_rubrics": ["mentions soil"], "image_rubrics": ["shows a pot"], "question_type": "open"},
         {"id": "b2", "prompt": "Draw a map of a small island" + suffix, "task": "space"},

@@ -81,7 +81,8 @@ def test_reused_out_rescores_changed_outputs_only(tmp_path: Path) -> None:
     """Item 1: `--outputs B --out S` after `--outputs A --out S` never reports A's scores."""
     data = _wise_data(tmp_path, [1, 2])
     a, b = tmp_path / "A", tmp_path / "B"
-    a.mkdir(), b.mkdir()
+    a.mkdir()
+    b.mkdir()
     (a / "1.png").write_bytes(_png(RED))
     (a / "2.png").write_bytes(_png(RED))
     (b / "1.png").write_bytes(_png(BLUE))  # changed

@@ -26,7 +26,7 @@ def _t(name: str) -> str:
 
 def jpeg_url(path: Path) -> str:
     """The official encoding, written out independently: RGB for RGBA/P, 768 thumbnail, JPEG defaults."""
-    image = Image.open(path)
+    image: Image.Image = Image.open(path)
     if image.mode in ("RGBA", "P"):
         image = image.convert("RGB")
     image.thumbnail((768, 768))

@@ -114,7 +114,7 @@ VERIFIED_REPLIES = {
 }
 
 
-def _verified_setup(tmp_path: Path) -> tuple[Path, dict[str, Any], dict[str, int]]:
+def _verified_setup(tmp_path: Path) -> tuple[Path, dict[int, Any], dict[str, int]]:
     data = shared_path("benchmarks", "wise")
     records = {
         r["prompt_id"]: r
@@ -127,7 +127,7 @@ def _verified_setup(tmp_path: Path) -> tuple[Path, dict[str, Any], dict[str, int
         _png(outputs / f"{pid}.png", (number * 20, 10, 200))
     template = _shared_text("wise_verified_user")
     by_text = {official_user(template, records[pid]): pid for pid in VERIFIED_REPLIES}
-    return outputs, records, by_text  # type: ignore[return-value]
+    return outputs, records, by_text
 
 
 def _scripted(by_text: dict[str, int], replies: dict[int, list[str]]) -> tuple[Any, dict[int, int]]:
@@ -267,7 +267,7 @@ LEGACY = [
 def _legacy_data(tmp_path: Path) -> Path:
     folder = tmp_path / "legacy"
     folder.mkdir()
-    files = {
+    files: dict[str, list[dict[str, Any]]] = {
         "cultural_common_sense.json": [],
         "spatio-temporal_reasoning.json": [],
         "natural_science.json": [],

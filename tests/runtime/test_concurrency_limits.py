@@ -53,7 +53,7 @@ def run_batch(tmp_path: Path, planner: str, generator: str, limits: list[str]) -
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     summary: dict[str, object] = json.loads((out / "summary.json").read_text())
-    assert summary["requests"] == {"total": 24, "succeeded": 24, "failed": 0, "unfinished": 0}  # type: ignore[comparison-overlap]
+    assert summary["requests"] == {"total": 24, "succeeded": 24, "failed": 0, "unfinished": 0}
     return summary
 
 

@@ -240,8 +240,15 @@ class Metered(VLMBatchMixin):
     def __init__(self, inner: VLMBackend) -> None:
         self.inner, self.name = inner, "metered"
 
-    def chat(self, messages: list[Message], *, max_new_tokens: int = 4096, temperature: float = 0.0) -> str:
-        return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature)
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float | None = 0.0,
+        seed: int | None = None,
+    ) -> str:
+        return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
 
 
 def test_the_trace_records_the_backends_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,7 +262,7 @@ def test_the_trace_records_the_backends_that_ran(monkeypatch: pytest.MonkeyPatch
     pipe = Pipeline(
         planner=ScriptedVLMBackend([ONE_STEP], name="my-planner"),
         critic=Metered(loaded),  # looked through to the spec it was loaded from
-        generator=Anonymous(),
+        generator=Anonymous(),  # type: ignore[arg-type]  # no `name` on purpose: the trace uses its class
         config=PipelineConfig.resolve(preset="tiny"),  # the config names tiny models; none of them ran
         templates=builtin_templates(),
     )

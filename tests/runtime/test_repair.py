@@ -147,7 +147,7 @@ def test_a_reviewer_of_its_own_is_asked_instead_of_the_critic() -> None:
     result = built["pipe"](REQUEST, INPUT)
     assert len(reviewer.calls) == 1 and len(built["critic"].calls) == 4
     assert result.trace.repair is not None and result.trace.repair.reviewer == "reviewer"
-    assert result.trace.settings["loop"]["repair_reviewer"] == "scripted:reviewer"  # type: ignore[index]
+    assert result.trace.settings["loop"]["repair_reviewer"] == "scripted:reviewer"
 
 
 def test_without_a_budget_there_is_no_review() -> None:

@@ -113,8 +113,17 @@ def test_semaphore_bounds_greenlets_and_threads_alike() -> None:
 def test_a_cancelled_waiter_leaves_no_slot_behind() -> None:
     slots = green.Semaphore(1)
 
+    def hold() -> None:
+        slots.acquire()
+        green.sleep(0.05)
+
+    def take_and_give(i: int) -> int:
+        slots.acquire()
+        slots.release()
+        return i
+
     async def main() -> list[int]:
-        holder = asyncio.ensure_future(green.run_green(lambda: (slots.acquire(), green.sleep(0.05))))
+        holder = asyncio.ensure_future(green.run_green(hold))
         await asyncio.sleep(0.01)
         waiter = asyncio.ensure_future(green.run_green(slots.acquire))
         await asyncio.sleep(0.01)
@@ -123,7 +132,7 @@ def test_a_cancelled_waiter_leaves_no_slot_behind() -> None:
             await waiter
         await holder
         slots.release()  # the holder's slot: free again, none lost to the cancelled waiter
-        return await gather_green(lambda i: (slots.acquire(), slots.release(), i)[2], [1, 2])
+        return await gather_green(take_and_give, [1, 2])
 
     assert asyncio.run(main()) == [1, 2]
 

@@ -20,7 +20,7 @@ from interleave_thinker.core.untrusted import ImageLimits, UnsafeFile, check_ima
 from interleave_thinker.train.data.trajectories import discover, find_trajectories
 from tests.helpers.runs import make_run
 
-STEPS = [[(False, 3.0), (True, 8.5)], [(True, 9.0)]]
+STEPS: list[list[tuple[bool | None, float]]] = [[(False, 3.0), (True, 8.5)], [(True, 9.0)]]
 KEPT = "images/step01_attempt1.png"
 """The image step 1 kept: shown by both corpora and read by the build."""
 HOSTILE = ("absolute", "dotdot", "symlink", "notimage", "missing", "deep", "linked")

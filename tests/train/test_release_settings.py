@@ -28,7 +28,7 @@ from tests.helpers.common import REPO
 
 RELEASE_LINE = re.compile(r"^#\s+release: (?P<key>[\w.]+) = (?P<value>\S+)\s+\((?P<source>[^:)]+:\d+)")
 CPU = ("training.bf16=false", "training.use_cpu=true", "training.report_to=none")
-CONFIGS = {
+CONFIGS: dict[str, tuple[type[SFTRunConfig] | type[GRPORunConfig], dict[str, float]]] = {
     "sft_critic.yaml": (SFTRunConfig, {"training.num_train_epochs": 2.0, "training.weight_decay": 1e-6}),
     "sft_planner.yaml": (SFTRunConfig, {"training.num_train_epochs": 3.0, "training.weight_decay": 1e-6}),
     "grpo_critic.yaml": (

@@ -294,7 +294,9 @@ def test_pq_and_sc_judge_the_regeneration_resized_to_the_before_image(tmp_path: 
     parts = reward.last_components[0]
     assert (parts["semantic"], parts["quality"]) == (pytest.approx(0.6), pytest.approx(0.4))
     assert overall == pytest.approx(0.82)
-    expected = Image.linear_gradient("L").convert("RGB").resize((40, 30)).resize((64, 48), Image.BICUBIC)
+    expected = (
+        Image.linear_gradient("L").convert("RGB").resize((40, 30)).resize((64, 48), Image.Resampling.BICUBIC)
+    )
     assert len(seen) == 2 and all(image.tobytes() == expected.tobytes() for image in seen)
 
 

@@ -125,7 +125,7 @@ def test_stepwise_reward_with_a_judge_served_over_http(tmp_path: Path) -> None:
         ],
         repeat_last=True,
     )
-    with InProcessServer(served_judge, "judge") as server:  # type: ignore[arg-type]
+    with InProcessServer(served_judge, "judge") as server:
         client = OpenAIVLMBackend(f"{server.url}/v1", "judge")
         scorer = StepwiseScorer(
             load_image_backend("tiny:generator"), Judge(client, builtin_templates()), base_dir=tmp_path
