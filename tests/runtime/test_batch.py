@@ -81,6 +81,12 @@ def test_hf_dataset_offline_is_a_clear_error() -> None:
         read_batch_input("hf:zlab-princeton/UEval-does-not-exist:test")
 
 
+def test_hf_input_without_the_datasets_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails as when not installed
+    with pytest.raises(InputError, match=r"need the `datasets` package \(`pip install datasets`\)"):
+        read_batch_input("hf:zlab-princeton/UEval:test")
+
+
 def test_shards_partition_and_limit(tmp_path: Path) -> None:
     items = read_batch_input(
         str(write(tmp_path / "in.jsonl", "".join(f'{{"prompt": "p{i}"}}\n' for i in range(10))))

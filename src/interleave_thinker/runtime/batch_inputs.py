@@ -142,20 +142,25 @@ def read_records(path: Path, formats: tuple[str, ...] = RECORD_FORMATS) -> list[
 def _hf_rows(spec: str) -> list[tuple[str, Any]]:
     name, _, split = spec.removeprefix("hf:").partition(":")
     try:
-        import datasets  # noqa: F401
-    except ImportError:
+        dataset = load_hf_dataset(name, split or "test")
+    except ImportError as exc:
+        if exc.name != "datasets":
+            raise _not_loaded(name, split, exc) from None
         raise InputError(
             "Hugging Face inputs need the `datasets` package (`pip install datasets`)."
         ) from None
-    try:
-        dataset = load_hf_dataset(name, split or "test")
     except Exception as exc:  # the hub raises many kinds; offline ones are the common case
-        raise InputError(
-            f"Dataset '{name}' (split '{split or 'test'}') could not be loaded: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}. Offline, a dataset must already be in the Hugging "
-            "Face cache: load it once online, or export it to JSONL."
-        ) from None
+        raise _not_loaded(name, split, exc) from None
     return [(f"{spec}: row {i}", dict(row)) for i, row in enumerate(dataset, start=1)]
+
+
+def _not_loaded(name: str, split: str, exc: Exception) -> InputError:
+    """A dataset the hub could not give: offline and not cached, unknown, or its loader lacks a package."""
+    return InputError(
+        f"Dataset '{name}' (split '{split or 'test'}') could not be loaded: {type(exc).__name__}: "
+        f"{str(exc).splitlines()[0] if str(exc) else ''}. Offline, a dataset must already be in the Hugging "
+        "Face cache: load it once online, or export it to JSONL."
+    )
 
 
 def read_batch_input(spec: str) -> list[BatchItem]:
