@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import Any, Unpack
 
 import pytest
 from PIL import Image
@@ -13,7 +13,7 @@ from interleave_thinker.agents.critic import Critic, format_verdict
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.planner import Planner, format_plan
 from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends.protocols import Message
+from interleave_thinker.backends.protocols import ChatOptions, Message
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.prompt_store import TemplateSet, builtin_templates
 from interleave_thinker.core.types import Plan, PlanStep, Verdict
@@ -36,16 +36,9 @@ class BudgetRecording(ScriptedVLMBackend):
         super().__init__(replies)
         self.budgets: list[int] = []
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
-        self.budgets.append(max_new_tokens)
-        return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        self.budgets.append(options.get("max_new_tokens", 4096))
+        return super().chat(messages, **options)
 
 
 def _image() -> Image.Image:

@@ -29,6 +29,14 @@ def _image(path: Path, color: tuple[int, int, int]) -> str:
     return path.name
 
 
+def accept_last(record: StepRecord) -> str:
+    """Accept the step's last attempt; its image file (the next step's image before)."""
+    image = record.attempts[-1].image_file
+    assert image is not None  # every attempt these helpers write names its image
+    record.accepted_image = image
+    return image
+
+
 def make_run(
     root: Path, name: str, steps: list[list[tuple[bool | None, float]]], *, plan: bool = True
 ) -> Path:
@@ -67,9 +75,7 @@ def make_run(
             scores[f"{name}#{i}#{a}"] = [score, score]
             if verdict and not verdict.success:
                 prompt = verdict.refine_prompt
-        record.accepted_image = record.attempts[-1].image_file
-        assert record.accepted_image is not None  # every attempt above names its image
-        before = record.accepted_image
+        before = accept_last(record)
         records.append(record)
     trace = Trace(
         request=Request(text=f"request {name}"),
@@ -142,9 +148,7 @@ def make_batch(root: Path, requests: int = 2) -> Path:
                     )
                 )
                 prompt = verdict.refine_prompt
-            record.accepted_image = record.attempts[-1].image_file
-            assert record.accepted_image is not None  # every attempt above names its image
-            before = record.accepted_image
+            before = accept_last(record)
             records.append(record)
         trace = Trace(
             request=Request(text="How to draw a cat step by step?"),

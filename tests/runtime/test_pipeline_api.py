@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import pytest
 from PIL import Image
@@ -14,6 +14,7 @@ from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.backends import specs
 from interleave_thinker.backends.protocols import (
+    ChatOptions,
     ImageBatchMixin,
     ImageRequest,
     Message,
@@ -240,15 +241,8 @@ class Metered(VLMBatchMixin):
     def __init__(self, inner: VLMBackend) -> None:
         self.inner, self.name = inner, "metered"
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
-        return self.inner.chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        return self.inner.chat(messages, **options)
 
 
 def test_the_trace_records_the_backends_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,13 +16,13 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 import pytest
 from PIL import Image
 
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import ChatOptions, Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.specs import load_vlm_backend
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
@@ -57,20 +57,15 @@ class RecordingBackend(VLMBatchMixin):
         self.max_in_flight = 0
         self._lock = threading.Lock()
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             time.sleep(self.hold)
-            self.calls.append((messages, max_new_tokens, temperature))
+            self.calls.append(
+                (messages, options.get("max_new_tokens", 4096), options.get("temperature", 0.0))
+            )
             if self.fail:
                 raise BackendError("recording: generation failed: out of memory")
             return self.reply

@@ -10,13 +10,13 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 import openai
 import pytest
 
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import ChatOptions, Message, VLMBatchMixin
 from interleave_thinker.backends.specs import load_vlm_backend
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
@@ -44,14 +44,7 @@ class ScriptedBackend(VLMBatchMixin):
         self.fail = fail
         self.calls = 0
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
         self.calls += 1
         if self.fail:
             raise BackendError("scripted: generation failed: out of memory")

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, TypedDict, runtime_checkable
 
 from PIL import Image
 
 Message = dict[str, Any]
+
+
+class ChatOptions(TypedDict, total=False):
+    """The keyword options of :meth:`VLMBackend.chat`, for code that only passes them on (a wrapper, a
+    test double): ``def chat(self, messages, **options: Unpack[ChatOptions])`` conforms to the protocol
+    without restating its defaults, and the options it was not given stay the callee's to default."""
+
+    max_new_tokens: int
+    temperature: float | None
+    seed: int | None
 
 
 @runtime_checkable

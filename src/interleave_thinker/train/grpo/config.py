@@ -62,27 +62,12 @@ class RewardSection(_Section):
     )
     dtype: str = Field(default="auto", description="dtype of the local judge and generator (model.dtype).")
     deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
-    format_weight: float = Field(
-        default=RELEASE_MIX.format,
-        ge=0,
-        le=1,
-        description="Share of the total reward for a reply in the verdict format; the rest is the inner sum.",
-    )
-    accuracy_weight: float = Field(
-        default=RELEASE_MIX.accuracy,
-        ge=0,
-        description="Inner weight of predicting the step's success as labelled.",
-    )
-    semantic_weight: float = Field(
-        default=RELEASE_MIX.semantic,
-        ge=0,
-        description="Inner weight of the regenerated image's semantic consistency (the judge's SC).",
-    )
-    quality_weight: float = Field(
-        default=RELEASE_MIX.quality,
-        ge=0,
-        description="Inner weight of the regenerated image's perceptual quality (the judge's PQ).",
-    )
+    # total = format * F + (1 - format) * (accuracy * A + semantic * SC + quality * PQ): F the reply's format,
+    # A its verdict's accuracy, SC / PQ the judge's scores of the regenerated image (the release's mix)
+    format_weight: float = Field(default=RELEASE_MIX.format, ge=0, le=1, description="F's share of the total")
+    accuracy_weight: float = Field(default=RELEASE_MIX.accuracy, ge=0, description="weight of accuracy A")
+    semantic_weight: float = Field(default=RELEASE_MIX.semantic, ge=0, description="weight of the judge's SC")
+    quality_weight: float = Field(default=RELEASE_MIX.quality, ge=0, description="weight of the judge's PQ")
     stepwise: bool = Field(
         default=True, description="False: format + accuracy only (no generator or judge calls)."
     )
