@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.runtime import batch_inputs
 from interleave_thinker.runtime.batch_inputs import parse_shard, read_batch_input, select
 from tests.helpers.batch import batch_command
 from tests.helpers.common import REPO, stable, write
@@ -85,6 +86,17 @@ def test_hf_input_without_the_datasets_package_says_what_to_install(monkeypatch:
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails as when not installed
     with pytest.raises(InputError, match=r"need the `datasets` package \(`pip install datasets`\)"):
         read_batch_input("hf:zlab-princeton/UEval:test")
+
+
+def test_hf_input_whose_loader_lacks_a_package_names_that_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    def load(name: str, split: str | None) -> None:
+        raise ModuleNotFoundError("No module named 'zstandard'", name="zstandard")
+
+    monkeypatch.setattr(batch_inputs, "load_hf_dataset", load)
+    with pytest.raises(InputError) as info:
+        read_batch_input("hf:zlab-princeton/UEval:test")
+    assert "needs the package `zstandard`" in str(info.value) and "pip install zstandard" in str(info.value)
+    assert "datasets" not in str(info.value) and "Offline" not in str(info.value)
 
 
 def test_shards_partition_and_limit(tmp_path: Path) -> None:

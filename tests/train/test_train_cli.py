@@ -293,8 +293,11 @@ def test_tiny_sft_shows_progress_warns_nothing_of_ours_and_resume_of_it_is_a_no_
 @pytest.mark.slow
 def test_tiny_grpo_resume_of_a_finished_run_is_a_no_op(tmp_path: Path) -> None:
     out = tmp_path / "grpo"
-    config = REPO / "configs" / "grpo_planner_tiny.yaml"
-    args = ["train", "grpo", "--config", str(config), "--out", str(out)]
+    # the role from --role alone (the config says none): the last lines name it
+    config = tmp_path / "grpo_planner_tiny.yaml"
+    shipped = (REPO / "configs" / "grpo_planner_tiny.yaml").read_text(encoding="utf-8")
+    config.write_text(shipped.replace("role: planner\n", ""), encoding="utf-8")
+    args = ["train", "grpo", "--role", "planner", "--config", str(config), "--out", str(out)]
     for key, value in [
         ("data.synthetic", 2),
         ("training.max_steps", 1),
@@ -352,3 +355,21 @@ def test_a_grpo_folder_in_the_old_layout_still_loads(tmp_path: Path) -> None:
     (new / "config.json").write_text("{}")
     assert resolve_checkpoint(str(old)) == str(old / "final")
     assert resolve_checkpoint(str(new)) == str(new)
+
+
+def test_output_dir_names_one_folder_for_checkpoints_final_model_and_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL expands ``~`` in the checkpoints' folder; the config does too, so the final model lands beside
+    them; and ``trl.output_dir`` (a second folder for the checkpoints only) is refused."""
+    from interleave_thinker.train.grpo.trainer import trl_config as grpo_trl_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    sets = ("output_dir=~/runs/x", "training.use_cpu=true", "training.bf16=false", "training.report_to=none")
+    grpo = GRPORunConfig.load(REPO / "configs" / "grpo_planner_tiny.yaml", sets=sets)
+    sft = SFTRunConfig.load(REPO / "configs" / "sft_critic_tiny.yaml", sets=sets)
+    assert grpo.output_dir == sft.output_dir == tmp_path / "runs" / "x"
+    assert grpo_trl_config(grpo, grpo.output_dir, [1.0]).output_dir == str(tmp_path / "runs" / "x")
+    grpo.trl = {"output_dir": str(tmp_path / "elsewhere")}
+    with pytest.raises(ConfigError, match=r"trl\.output_dir: set output_dir at the top of the config"):
+        grpo_trl_config(grpo, grpo.output_dir, [1.0])

@@ -143,11 +143,14 @@ def _hf_rows(spec: str) -> list[tuple[str, Any]]:
     name, _, split = spec.removeprefix("hf:").partition(":")
     try:
         dataset = load_hf_dataset(name, split or "test")
-    except ImportError as exc:
-        if exc.name != "datasets":
-            raise _not_loaded(name, split, exc) from None
+    except ModuleNotFoundError as exc:
+        if exc.name == "datasets":
+            raise InputError(
+                "Hugging Face inputs need the `datasets` package (`pip install datasets`)."
+            ) from None
         raise InputError(
-            "Hugging Face inputs need the `datasets` package (`pip install datasets`)."
+            f"Dataset '{name}': its loader needs the package `{exc.name}`, which is not installed "
+            f"(`pip install {exc.name}`)."
         ) from None
     except Exception as exc:  # the hub raises many kinds; offline ones are the common case
         raise _not_loaded(name, split, exc) from None

@@ -1,5 +1,6 @@
 """What SFT and GRPO share: the model being trained (loaded, placed, its vision parts frozen), the
-checkpoint to start from or resume, the report targets, the callbacks and the TRL trainer's arguments.
+checkpoint to start from or resume, the report targets, the TRL trainer's arguments, the trainer itself
+with its LoRA config and callbacks, and the end of a run (the final save, the merged copy, the facts).
 
 Why one module: the two trainers loaded the policy, resolved ``tiny:`` starts and assembled their TRL
 trainer with copies of the same code, so a fix to one (a dtype, a frozen projector) missed the other.
@@ -113,6 +114,13 @@ def checkpoint_step(checkpoint: Path | None) -> int:
     return int(checkpoint.name.rpartition("-")[2]) if checkpoint is not None else 0
 
 
+class ReplicaCheck(Protocol):
+    """What :func:`trl_trainer` reads of a run's ``training`` section."""
+
+    @property
+    def replica_check_steps(self) -> int | None: ...
+
+
 class TrainingRun(Protocol):
     """What :func:`trl_trainer` and :func:`finish_run` read of a run config (``SFTRunConfig``, ``GRPORunConfig``)."""
 
@@ -120,7 +128,7 @@ class TrainingRun(Protocol):
     def finetune(self) -> FinetuneSection: ...
 
     @property
-    def training(self) -> Any: ...
+    def training(self) -> ReplicaCheck: ...
 
     @property
     def output_dir(self) -> Path: ...
@@ -218,7 +226,10 @@ def trl_common_args(training: Any, output_dir: Path) -> dict[str, Any]:
 
 
 def check_trl_keys(trl: dict[str, Any], known: set[str], config_class: str) -> None:
-    """The ``trl:`` extras of a training config must be fields of TRL's ``config_class``."""
+    """The ``trl:`` extras of a training config must be fields of TRL's ``config_class``, and not
+    ``output_dir``: the final model, the merged copy and ``--resume`` follow the config's own key."""
+    if "output_dir" in trl:
+        raise ConfigError("trl.output_dir: set output_dir at the top of the config (or --out) instead.")
     unknown = sorted(set(trl) - known)
     if unknown:
         raise ConfigError(
@@ -282,7 +293,7 @@ def trl_trainer(
     adapter (:func:`lora_config`) and the caller's callbacks plus the replica check
     (:func:`training_callbacks`); ``extra`` holds what only one trainer takes (GRPO's ``reward_funcs``)."""
     model, processor, args = parts
-    chosen = training_callbacks(callbacks, run.training.replica_check_steps, Path(args.output_dir))
+    chosen = training_callbacks(callbacks, run.training.replica_check_steps, run.output_dir)
     pieces = {
         "model": model,
         "args": args,

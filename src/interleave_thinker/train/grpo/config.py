@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from interleave_thinker.core.config import PromptOptions, RemoteOptions
 from interleave_thinker.train.overrides import load_run_config
 from interleave_thinker.train.rewards.critic import CriticRewardWeights
-from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, _Section
+from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, OutputDir, _Section
 
 RELEASE_MIX = CriticRewardWeights()
 """The ``reward.*_weight`` defaults: the release's mix, stated once, in the reward itself."""
@@ -62,12 +62,22 @@ class RewardSection(_Section):
     )
     dtype: str = Field(default="auto", description="dtype of the local judge and generator (model.dtype).")
     deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
-    # total = format * F + (1 - format) * (accuracy * A + semantic * SC + quality * PQ): F the reply's format,
-    # A its verdict's accuracy, SC / PQ the judge's scores of the regenerated image (the release's mix)
-    format_weight: float = Field(default=RELEASE_MIX.format, ge=0, le=1, description="F's share of the total")
-    accuracy_weight: float = Field(default=RELEASE_MIX.accuracy, ge=0, description="weight of accuracy A")
-    semantic_weight: float = Field(default=RELEASE_MIX.semantic, ge=0, description="weight of the judge's SC")
-    quality_weight: float = Field(default=RELEASE_MIX.quality, ge=0, description="weight of the judge's PQ")
+    # the critic's total reward: format * F + (1 - format) * (accuracy * A + semantic * SC + quality * PQ)
+    format_weight: float = Field(
+        default=RELEASE_MIX.format,
+        ge=0,
+        le=1,
+        description="Share of the total for the reply's format; the rest is the weighted sum of the three below.",
+    )
+    accuracy_weight: float = Field(
+        default=RELEASE_MIX.accuracy, ge=0, description="Weight of the verdict's accuracy."
+    )
+    semantic_weight: float = Field(
+        default=RELEASE_MIX.semantic, ge=0, description="Weight of the judge's semantic consistency (SC)."
+    )
+    quality_weight: float = Field(
+        default=RELEASE_MIX.quality, ge=0, description="Weight of the judge's perceptual quality (PQ)."
+    )
     stepwise: bool = Field(
         default=True, description="False: format + accuracy only (no generator or judge calls)."
     )
@@ -158,7 +168,7 @@ class GRPOTrainingSection(_Section):
 
 class GRPORunConfig(_Section):
     role: Role | None = None
-    output_dir: Path
+    output_dir: OutputDir = Field(description="Checkpoints, logs and the final model.")
     model: ModelSection
     data: GRPODataSection = Field(default_factory=GRPODataSection)
     reward: RewardSection = Field(default_factory=RewardSection)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from interleave_thinker.train.overrides import load_run_config
 
@@ -113,11 +113,16 @@ class TrainingSection(_Section):
     )
 
 
+OutputDir = Annotated[Path, AfterValidator(Path.expanduser)]
+"""``output_dir`` of a run, ``~`` expanded here as TRL expands it, so the checkpoints, the final model and
+``--resume`` name one folder."""
+
+
 class SFTRunConfig(_Section):
     """One SFT run: which model, which data, how to fine-tune, where to write."""
 
     role: Role | None = Field(default=None, description="planner or critic; --role must agree.")
-    output_dir: Path = Field(description="Checkpoints, logs and the final model.")
+    output_dir: OutputDir = Field(description="Checkpoints, logs and the final model.")
     model: ModelSection
     data: DataSection
     finetune: FinetuneSection = Field(default_factory=FinetuneSection)
