@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageRequest, Message
+from interleave_thinker.backends.protocols import ChatOptions, ImageRequest, Message
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 
 
@@ -40,17 +40,10 @@ class SimVLM(ScriptedVLMBackend):
         self.sim = Capacity(latency, capacity)
         self._lock = threading.Lock()
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
         self.sim.spend()
         with self._lock:
-            return super().chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+            return super().chat(messages, **options)
 
 
 class SimImage(ScriptedImageBackend):
