@@ -158,7 +158,7 @@ def _hf_rows(spec: str) -> list[tuple[str, Any]]:
 
 
 def _not_loaded(name: str, split: str, exc: Exception) -> InputError:
-    """A dataset the hub could not give: offline and not cached, unknown, or its loader lacks a package."""
+    """A dataset the hub could not give: offline and not cached, unknown, or failing in its own loader."""
     return InputError(
         f"Dataset '{name}' (split '{split or 'test'}') could not be loaded: {type(exc).__name__}: "
         f"{str(exc).splitlines()[0] if str(exc) else ''}. Offline, a dataset must already be in the Hugging "
