@@ -13,7 +13,6 @@ from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HTML
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.file_writes import off_loop
-from interleave_thinker.runtime.repair import shown_steps
 
 TEMPLATES_DIR = "templates"
 """The package data folder of the page templates (``runtime/templates/*.j2``), shared with ``reports``."""
@@ -101,7 +100,7 @@ def render_markdown(trace: Trace, notice: str | None = None) -> str:
             title=trace.request.text,
             notices=notices(trace, notice),
             input_images=trace.input_images,
-            steps=shown_steps(trace),
+            steps=trace.shown_steps(),
             images_dir=IMAGES_DIR,
         )
     )
@@ -125,7 +124,7 @@ def render_html(trace: Trace, notice: str | None = None) -> str:
             title=trace.request.text.strip(),
             notices=notices(trace, notice),
             input_images=trace.input_images,
-            steps=shown_steps(trace),
+            steps=trace.shown_steps(),
             reasoning=plan.reasoning if plan is not None else None,
             backends=trace.backends,
             status=trace.status,

@@ -43,7 +43,6 @@ from interleave_thinker.runtime.input_images import InputImages, open_image_file
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
-from interleave_thinker.runtime.repair import shown_steps
 from interleave_thinker.runtime.resume import is_finished, restore_pages, resume_recorder
 from interleave_thinker.runtime.used_backends import backend_description
 
@@ -72,7 +71,9 @@ class Result:
 
     @property
     def steps(self) -> list[StepOutput]:
-        return [_step_output(s, self.images) for s in shown_steps(self.trace)]
+        """Each step as shown: its text and the image it shows (``Trace.shown_image``: a repair's)."""
+        shown = (self.trace.shown_image(n) for n in range(1, len(self.trace.steps) + 1))
+        return [_step_output(s, name, self.images) for s, name in zip(self.trace.steps, shown, strict=True)]
 
     def save(self, out_dir: str | Path) -> Path:
         """Write ``trace.json``, ``images/``, ``document.md`` and ``index.html`` into ``out_dir``."""
@@ -84,9 +85,8 @@ class Result:
         return out
 
 
-def _step_output(step: StepRecord, images: Mapping[str, Image.Image]) -> StepOutput:
-    image = images.get(step.accepted_image) if step.accepted_image else None
-    return StepOutput(text=step.text, image=image, image_file=step.accepted_image)
+def _step_output(step: StepRecord, name: str | None, images: Mapping[str, Image.Image]) -> StepOutput:
+    return StepOutput(text=step.text, image=images.get(name) if name else None, image_file=name)
 
 
 def load_input_images(paths: Sequence[str | Path]) -> list[Image.Image]:

@@ -9,7 +9,7 @@ image, repaired when that step was), with the step's last prompt, and as referen
 (``ImageRequest.references``) the first image of the sequence (unless it is this step's) and the request's
 input images, capped at the generator's ``max_references`` when it declares one. Each repair call is
 judged by the critic as an attempt is; a rejection refines the prompt; the first accepted image becomes
-the step's repaired image, shown on the pages in place of the original (:func:`shown_steps`), which the
+the step's repaired image, shown in place of the original (``Trace.shown_image``), which the
 trace keeps in ``StepRecord.accepted_image``. A step whose repairs were all rejected keeps its image.
 Calls: at most ``loop.max_attempts`` per step and ``loop.repair_budget`` in all.
 
@@ -40,7 +40,6 @@ from interleave_thinker.core.types import (
     Attempt,
     Flag,
     RepairRecord,
-    StepRecord,
     StepRepair,
     Trace,
 )
@@ -167,10 +166,7 @@ def repair_step(loop: StepLoop, recorder: RunRecorder, flag: Flag, left: int) ->
 
 def reference_names(trace: Trace, step: int, cap: int | None) -> list[str]:
     """The first image of the sequence as shown (unless it is ``step``'s) and the request's inputs, capped."""
-    shown = [
-        (i, s) for i, s in enumerate(shown_steps(trace), start=1) if s.kind == "image" and s.accepted_image
-    ]
-    first = [s.accepted_image for i, s in shown[:1] if i != step and s.accepted_image]
+    first = [name for number, name in trace.shown_images()[:1] if number != step]
     names = first + list(trace.input_images)
     return names if cap is None else names[: max(0, cap)]
 
@@ -193,19 +189,6 @@ def _judge(
         before=before, after=image, original_instruction=planned, rewritten_prompt=attempt.prompt, turn=turn
     )
     result.record(attempt)
-
-
-def shown_steps(trace: Trace) -> list[StepRecord]:
-    """The steps as the pages show them: a repaired step with its repaired image as its image."""
-    repaired = (
-        {r.step_number: r.repaired_image for r in trace.repair.steps if r.repaired_image}
-        if trace.repair
-        else {}
-    )
-    return [
-        step.model_copy(update={"accepted_image": repaired[i]}) if i in repaired else step
-        for i, step in enumerate(trace.steps, start=1)
-    ]
 
 
 def repair_images(trace: Trace) -> set[str]:

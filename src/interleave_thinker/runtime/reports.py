@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,26 +42,40 @@ def release_text_answer(trace: Trace) -> str:
     return "".join(parts)
 
 
+def ueval_row(
+    request_id: str,
+    prompt: str,
+    task: str | None,
+    trace: Trace,
+    image_path: Callable[[str], str],
+    *,
+    text_answer: bool = True,
+) -> dict[str, Any]:
+    """One UEval submission row (``batch``'s ``results.json`` and ``eval generate``'s submission alike):
+    id, prompt, task, the paths (``image_path(file)``) of the images the sequence shows
+    (``Trace.shown_images``: repaired ones included) and the text answer joined as the release joins it
+    (:func:`release_text_answer`; empty when ``text_answer`` is off, as in base mode)."""
+    return {
+        "id": request_id,
+        "prompt": prompt,
+        "task": task,
+        "image_answer": [image_path(name) for _, name in trace.shown_images()],
+        "text_answer": release_text_answer(trace) if text_answer else "",
+    }
+
+
 def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The UEval submission: id, prompt, task, accepted image paths (relative to the batch folder) and
-    the text answer joined as the release joins it (:func:`release_text_answer`, as ``eval generate``)."""
-    rows = []
-    for request_id, trace in traces.items():
-        images = [
-            f"{request_folder(request_id, folders)}/{IMAGES_DIR}/{s.accepted_image}"
-            for s in trace.steps
-            if s.accepted_image
-        ]
-        rows.append(
-            {
-                "id": request_id,
-                "prompt": trace.request.text,
-                "task": trace.request.task,
-                "image_answer": images,
-                "text_answer": release_text_answer(trace),
-            }
+    """``results.json``: a :func:`ueval_row` per request, image paths relative to the batch folder."""
+    return [
+        ueval_row(
+            request_id,
+            trace.request.text,
+            trace.request.task,
+            trace,
+            partial("{}/{}/{}".format, request_folder(request_id, folders), IMAGES_DIR),
         )
-    return rows
+        for request_id, trace in traces.items()
+    ]
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:

@@ -1,0 +1,55 @@
+"""The seams between the loop's opt-in features and the rest stay declared (issue 42): counts kept by
+the AST or a grep over the package, each with the number it was brought down to.
+
+Why: a feature joined through a side door is how the repaired image once went unscored (the pages showed
+it, the benchmark layouts read the original); these counts keep each fact in one place.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import interleave_thinker
+
+PACKAGE = Path(interleave_thinker.__file__).parent
+
+
+def source(relative: str) -> str:
+    return (PACKAGE / relative).read_text(encoding="utf-8")
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+# --- the sequence as shown ----------------------------------------------------------------------
+
+FINISHED_RUN_READERS = (
+    "eval/layouts.py",
+    "eval/score_consistency.py",
+    "runtime/reports.py",
+    "runtime/documents.py",
+    "runtime/pipeline.py",
+)
+"""Modules that read a finished run's images: they ask the trace for the shown sequence, never pick
+``StepRecord.accepted_image`` themselves."""
+
+
+def test_readers_of_a_finished_run_ask_the_trace_for_the_shown_images() -> None:
+    picking = [m for m in FINISHED_RUN_READERS if "accepted_image" in source(m)]
+    assert picking == []
+    asking = [m for m in FINISHED_RUN_READERS if "shown_" not in source(m)]
+    assert asking == []
+
+
+def test_one_ueval_row_builder() -> None:
+    """A dict literal with an ``image_answer`` key is built in one place."""
+    builders = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Dict)
+        and any(isinstance(k, ast.Constant) and k.value == "image_answer" for k in node.keys)
+    ]
+    assert builders == ["runtime/reports.py"]
