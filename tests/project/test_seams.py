@@ -53,3 +53,52 @@ def test_one_ueval_row_builder() -> None:
         and any(isinstance(k, ast.Constant) and k.value == "image_answer" for k in node.keys)
     ]
     assert builders == ["runtime/reports.py"]
+
+
+# --- the loop's opt-in features enter at one named call each --------------------------------------
+
+
+def test_one_class_named_step_loop_and_no_feature_reaches_through_it() -> None:
+    step_loops = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name == "StepLoop"
+    ]
+    assert step_loops == ["runtime/loop.py"]
+    reaching = [p.relative_to(PACKAGE).as_posix() for p in modules() if "loop.loop." in p.read_text("utf-8")]
+    assert reaching == []
+
+
+def attributes_set_on_built(tree: ast.AST, constructor: str) -> list[str]:
+    """``name.attr = ...`` where ``name`` was bound to ``constructor(...)`` in the same function."""
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        built = {
+            target.id
+            for node in ast.walk(function)
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == constructor
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        found += [
+            f"{target.value.id}.{target.attr}"
+            for node in ast.walk(function)
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in built
+        ]
+    return found
+
+
+def test_the_scheduler_sets_no_attribute_on_a_built_pipeline() -> None:
+    assert attributes_set_on_built(ast.parse(source("runtime/scheduler.py")), "Pipeline") == []
+    caught = "def f(p):\n    limited = Pipeline(planner=p)\n    limited.judge = p.judge\n"
+    assert attributes_set_on_built(ast.parse(caught), "Pipeline") == ["limited.judge"]

@@ -81,15 +81,15 @@ def load_teachers(
     for role, spec in (("planner", cfg.planner), ("critic", cfg.critic), ("judge", judge_spec)):
         if spec not in loaded:
             loaded[spec] = load_vlm_backend(spec, options, role=role)
+    judge_backend = MeteredVLM(loaded[judge_spec], usage["judge"])
     pipe = Pipeline(
         planner=MeteredVLM(loaded[cfg.planner], usage["planner"]),
         critic=MeteredVLM(loaded[cfg.critic], usage["critic"]),
         generator=MeteredImage(load_image_backend(cfg.generator, options), usage["generator"]),
         config=cfg,
         templates=templates,
+        judge=Judge(judge_backend, templates, max_new_tokens=judge_tokens),
     )
-    judge_backend = MeteredVLM(loaded[judge_spec], usage["judge"])
-    pipe.judge = Judge(judge_backend, templates, max_new_tokens=judge_tokens)
     return pipe, judge_backend
 
 

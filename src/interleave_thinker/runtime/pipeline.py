@@ -15,7 +15,9 @@ from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.agents.planner import Planner
+from interleave_thinker.agents.ranking import Ranker
 from interleave_thinker.agents.retry import RetryPolicy
+from interleave_thinker.agents.sequence_review import SequenceReviewer
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.backends.references import check_references
 from interleave_thinker.backends.specs import (
@@ -85,6 +87,27 @@ class Result:
         return out
 
 
+def _load_opt_in(
+    config: PipelineConfig, generator: ImageBackend, options: BackendOptions, templates: TemplateSet
+) -> tuple[Judge | None, VLMBackend | None]:
+    """The backends of opt-in settings: the judge that scores every attempt for ``loop.select_best:
+    judge`` and the sequence review's (``loop.repair_reviewer``, when it is not the critic's)."""
+    if config.loop.repair_budget > 0 and getattr(generator, "max_references", None) == 0:
+        raise ConfigError(
+            f"loop.repair_budget regenerates steps with reference images, which the generator "
+            f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
+        )
+    reviewer = config.loop.repair_reviewer
+    review = None
+    if config.loop.repair_budget > 0 and reviewer and reviewer != config.critic:
+        review = load_vlm_backend(reviewer, options, role="critic")
+    judge = None
+    if config.loop.select_best == "judge" and config.judge:
+        backend = load_vlm_backend(config.judge, options, role="critic")
+        judge = Judge(backend, templates, max_new_tokens=config.agents.max_new_tokens)
+    return judge, review
+
+
 def _step_output(step: StepRecord, name: str | None, images: Mapping[str, Image.Image]) -> StepOutput:
     return StepOutput(text=step.text, image=images.get(name) if name else None, image_file=name)
 
@@ -115,7 +138,12 @@ def normalize_request_text(
 
 
 class Pipeline:
-    """Planner, critic and generator wired to the step loop, with one config."""
+    """Planner, critic and generator wired to the step loop, with one config: the composition root of
+    the loop's agents (the ranker and the sequence reviewer are made here once, from the critic).
+
+    ``judge``: every attempt is scored (SC/PQ) as it is made (`data generate`, ``loop.select_best:
+    judge``). ``reviewer``: the sequence review's backend (``loop.repair_reviewer``; None: the critic's).
+    The pipeline closes every backend it was given."""
 
     def __init__(
         self,
@@ -125,6 +153,8 @@ class Pipeline:
         generator: ImageBackend,
         config: PipelineConfig,
         templates: TemplateSet,
+        judge: Judge | None = None,
+        reviewer: VLMBackend | None = None,
     ) -> None:
         check_references(generator, config.loop.references)  # a generator that cannot: refused here
         self.config = config
@@ -135,14 +165,11 @@ class Pipeline:
         retry = RetryPolicy(agents.max_parse_attempts, first, agents.retry_temperature)
         self.planner = Planner(planner, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
         self.critic = Critic(critic, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
-        self.judge: Judge | None = None
-        """Set by `data generate`: every attempt is then scored (SC/PQ) as it is made."""
+        self.judge, self.reviewer = judge, reviewer
+        self.ranker = self.critic.sibling(Ranker)
+        self.sequence_reviewer = self.critic.sibling(SequenceReviewer, reviewer)
         self.call_overrides: dict[str, Any] = {}
         """The per-call settings this copy runs with (``runtime/call_overrides.for_call``)."""
-        self.reviewer: VLMBackend | None = None
-        """The sequence review's backend (``loop.repair_reviewer``); None: the critic's."""
-        self._loaded: list[VLMBackend] = []
-        """Backends :meth:`from_config` loaded for opt-in settings, closed with the pipeline."""
 
     @classmethod
     def from_preset(
@@ -165,27 +192,16 @@ class Pipeline:
             else load_vlm_backend(config.critic, options, role="critic")
         )
         generator = load_image_backend(config.generator, options)
-        pipe = cls(planner=planner, critic=critic, generator=generator, config=config, templates=templates)
-        pipe._load_opt_in(options)
-        return pipe
-
-    def _load_opt_in(self, options: BackendOptions) -> None:
-        """The backends of opt-in settings: the sequence review's (``loop.repair_reviewer``, when it is
-        not the critic's) and the judge that scores every attempt for ``loop.select_best: judge``."""
-        config = self.config
-        if config.loop.repair_budget > 0 and getattr(self.generator, "max_references", None) == 0:
-            raise ConfigError(
-                f"loop.repair_budget regenerates steps with reference images, which the generator "
-                f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
-            )
-        reviewer = config.loop.repair_reviewer
-        if config.loop.repair_budget > 0 and reviewer and reviewer != config.critic:
-            self.reviewer = load_vlm_backend(reviewer, options, role="critic")
-            self._loaded.append(self.reviewer)
-        if config.loop.select_best == "judge" and config.judge:
-            backend = load_vlm_backend(config.judge, options, role="critic")
-            self._loaded.append(backend)
-            self.judge = Judge(backend, self.templates, max_new_tokens=config.agents.max_new_tokens)
+        judge, reviewer = _load_opt_in(config, generator, options, templates)
+        return cls(
+            planner=planner,
+            critic=critic,
+            generator=generator,
+            config=config,
+            templates=templates,
+            judge=judge,
+            reviewer=reviewer,
+        )
 
     def __call__(
         self,
@@ -277,7 +293,8 @@ class Pipeline:
             generation=self.config.generation,
             observer=observer or Observer(),
             judge=self.judge,
-            reviewer=self.reviewer,
+            ranker=self.ranker,
+            sequence_reviewer=self.sequence_reviewer,
         )
         loop.run(recorder, input_images, recorder.trace.input_images)
 
@@ -335,7 +352,8 @@ class Pipeline:
     def close(self) -> None:
         """Release the backends' connections (served backends hold HTTP clients)."""
         seen: set[int] = set()
-        for backend in (self.planner_backend, self.critic_backend, self.generator, *self._loaded):
+        judge = self.judge.backend if self.judge is not None else None
+        for backend in (self.planner_backend, self.critic_backend, self.generator, judge, self.reviewer):
             close = getattr(backend, "close", None)
             if callable(close) and id(backend) not in seen:
                 seen.add(id(backend))

@@ -57,21 +57,25 @@ def default_limit(spec: str, remote_concurrency: int, micro_batch: bool) -> int:
 
 
 def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline, dict[str, BackendStats]]:
-    """The same pipeline with each backend behind a limiter (planner and critic share one if they share a model)."""
+    """The same pipeline with each backend behind a limiter, the opt-in ones (judge, sequence reviewer)
+    included; roles given one backend object share its limiter (planner and critic of one model)."""
     config = pipe.config
     stats: dict[str, BackendStats] = {}
+    limited: dict[int, VLMBackend] = {}
 
     def vlm(role: str, backend: VLMBackend, spec: str) -> VLMBackend:
+        if id(backend) in limited:
+            return limited[id(backend)]
         batch = role in settings.micro_batch
         limit = settings.limits.get(role, default_limit(spec, config.remote.concurrency, batch))
         stats[role] = BackendStats(role, limit)
-        return LimitedVLM(backend, stats[role], micro_batch=batch, max_wait=settings.max_wait)
+        limited[id(backend)] = LimitedVLM(backend, stats[role], micro_batch=batch, max_wait=settings.max_wait)
+        return limited[id(backend)]
 
     planner = vlm("planner", pipe.planner_backend, config.planner)
-    if pipe.critic_backend is pipe.planner_backend:
-        critic = planner
-    else:
-        critic = vlm("critic", pipe.critic_backend, config.critic)
+    critic = vlm("critic", pipe.critic_backend, config.critic)
+    judge = pipe.judge.on(vlm("judge", pipe.judge.backend, config.judge or "")) if pipe.judge else None
+    reviewer = pipe.reviewer and vlm("reviewer", pipe.reviewer, config.loop.repair_reviewer or "")
     batch = "generator" in settings.micro_batch
     capacity = getattr(pipe.generator, "capacity", None)  # a pool file's slots=N, summed
     limit = settings.limits.get(
@@ -89,12 +93,15 @@ def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline,
     generator: ImageBackend = LimitedImage(
         pipe.generator, stats["generator"], micro_batch=batch, max_wait=settings.max_wait
     )
-    limited = Pipeline(
-        planner=planner, critic=critic, generator=generator, config=config, templates=pipe.templates
-    )
-    limited.judge = pipe.judge
-    limited.reviewer = pipe.reviewer
-    return limited, stats
+    return Pipeline(
+        planner=planner,
+        critic=critic,
+        generator=generator,
+        config=config,
+        templates=pipe.templates,
+        judge=judge,
+        reviewer=reviewer,
+    ), stats
 
 
 @dataclass
