@@ -102,3 +102,61 @@ def test_the_scheduler_sets_no_attribute_on_a_built_pipeline() -> None:
     assert attributes_set_on_built(ast.parse(source("runtime/scheduler.py")), "Pipeline") == []
     caught = "def f(p):\n    limited = Pipeline(planner=p)\n    limited.judge = p.judge\n"
     assert attributes_set_on_built(ast.parse(caught), "Pipeline") == ["limited.judge"]
+
+
+def test_the_loop_module_stays_short() -> None:
+    assert len(source("runtime/loop.py").splitlines()) <= 320
+
+
+# --- optional backend members, declared and read in one place -------------------------------------
+
+OPTIONAL_MEMBERS = frozenset(
+    {
+        "cooperative",
+        "set_concurrency",
+        "capacity",
+        "max_references",
+        "close",
+        "spec",
+        "inner",
+        "name",
+        "last_usage",
+    }
+)
+"""The members a backend may lack (``backends/protocols.py``), read only by ``backends/wrapping.py``."""
+
+
+def optional_member_reads(tree: ast.AST) -> list[str]:
+    """``getattr(x, "<optional member>", ...)`` calls in ``tree``."""
+    return [
+        node.args[1].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value in OPTIONAL_MEMBERS
+    ]
+
+
+def test_optional_backend_members_are_read_only_by_the_wrapper_module() -> None:
+    reads = {
+        path.relative_to(PACKAGE).as_posix(): found
+        for path in modules()
+        if path.relative_to(PACKAGE).as_posix() != "backends/wrapping.py"
+        if (found := optional_member_reads(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert reads == {}
+    assert optional_member_reads(ast.parse('getattr(b, "capacity", None)')) == ["capacity"]
+
+
+def test_one_walker_of_wrapper_chains() -> None:
+    """Only ``backends/wrapping.chain`` follows ``.inner`` in a loop."""
+    walkers = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.While | ast.For) and "inner" in ast.unparse(node)
+    ]
+    assert walkers == ["backends/wrapping.py"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from interleave_thinker.backends.wrapping import backend_name, reference_cap
 from interleave_thinker.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,12 +49,6 @@ MODEL_CAPS: tuple[tuple[str, int], ...] = (
 at most as recommended (BFL's "Reference Images per Model"), the edited image among them."""
 
 TAKERS = "diffusers FLUX.2, vllm-omni:, openai-images: gpt-image-*, gemini-image:, http: serve generator"
-
-
-def reference_cap(backend: Any) -> int:
-    """The references ``backend`` declares it takes (its ``max_references``), 0 when it declares none."""
-    value = getattr(backend, "max_references", 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def model_reference_cap(name: str) -> int | None:
@@ -90,7 +85,7 @@ KINDS_WITHOUT_REFERENCES = frozenset({"fastvideo"})
 
 def check_references(backend: Any, policy: str) -> None:
     """Refuse, at load time, a ``loop.references`` policy the generator cannot follow (see :data:`POLICY_NEEDS`)."""
-    check_policy(str(getattr(backend, "name", type(backend).__name__)), reference_cap(backend), policy)
+    check_policy(backend_name(backend), reference_cap(backend), policy)
 
 
 def check_policy(name: str, cap: int, policy: str) -> None:

@@ -24,7 +24,7 @@ from interleave_thinker.backends.protocols import (
     Message,
     VLMBackend,
 )
-from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper, last_usage
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
 ROLES = ("planner", "critic", "judge", "generator")
@@ -71,11 +71,7 @@ def reply_tokens(backend: object) -> dict[str, int]:
     """The input and output tokens of ``backend``'s last reply in this thread, as its server reported them
     (``last_usage()`` of the OpenAI-compatible and Gemini backends); zeros when it reports none. A wrapper
     without ``last_usage`` (the scheduler's limiter) is looked through to the backend it wraps."""
-    last_usage = getattr(backend, "last_usage", None)
-    while not callable(last_usage) and getattr(backend, "inner", None) is not None:
-        backend = backend.inner  # type: ignore[attr-defined]
-        last_usage = getattr(backend, "last_usage", None)
-    tokens = last_usage() if callable(last_usage) else {}
+    tokens = last_usage(backend)
     return {
         "input_tokens": int(tokens.get("prompt_tokens", 0)),
         "output_tokens": int(tokens.get("completion_tokens", 0)),

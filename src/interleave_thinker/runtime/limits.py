@@ -39,7 +39,13 @@ from interleave_thinker.backends.protocols import (
     Message,
     VLMBackend,
 )
-from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
+from interleave_thinker.backends.wrapping import (
+    VLMWrapper,
+    Wrapper,
+    concurrency_setter,
+    innermost,
+    is_cooperative,
+)
 from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
 
@@ -120,14 +126,6 @@ class MicroBatcher:
                         future.set_exception(exc)
 
 
-def _transport_of(backend: Any) -> Any:
-    """The innermost backend under a chain of wrappers: the one whose transport the limits share."""
-    seen = 0
-    while getattr(backend, "inner", None) is not None and seen < 32:
-        backend, seen = backend.inner, seen + 1
-    return backend
-
-
 _SHARES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[_Limited]] = weakref.WeakKeyDictionary()
 """The live limiters over each transport. Why: `data generate` meters planner and critic apart, so one
 loaded backend gets two limiters; its transport takes the sum of their limits, not the last one set
@@ -144,7 +142,7 @@ class _Limited(Wrapper):
         super().__init__(inner, name=inner.name)
         self.stats = stats
         self._slots = green.Semaphore(stats.limit)
-        self._cooperative = bool(getattr(inner, "cooperative", False))
+        self._cooperative = is_cooperative(inner)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._share_transport()
@@ -180,10 +178,10 @@ class _Limited(Wrapper):
     def _share_transport(self, leaving: bool = False) -> None:
         """Give a served backend's transport the sum of the limits of the live limiters over it (one
         limiter: its limit, one number end to end)."""
-        resize = getattr(self.inner, "set_concurrency", None)
-        if not callable(resize):
+        resize = concurrency_setter(self.inner)
+        if resize is None:
             return
-        transport = _transport_of(self.inner)
+        transport = innermost(self.inner)
         with _SHARES_LOCK:
             try:
                 limiters = _SHARES.setdefault(transport, weakref.WeakSet())

@@ -26,7 +26,7 @@ from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.agents.sequence_review import SequenceReviewer
 from interleave_thinker.backends.protocols import ImageBackend
-from interleave_thinker.backends.references import reference_cap
+from interleave_thinker.backends.wrapping import reference_cap
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.types import (

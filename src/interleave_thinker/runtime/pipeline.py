@@ -26,6 +26,7 @@ from interleave_thinker.backends.specs import (
     load_image_backend,
     load_vlm_backend,
 )
+from interleave_thinker.backends.wrapping import close_backend, reference_cap
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import TemplateSet
@@ -92,7 +93,7 @@ def _load_opt_in(
 ) -> tuple[Judge | None, VLMBackend | None]:
     """The backends of opt-in settings: the judge that scores every attempt for ``loop.select_best:
     judge`` and the sequence review's (``loop.repair_reviewer``, when it is not the critic's)."""
-    if config.loop.repair_budget > 0 and getattr(generator, "max_references", None) == 0:
+    if config.loop.repair_budget > 0 and reference_cap(generator) == 0:
         raise ConfigError(
             f"loop.repair_budget regenerates steps with reference images, which the generator "
             f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
@@ -354,10 +355,9 @@ class Pipeline:
         seen: set[int] = set()
         judge = self.judge.backend if self.judge is not None else None
         for backend in (self.planner_backend, self.critic_backend, self.generator, judge, self.reviewer):
-            close = getattr(backend, "close", None)
-            if callable(close) and id(backend) not in seen:
+            if backend is not None and id(backend) not in seen:
                 seen.add(id(backend))
-                close()
+                close_backend(backend)
 
     def __enter__(self) -> Pipeline:
         return self

@@ -7,7 +7,8 @@ the template's digest). An unusable reply repairs nothing: the error is recorded
 succeeds. Each flagged step, in step order, is regenerated from the image it edited (the previous step's
 image, repaired when that step was), with the step's last prompt, and as references
 (``ImageRequest.references``) the first image of the sequence (unless it is this step's) and the request's
-input images, capped at the generator's ``max_references`` when it declares one. Each repair call is
+input images, capped at the generator's ``max_references`` (none when it declares none, as the load-time
+check of ``loop.repair_budget`` refuses). Each repair call is
 judged by the critic as an attempt is; a rejection refines the prompt; the first accepted image becomes
 the step's repaired image, shown in place of the original (``Trace.shown_image``), which the
 trace keeps in ``StepRecord.accepted_image``. A step whose repairs were all rejected keeps its image.
@@ -31,6 +32,7 @@ from PIL import Image
 from interleave_thinker.agents.loop_templates import loop_template_digest
 from interleave_thinker.agents.seeds import Turn, call_seed
 from interleave_thinker.agents.sequence_review import TEMPLATE, SequenceReviewer, ShownStep
+from interleave_thinker.backends.wrapping import reference_cap
 from interleave_thinker.core.config import LoopOptions
 from interleave_thinker.core.types import (
     WHITE_CANVAS,
@@ -122,8 +124,7 @@ def repair_step(repairer: Repairer, recorder: RunRecorder, flag: Flag, left: int
     prompt = kept.prompt if kept is not None else planned
     before_name = _shown_name(trace, kept.before_image if kept is not None else WHITE_CANVAS)
     before = None if before_name == WHITE_CANVAS else recorder.images[before_name]
-    cap = getattr(repairer.attempts.generator, "max_references", None)
-    names = reference_names(trace, flag.step, cap if isinstance(cap, int) else None)
+    names = reference_names(trace, flag.step, reference_cap(repairer.attempts.generator))
     references = tuple(recorder.images[name] for name in names)
     repair = StepRepair(
         step_number=flag.step, reason=flag.reason, original_image=step.accepted_image, references=names
@@ -156,11 +157,11 @@ def repair_step(repairer: Repairer, recorder: RunRecorder, flag: Flag, left: int
     return repair
 
 
-def reference_names(trace: Trace, step: int, cap: int | None) -> list[str]:
+def reference_names(trace: Trace, step: int, cap: int) -> list[str]:
     """The first image of the sequence as shown (unless it is ``step``'s) and the request's inputs, capped."""
     first = [name for number, name in trace.shown_images()[:1] if number != step]
     names = first + list(trace.input_images)
-    return names if cap is None else names[: max(0, cap)]
+    return names[:cap]
 
 
 def _shown_name(trace: Trace, name: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
+from interleave_thinker.backends.wrapping import declared_capacity
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.green import finish_loop, run_green
 from interleave_thinker.core.paths import write_atomic
@@ -77,7 +78,7 @@ def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline,
     judge = pipe.judge.on(vlm("judge", pipe.judge.backend, config.judge or "")) if pipe.judge else None
     reviewer = pipe.reviewer and vlm("reviewer", pipe.reviewer, config.loop.repair_reviewer or "")
     batch = "generator" in settings.micro_batch
-    capacity = getattr(pipe.generator, "capacity", None)  # a pool file's slots=N, summed
+    capacity = declared_capacity(pipe.generator)  # a pool file's slots=N, summed
     limit = settings.limits.get(
         "generator", capacity or default_limit(config.generator, config.remote.concurrency, batch)
     )

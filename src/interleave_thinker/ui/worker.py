@@ -19,7 +19,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends import protocols as proto
-from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper, backend_name
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
@@ -111,7 +111,7 @@ class ReportingGenerator(_Reporting, proto.ImageBatchMixin):
     """Forwards to the shared generator and reports each image as soon as it is made."""
 
     def __init__(self, inner: proto.ImageBackend, sink: EventSink) -> None:
-        super().__init__(inner, name=getattr(inner, "name", "generator"))
+        super().__init__(inner, name=backend_name(inner, "generator"))
         self.sink = sink
 
     def generate(self, request: proto.ImageRequest) -> Image.Image:
@@ -125,7 +125,7 @@ class ReportingVLM(_Reporting, VLMWrapper):
     """Forwards to a shared planner/critic; checks Stop before each call and reports critic calls."""
 
     def __init__(self, inner: proto.VLMBackend, sink: EventSink, event: str | None) -> None:
-        super().__init__(inner, name=getattr(inner, "name", "vlm"))
+        super().__init__(inner, name=backend_name(inner, "vlm"))
         self.sink, self.event = sink, event
 
     def chat(

@@ -22,7 +22,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
-from interleave_thinker.backends.references import check_request, reference_cap
+from interleave_thinker.backends.references import check_request
+from interleave_thinker.backends.wrapping import reference_cap
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.server.generator.protocol import (
     RequestError,
