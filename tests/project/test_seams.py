@@ -160,3 +160,16 @@ def test_one_walker_of_wrapper_chains() -> None:
         if isinstance(node, ast.While | ast.For) and "inner" in ast.unparse(node)
     ]
     assert walkers == ["backends/wrapping.py"]
+
+
+def test_chat_defaults_are_stated_once() -> None:
+    """Signatures default ``max_new_tokens`` to ``protocols.MAX_NEW_TOKENS``; pass-through chats take
+    ``**options: Unpack[ChatOptions]`` and state none."""
+    literal = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in modules()
+        if "max_new_tokens: int = 4096" in p.read_text("utf-8")
+    ]
+    assert len(literal) <= 1, literal
+    for relative in ("ui/worker.py", "datagen/generate_usage.py", "eval/base_mode.py"):
+        assert "Unpack[" in source(relative) and "MAX_NEW_TOKENS" not in source(relative), relative

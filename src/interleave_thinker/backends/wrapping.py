@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from interleave_thinker.backends.protocols import Closeable, Message, VLMBatchMixin, seed_kwargs
+from interleave_thinker.backends.protocols import ChatOptions, Closeable, Message, VLMBatchMixin, seed_kwargs
 
 MAX_WRAPPERS = 32
 """How deep :func:`chain` looks: a longer chain is a loop of wrappers, not a design."""
@@ -150,3 +150,9 @@ class VLMWrapper(Wrapper, VLMBatchMixin):
                 **seed_kwargs(self.inner, seed),
             )
         )
+
+    def pass_on(self, messages: list[Message], options: ChatOptions) -> str:
+        """The wrapped backend's reply to a chat whose options this wrapper only passes on: the options
+        not given stay the wrapped backend's to default; the seed goes to a backend that takes one."""
+        rest = {key: value for key, value in options.items() if key != "seed"}
+        return str(self.inner.chat(messages, **rest, **seed_kwargs(self.inner, options.get("seed"))))

@@ -13,11 +13,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
 from interleave_thinker.backends.protocols import (
+    ChatOptions,
     ImageBackend,
     ImageBatchMixin,
     ImageRequest,
@@ -86,17 +87,10 @@ class MeteredVLM(VLMWrapper):
         super().__init__(inner, name=inner.name)
         self.usage = usage
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
         self.usage.add(calls=1, images_in=_images_in(messages))
         try:
-            return self.forward_chat(messages, max_new_tokens, temperature, seed)
+            return self.pass_on(messages, options)
         finally:
             tokens = reply_tokens(self.inner)
             if any(tokens.values()):

@@ -33,6 +33,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends.protocols import (
+    MAX_NEW_TOKENS,
     ImageBackend,
     ImageBatchMixin,
     ImageRequest,
@@ -212,7 +213,7 @@ class LimitedVLM(_Limited, VLMWrapper):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

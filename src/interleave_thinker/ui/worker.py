@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
@@ -128,19 +128,12 @@ class ReportingVLM(_Reporting, VLMWrapper):
         super().__init__(inner, name=backend_name(inner, "vlm"))
         self.sink, self.event = sink, event
 
-    def chat(
-        self,
-        messages: list[proto.Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[proto.Message], **options: Unpack[proto.ChatOptions]) -> str:
         if self.event:
             self.sink.emit(self.event)
         else:
             self.sink.check()
-        return self.forward_chat(messages, max_new_tokens, temperature, seed)
+        return self.pass_on(messages, options)
 
 
 def run_pipeline(base: Pipeline, config: PipelineConfig) -> tuple[Pipeline, EventSink]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from interleave_thinker.backends._images import apply_max_pixels
 from interleave_thinker.backends._loading import not_found, pick_device, pick_dtype, resolve_checkpoint
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
 from interleave_thinker.core.errors import BackendError
 
 _SAMPLING_LOCK = threading.Lock()
@@ -69,7 +69,7 @@ class TransformersVLMBackend(VLMBatchMixin):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:
