@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -194,15 +195,8 @@ class Pipeline:
         )
         generator = load_image_backend(config.generator, options)
         judge, reviewer = _load_opt_in(config, generator, options, templates)
-        return cls(
-            planner=planner,
-            critic=critic,
-            generator=generator,
-            config=config,
-            templates=templates,
-            judge=judge,
-            reviewer=reviewer,
-        )
+        built = partial(cls, config=config, templates=templates, judge=judge, reviewer=reviewer)
+        return built(planner=planner, critic=critic, generator=generator)
 
     def __call__(
         self,
