@@ -173,3 +173,21 @@ def test_chat_defaults_are_stated_once() -> None:
     assert len(literal) <= 1, literal
     for relative in ("ui/worker.py", "datagen/generate_usage.py", "eval/base_mode.py"):
         assert "Unpack[" in source(relative) and "MAX_NEW_TOKENS" not in source(relative), relative
+
+
+# --- one source per fact at the seams -----------------------------------------------------------
+
+
+def test_one_request_error_in_the_one_hierarchy() -> None:
+    from interleave_thinker.core.errors import InputError, RequestError
+
+    defined = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name == "RequestError"
+    ]
+    assert defined == ["core/errors.py"]
+    assert issubclass(RequestError, InputError) and "RequestError" in source("core/errors.py").split('"""')[1]
+    refused = RequestError(404, "no such model \udcff")
+    assert (refused.status, refused.message, refused.headers) == (404, "no such model ?", {})

@@ -9,7 +9,8 @@ boundary with ``raise ... from exc`` so the original traceback is kept.
     InterleaveThinkerError
     ├── ConfigError            bad config file, key, preset, flag value or backend spec
     ├── InputError             bad request: missing image file, <image> markers vs images
-    │   └── TraceVersionError  a trace.json of a schema version this code does not read
+    │   ├── TraceVersionError  a trace.json of a schema version this code does not read
+    │   └── RequestError       a request a service refuses (its HTTP status attached)
     ├── TemplateError          prompt template missing, unreadable or failing its digest
     ├── BackendError           a model or service failed to load or answer
     │   └── ModelNotFoundError a checkpoint path or id that does not exist
@@ -34,6 +35,19 @@ class InputError(InterleaveThinkerError):
 
 class TraceVersionError(InputError):
     """A ``trace.json`` has a newer or unknown ``schema_version`` (older ones are migrated on read)."""
+
+
+class RequestError(InputError):
+    """A request one of our services (``serve generator``, ``serve vlm``) refuses; ``status`` is the HTTP
+    status of the reply, ``headers`` any it must carry. The message may quote the request's text, so it
+    is made valid UTF-8 here."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        message = message.encode("utf-8", "replace").decode("utf-8")
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
 
 
 class TemplateError(InterleaveThinkerError):

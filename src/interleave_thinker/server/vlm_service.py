@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from interleave_thinker.backends.protocols import Message, VLMBackend
-from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.errors import BackendError, RequestError
 from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.server.auth import UNAUTHORIZED, BearerAuth
 from interleave_thinker.server.cancel import CallGate, install_stop_check
@@ -103,14 +103,6 @@ class ChatRequest(BaseModel):
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-
-
-class RequestError(Exception):
-    """A request we understand but refuse; becomes an OpenAI-shaped 4xx."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def create_app(
@@ -187,15 +179,16 @@ def _checked_max_tokens(body: ChatRequest, served_name: str, limits: VLMLimits) 
     """The request's token budget, after the checks that answer in JSON whether or not it streams."""
     if body.model is not None and body.model != served_name:
         raise RequestError(
-            f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
+            404, f"The model `{body.model}` does not exist; this server serves `{served_name}`."
         )
     if body.stream_options is not None and not body.stream:
-        raise RequestError("stream_options: only allowed with stream=true; drop it or set stream.")
+        raise RequestError(400, "stream_options: only allowed with stream=true; drop it or set stream.")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
     if max_tokens > limits.max_tokens:
         raise RequestError(
+            400,
             f"max_tokens: {max_tokens} is over this server's limit of {limits.max_tokens} "
-            "(serve vlm --max-tokens); ask for fewer."
+            "(serve vlm --max-tokens); ask for fewer.",
         )
     return max_tokens
 
@@ -285,8 +278,9 @@ def to_project_messages(messages: list[ChatMessage], max_pixels: int = VLMLimits
                 parts.append({"type": "image", "image": image})
             else:
                 raise RequestError(
+                    400,
                     f"messages[{index}]: unsupported content part type {part.type!r}; "
-                    "use 'text' or 'image_url'."
+                    "use 'text' or 'image_url'.",
                 )
         role = "system" if message.role == "developer" else message.role  # OpenAI's newer name for it
         result.append({"role": role, "content": parts})
@@ -300,8 +294,9 @@ def _text(value: str, where: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise RequestError(
+            400,
             f"{where}: a lone surrogate (U+{ord(value[exc.start]):04X} at character {exc.start}) is not "
-            "text; send valid UTF-8 (a whole emoji, or none)."
+            "text; send valid UTF-8 (a whole emoji, or none).",
         ) from None
     return value
 
@@ -314,8 +309,9 @@ def decode_data_url(
     header, sep, payload = url.partition(",")
     if not (url.startswith("data:image/") and sep and header.endswith(";base64")):
         raise RequestError(
+            400,
             f"{where}: only base64 data URLs (data:image/png;base64,...) are accepted; "
-            "this server does not fetch remote images."
+            "this server does not fetch remote images.",
         )
     try:
         raw = base64.b64decode(payload, validate=True)
@@ -325,12 +321,13 @@ def decode_data_url(
                 width, height = image.size
                 if width * height > max_pixels:
                     raise RequestError(
+                        400,
                         f"{where}: the image is {width}x{height} = {width * height} pixels, over this "
-                        f"server's limit of {max_pixels} (serve vlm --max-pixels); send a smaller one."
+                        f"server's limit of {max_pixels} (serve vlm --max-pixels); send a smaller one.",
                     )
                 return image.convert("RGB")
     except (binascii.Error, ValueError, UnidentifiedImageError, Image.DecompressionBombError, OSError) as exc:
-        raise RequestError(f"{where}: the data URL is not a readable image ({exc}).") from None
+        raise RequestError(400, f"{where}: the data URL is not a readable image ({exc}).") from None
 
 
 def _finish_reason(usage: dict[str, int] | None, max_tokens: int) -> str:
