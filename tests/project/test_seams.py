@@ -191,3 +191,21 @@ def test_one_request_error_in_the_one_hierarchy() -> None:
     assert issubclass(RequestError, InputError) and "RequestError" in source("core/errors.py").split('"""')[1]
     refused = RequestError(404, "no such model \udcff")
     assert (refused.status, refused.message, refused.headers) == (404, "no such model ?", {})
+
+
+def test_kinds_declare_their_own_locality() -> None:
+    """``tiny`` says itself that it is local and takes an empty target: no list of kinds in backends/,
+    runtime/ or cli/ names it (two prefix checks remain: cli/scoring.py, runtime/documents.py)."""
+    from interleave_thinker.backends.specs import EMPTY_TARGET_KINDS, is_local
+
+    assert is_local("tiny:planner-sft") and is_local("diffusers:x") and not is_local("http:http://h")
+    assert "tiny" in EMPTY_TARGET_KINDS
+    naming = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        if path.relative_to(PACKAGE).parts[0] in ("backends", "runtime", "cli")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Set | ast.Tuple | ast.List)
+        and any(isinstance(e, ast.Constant) and e.value == "tiny" for e in node.elts)
+    ]
+    assert naming == []

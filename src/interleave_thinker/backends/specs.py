@@ -61,8 +61,11 @@ def parse_spec(spec: str, known: dict[str, object] | None = None) -> BackendSpec
     return BackendSpec(kind=kind, target=target)
 
 
-LOCAL_KINDS = frozenset({"transformers", "diffusers", "fastvideo", "tiny"})
-"""Kinds that load a model into this process (and torch with it); every other kind is served."""
+LOCAL_KINDS = {"transformers", "diffusers", "fastvideo"}
+"""Kinds that load a model into this process (and torch with it); every other kind is served. A kind
+registered later says so itself (``register_kind(..., local=True)``)."""
+EMPTY_TARGET_KINDS: set[str] = set()
+"""Kinds whose target may be empty (``tiny:`` picks the tiny model of the role), as registered."""
 
 
 def is_local(spec: str) -> bool:
@@ -124,8 +127,12 @@ def register_kind(
     vlm: Callable[[BackendSpec, BackendOptions, str], VLMBackend] | None = None,
     image: Callable[[BackendSpec, BackendOptions], ImageBackend] | None = None,
     checkpoint: Callable[[str], Path] | None = None,
+    local: bool = False,
+    empty_target: bool = False,
 ) -> None:
-    """Add a backend kind: its chat loader, image loader and (for local checkpoints) folder resolver.
+    """Add a backend kind: its chat loader, image loader and (for local checkpoints) folder resolver;
+    ``local``: it loads a model into this process (:func:`is_local`); ``empty_target``: ``KIND:`` alone
+    is a complete spec.
 
     Loaders must import heavy libraries inside themselves. Registering the same loader again is a no-op;
     another loader under a taken kind is refused, so two wings cannot silently shadow each other.
@@ -141,6 +148,10 @@ def register_kind(
     for registry, loader in entries:
         if loader is not None:
             registry[kind] = loader
+    if local:
+        LOCAL_KINDS.add(kind)
+    if empty_target:
+        EMPTY_TARGET_KINDS.add(kind)
 
 
 def checkpoint_folder(spec: str) -> Path:

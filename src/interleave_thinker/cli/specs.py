@@ -11,8 +11,6 @@ from typing import Literal
 from interleave_thinker.core.errors import ConfigError
 
 Role = Literal["vlm", "image"]
-EMPTY_TARGET_KINDS = frozenset({"tiny"})
-"""Kinds whose target may be empty (``tiny:`` picks the tiny model of the role)."""
 EXAMPLES = {"vlm": "transformers:Qwen/Qwen3-VL-8B-Instruct", "image": "diffusers:PATH_OR_ID"}
 
 
@@ -36,6 +34,8 @@ def check_spec(source: str, spec: str, role: Role) -> None:
         raise ConfigError(
             f"{source} {spec!r}: Unknown backend kind '{kind}'; known kinds: {', '.join(kinds)}."
         )
+    from interleave_thinker.backends.specs import EMPTY_TARGET_KINDS
+
     if not target.strip() and kind not in EMPTY_TARGET_KINDS:
         raise ConfigError(f"{source} {spec!r}: the {kind} backend needs a target after the colon.")
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
+from interleave_thinker.backends.specs import is_local
 from interleave_thinker.backends.wrapping import declared_capacity
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.green import finish_loop, run_green
@@ -39,7 +40,6 @@ from interleave_thinker.runtime.resume import pending, reopen_if_journaled_faile
 from interleave_thinker.runtime.store import RunStore, failed_trace
 
 logger = logging.getLogger(__name__)
-LOCAL_KINDS = ("transformers", "diffusers", "fastvideo", "tiny")
 
 
 @dataclass
@@ -52,7 +52,7 @@ class BatchSettings:
 
 
 def default_limit(spec: str, remote_concurrency: int, micro_batch: bool) -> int:
-    if spec.split(":", 1)[0] in LOCAL_KINDS:
+    if is_local(spec):
         return 8 if micro_batch else 1
     return remote_concurrency
 
