@@ -46,6 +46,9 @@ class ScheduledJob(Generic[R]):
     """The logger of ``--quiet``'s failure lines (the command's own name, as users grep for it)."""
     generator: str | None = None
     """The generator spec whose diffusers progress bars are silenced before loading (None: nothing to silence)."""
+    accept_changed = False
+    """``--accept-changed-input``, set from the flags before :meth:`open`: the store runs a request whose
+    input changed again instead of refusing the resume."""
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         """Open (or continue) the run store, no model loaded; the items still to run (None: known after load)."""
@@ -78,6 +81,7 @@ def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJ
 
     with folder_lock(out):
         start_fresh(out, flags.fresh)
+        job.accept_changed = flags.accept_changed_input
         left = job.open(flags.resume, flags.retry_failed)
         if left == 0 and (result := job.finish_unloaded()) is not None:
             return result

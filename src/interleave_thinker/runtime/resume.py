@@ -45,7 +45,7 @@ from interleave_thinker.core.run_folder import (
 )
 from interleave_thinker.core.settings_diff import setting_differences
 from interleave_thinker.core.types import Request, Trace
-from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.batch_inputs import FINGERPRINT_FIELDS, BatchItem
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import failure_reason, one_line
 from interleave_thinker.runtime.recorder import RunRecorder
@@ -75,12 +75,15 @@ def with_added_defaults(recorded: dict[str, Any], given: dict[str, Any]) -> dict
     return filled
 
 
-def merged_manifest(path: Path, manifest: dict[str, Any], *, resume: bool) -> dict[str, Any]:
+def merged_manifest(
+    path: Path, manifest: dict[str, Any], *, resume: bool, accept_changed: bool = False
+) -> dict[str, Any]:
     """The manifest to write at ``path``: ``manifest``, with the ids of the batch it continues first.
 
     A used folder without ``resume``, or one started with other settings, is an error naming each
     differing setting and the way out (``--fresh`` or another ``--out``): two runs must not mix in one
-    folder.
+    folder. So is a request whose prompt, images or task differ from those the batch recorded for its
+    id (the first one named), unless ``accept_changed`` (``--accept-changed-input``).
     """
     if not path.exists():
         return manifest
@@ -91,7 +94,7 @@ def merged_manifest(path: Path, manifest: dict[str, Any], *, resume: bool) -> di
     )
     if not resume:
         raise InputError(f"{root} already holds a batch; use --resume to continue it, or {way_out}")
-    previous = json.loads(path.read_text(encoding="utf-8"))
+    previous = read_state(path)
     given = manifest.get("settings") or {}
     differences = setting_differences(with_added_defaults(previous.get("settings") or {}, given), given)
     if differences:
@@ -100,8 +103,50 @@ def merged_manifest(path: Path, manifest: dict[str, Any], *, resume: bool) -> di
             f"{path} was written with other settings (recorded -> given):\n{lines}\n"
             f"Resume with the same options, or {way_out}"
         )
+    recorded, now = previous.get("requests") or {}, manifest.get("requests") or {}
+    changed = changed_requests(previous, manifest)
+    if changed and not accept_changed:
+        first = changed[0]
+        fields = [
+            f
+            for f, old, new in zip(FINGERPRINT_FIELDS, recorded[first], now[first], strict=False)
+            if old != new
+        ]
+        more = f" ({len(changed) - 1} more requests differ too)" if len(changed) > 1 else ""
+        raise InputError(
+            f"{path}: request {first!r} differs from the one this batch started with: its "
+            f"{' and '.join(fields) or 'fingerprint'} changed in the input{more}. Resume with the input the batch "
+            f"started with, pass --accept-changed-input to run the changed requests again (their earlier "
+            f"outputs move to {aside_path(root)}), or {way_out}"
+        )
     merged = list(dict.fromkeys([*previous.get("ids", []), *manifest.get("ids", [])]))
-    return {**manifest, "ids": merged}
+    requests = {**recorded, **now}
+    return {**manifest, "ids": merged} | ({"requests": requests} if requests else {})
+
+
+def changed_requests(previous: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
+    """The ids of ``manifest`` whose request fingerprint differs from the one ``previous`` recorded (an
+    id either lacks, as in a manifest written before fingerprints, is not a change)."""
+    recorded, now = previous.get("requests") or {}, manifest.get("requests") or {}
+    return [i for i in manifest.get("ids", []) if i in recorded and i in now and recorded[i] != now[i]]
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A batch folder's ``batch.json``, or :class:`InputError` naming it and the way out when it cannot
+    be read (a crash or a full disk cut it short, or someone else wrote it)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{path} cannot be read ({failure_reason(exc)[:160]}); run with --fresh to move the earlier "
+            f"batch aside (to {aside_path(path.parent)}) and start over, or use another --out."
+        ) from None
+    if not isinstance(value, dict):
+        raise InputError(
+            f"{path} does not hold a batch's settings; run with --fresh to move the earlier batch aside "
+            f"(to {aside_path(path.parent)}) and start over, or use another --out."
+        )
+    return value
 
 
 def aside_path(root: Path) -> Path:

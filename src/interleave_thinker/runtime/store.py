@@ -31,7 +31,13 @@ from interleave_thinker.core.types import Request, Trace
 from interleave_thinker.core.untrusted import rows_by_id
 from interleave_thinker.runtime.failures import clean_text, one_line
 from interleave_thinker.runtime.file_writes import off_loop
-from interleave_thinker.runtime.resume import damage, merged_manifest
+from interleave_thinker.runtime.resume import (
+    aside_path,
+    changed_requests,
+    damage,
+    merged_manifest,
+    read_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +60,12 @@ class RunStore:
         check_folder(folder / IMAGES_DIR)
         return folder
 
-    def open(self, manifest: dict[str, Any], *, resume: bool) -> None:
-        """Start or continue a batch in ``root``; a different manifest or ``resume=False`` on a used folder is an error."""
+    def open(self, manifest: dict[str, Any], *, resume: bool, accept_changed: bool = False) -> None:
+        """Start or continue a batch in ``root``; a different manifest or ``resume=False`` on a used folder is an error.
+
+        A request whose input changed since the batch started is refused, or with ``accept_changed`` run
+        again from the start: its earlier folder moves aside (never deleted) and its journal line is not
+        trusted (:meth:`damage` says why)."""
         for name in (MANIFEST, JOURNAL):
             if (self.root / name).is_symlink():
                 raise InputError(
@@ -63,13 +73,29 @@ class RunStore:
                     "remove the link or choose another --out."
                 )
         path = self.root / MANIFEST
-        write_atomic(
-            path, json.dumps(merged_manifest(path, manifest, resume=resume), indent=2, ensure_ascii=False)
-        )
+        merged = merged_manifest(path, manifest, resume=resume, accept_changed=accept_changed)
+        changed = changed_requests(read_state(path), manifest) if path.exists() else []
+        if changed:
+            self._set_aside_changed(changed)
+        write_atomic(path, json.dumps(merged, indent=2, ensure_ascii=False))
+
+    def _set_aside_changed(self, changed: list[str]) -> None:
+        """``--accept-changed-input``: each changed request's folder moves aside; the request runs again."""
+        target = aside_path(self.root) / REQUESTS
+        for request_id in changed:
+            folder = self.request_dir(request_id)
+            reason = "its input changed (--accept-changed-input); it runs again from the start"
+            if folder.exists():
+                target.mkdir(parents=True, exist_ok=True)
+                folder.rename(target / request_id)
+                reason += f", its earlier outputs are in {target / request_id}"
+            logger.warning("request %s: %s.", one_line(request_id, 80), reason)
+            with self._lock:
+                self._checked[request_id] = reason
 
     def manifest(self) -> dict[str, Any]:
         path = self.root / MANIFEST
-        return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else {}
+        return read_state(path) if path.is_file() else {}
 
     def journal(self) -> dict[str, dict[str, Any]]:
         """Request id -> its last journal entry (a torn or foreign line is ignored).
