@@ -16,6 +16,7 @@ from interleave_thinker.cli.eval_generate import IdsOption, split_ids
 from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_settings
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.eval import benchmarks
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def score(
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
     options = score_options(protocol.value, outputs, data, judge, out, cfg, scorer_version, judge_concurrency)
+    check_out_folder(options.out)
     options = dataclasses.replace(
         options,
         judge_attempts=judge_attempts,

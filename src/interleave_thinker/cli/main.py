@@ -41,7 +41,7 @@ from interleave_thinker.core.errors import (
     TemplateError,
 )
 from interleave_thinker.core.redact import redact_credentials
-from interleave_thinker.core.storage import storage_error
+from interleave_thinker.core.storage import check_out_folder, storage_error
 
 app = typer.Typer(
     name="interleave-thinker",
@@ -136,6 +136,7 @@ def run(
     from interleave_thinker.runtime.resume import reopen_if_failed
 
     out_dir = run_folder(out, prompt, resume)
+    check_out_folder(out_dir)
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = settings.resolve()

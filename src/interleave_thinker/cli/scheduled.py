@@ -77,8 +77,10 @@ class ScheduledJob(Generic[R]):
 
 def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJob[R]) -> R:
     """Run ``job``'s ``total`` items in ``out`` under the folder lock, as the flags say (one process per folder)."""
+    from interleave_thinker.core.storage import check_out_folder
     from interleave_thinker.runtime.outlock import folder_lock
 
+    check_out_folder(out)  # a file in the way, no permission, read-only: exit 2 before anything loads
     with folder_lock(out):
         start_fresh(out, flags.fresh)
         job.accept_changed = flags.accept_changed_input
