@@ -107,3 +107,18 @@ def test_an_unreadable_batch_json_names_itself_and_offers_fresh(
         and "--fresh" in err
         and "JSONDecodeError" not in err.split(";")[1]
     )
+
+
+def test_a_journal_that_is_not_a_file_names_itself_and_offers_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "journal.jsonl").mkdir(parents=True)  # every finished request's line would be lost
+    (tmp_path / "in.jsonl").write_text('{"prompt": "a cat"}\n')
+    spec = "openai:http://127.0.0.1:9/v1#x"
+    exit_code, err = cli(
+        monkeypatch, capsys, "batch", "--input", str(tmp_path / "in.jsonl"), "--out", str(out),
+        "--planner", spec, "--critic", spec, "--generator", "http:http://127.0.0.1:9",
+    )  # fmt: skip
+    assert exit_code == 2, err
+    assert f"{out / 'journal.jsonl'} is not a file" in err and "--fresh" in err

@@ -72,6 +72,12 @@ class RunStore:
                     f"{self.root / name} is a symbolic link; a batch reads and writes its own {name} only: "
                     "remove the link or choose another --out."
                 )
+        journal = self.root / JOURNAL
+        if journal.exists() and not journal.is_file():
+            raise InputError(
+                f"{journal} is not a file, so finished requests cannot be recorded; run with --fresh to move "
+                f"the earlier batch aside (to {aside_path(self.root)}) and start over, or use another --out."
+            )
         path = self.root / MANIFEST
         merged = merged_manifest(path, manifest, resume=resume, accept_changed=accept_changed)
         changed = changed_requests(read_state(path), manifest) if path.exists() else []
