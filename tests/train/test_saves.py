@@ -114,3 +114,24 @@ def test_a_full_disk_at_a_save_says_so_and_resume_continues_from_the_checkpoint_
     resumed = run_sft(config(out), resume=True)
     assert resumed.global_step == 2 and resumed.start_step == 1
     assert json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+
+
+@pytest.mark.slow  # a 2-step GRPO run of the random tiny planner, then its resume
+def test_grpo_resume_passes_over_a_partial_newest_checkpoint(tmp_path: Path) -> None:
+    from interleave_thinker.train.grpo import run_grpo
+    from interleave_thinker.train.grpo.config import GRPORunConfig
+
+    config = GRPORunConfig.model_validate(
+        {
+            "role": "planner",
+            "output_dir": str(tmp_path / "grpo"),
+            "model": {"name_or_path": "tiny:planner"},
+            "data": {"synthetic": 4},
+            "training": {"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, "save_steps": 1,
+                         "max_completion_length": 8, "bf16": False, "use_cpu": True, "report_to": "none"},
+        }
+    )  # fmt: skip
+    assert run_grpo(config).global_step == 2
+    (tmp_path / "grpo" / "checkpoint-2" / "trainer_state.json").unlink()  # a save a full disk cut short
+    resumed = run_grpo(config, resume=True)
+    assert (resumed.start_step, resumed.global_step) == (1, 2)
