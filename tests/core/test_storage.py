@@ -25,6 +25,17 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *ar
     return int(exited.value.code or 0), " ".join(capsys.readouterr().err.split())
 
 
+def batch(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, out: Path
+) -> tuple[int, str]:
+    """``batch`` of ``tmp_path/in.jsonl`` into ``out`` with served backends nobody answers on."""
+    spec = "openai:http://127.0.0.1:9/v1#x"
+    return cli(
+        monkeypatch, capsys, "batch", "--input", str(tmp_path / "in.jsonl"), "--out", str(out),
+        "--planner", spec, "--critic", spec, "--generator", "http:http://127.0.0.1:9",
+    )  # fmt: skip
+
+
 def failing_mkdir(code: int, under: Path) -> Callable[..., None]:
     """``os.mkdir`` failing with ``code`` below ``under`` (a full or read-only disk, no permission: the
     tests run as root on a roomy disk, so the errno is injected where the folder is made)."""
@@ -63,11 +74,7 @@ def test_storage_faults_of_batch_out_are_one_line_with_the_path_and_fix(
     if injected is not None:
         monkeypatch.setattr(os, "mkdir", failing_mkdir(injected, out))
     monkeypatch.setattr("interleave_thinker.runtime.pipeline.Pipeline.from_config", lambda *a, **k: 1 / 0)
-    spec = "openai:http://127.0.0.1:9/v1#x"
-    exit_code, err = cli(
-        monkeypatch, capsys, "batch", "--input", str(tmp_path / "in.jsonl"), "--out", str(out),
-        "--planner", spec, "--critic", spec, "--generator", "http:http://127.0.0.1:9",
-    )  # fmt: skip
+    exit_code, err = batch(monkeypatch, capsys, tmp_path, out)
     assert (exit_code, err.count("error:")) == (code, 1), err
     assert str(out if name != "ENOTDIR" else tmp_path / "file") in err
     assert all(word in err for word in words), err
@@ -96,11 +103,7 @@ def test_an_unreadable_batch_json_names_itself_and_offers_fresh(
     out.mkdir()
     (out / "batch.json").write_text('{"input": "in.jsonl", "ids": ["a", "b')  # a crash mid-write
     (tmp_path / "in.jsonl").write_text('{"prompt": "a cat"}\n')
-    spec = "openai:http://127.0.0.1:9/v1#x"
-    exit_code, err = cli(
-        monkeypatch, capsys, "batch", "--input", str(tmp_path / "in.jsonl"), "--out", str(out),
-        "--planner", spec, "--critic", spec, "--generator", "http:http://127.0.0.1:9",
-    )  # fmt: skip
+    exit_code, err = batch(monkeypatch, capsys, tmp_path, out)
     assert exit_code == 2, err
     assert (
         f"{out / 'batch.json'} cannot be read" in err
@@ -115,10 +118,6 @@ def test_a_journal_that_is_not_a_file_names_itself_and_offers_fresh(
     out = tmp_path / "out"
     (out / "journal.jsonl").mkdir(parents=True)  # every finished request's line would be lost
     (tmp_path / "in.jsonl").write_text('{"prompt": "a cat"}\n')
-    spec = "openai:http://127.0.0.1:9/v1#x"
-    exit_code, err = cli(
-        monkeypatch, capsys, "batch", "--input", str(tmp_path / "in.jsonl"), "--out", str(out),
-        "--planner", spec, "--critic", spec, "--generator", "http:http://127.0.0.1:9",
-    )  # fmt: skip
+    exit_code, err = batch(monkeypatch, capsys, tmp_path, out)
     assert exit_code == 2, err
     assert f"{out / 'journal.jsonl'} is not a file" in err and "--fresh" in err
