@@ -8,6 +8,7 @@ it, the benchmark layouts read the original); these counts keep each fact in one
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import interleave_thinker
@@ -21,6 +22,12 @@ def source(relative: str) -> str:
 
 def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
+
+
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """The module's AST, parsed once for every check here."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 # --- the sequence as shown ----------------------------------------------------------------------
@@ -48,7 +55,7 @@ def test_one_ueval_row_builder() -> None:
     builders = [
         path.relative_to(PACKAGE).as_posix()
         for path in modules()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree(path))
         if isinstance(node, ast.Dict)
         and any(isinstance(k, ast.Constant) and k.value == "image_answer" for k in node.keys)
     ]
@@ -62,7 +69,7 @@ def test_one_class_named_step_loop_and_no_feature_reaches_through_it() -> None:
     step_loops = [
         path.relative_to(PACKAGE).as_posix()
         for path in modules()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree(path))
         if isinstance(node, ast.ClassDef) and node.name == "StepLoop"
     ]
     assert step_loops == ["runtime/loop.py"]
@@ -145,7 +152,7 @@ def test_optional_backend_members_are_read_only_by_the_wrapper_module() -> None:
         path.relative_to(PACKAGE).as_posix(): found
         for path in modules()
         if path.relative_to(PACKAGE).as_posix() != "backends/wrapping.py"
-        if (found := optional_member_reads(ast.parse(path.read_text(encoding="utf-8"))))
+        if (found := optional_member_reads(tree(path)))
     }
     assert reads == {}
     assert optional_member_reads(ast.parse('getattr(b, "capacity", None)')) == ["capacity"]
@@ -156,7 +163,7 @@ def test_one_walker_of_wrapper_chains() -> None:
     walkers = [
         path.relative_to(PACKAGE).as_posix()
         for path in modules()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree(path))
         if isinstance(node, ast.While | ast.For) and "inner" in ast.unparse(node)
     ]
     assert walkers == ["backends/wrapping.py"]
@@ -184,7 +191,7 @@ def test_one_request_error_in_the_one_hierarchy() -> None:
     defined = [
         path.relative_to(PACKAGE).as_posix()
         for path in modules()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree(path))
         if isinstance(node, ast.ClassDef) and node.name == "RequestError"
     ]
     assert defined == ["core/errors.py"]
@@ -204,7 +211,7 @@ def test_kinds_declare_their_own_locality() -> None:
         path.relative_to(PACKAGE).as_posix()
         for path in modules()
         if path.relative_to(PACKAGE).parts[0] in ("backends", "runtime", "cli")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree(path))
         if isinstance(node, ast.Set | ast.Tuple | ast.List)
         and any(isinstance(e, ast.Constant) and e.value == "tiny" for e in node.elts)
     ]
