@@ -30,6 +30,16 @@ def tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
+def classes_named(name: str) -> list[str]:
+    """The modules that define a class ``name``."""
+    return [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        for node in ast.walk(tree(path))
+        if isinstance(node, ast.ClassDef) and node.name == name
+    ]
+
+
 # --- the sequence as shown ----------------------------------------------------------------------
 
 FINISHED_RUN_READERS = (
@@ -66,13 +76,7 @@ def test_one_ueval_row_builder() -> None:
 
 
 def test_one_class_named_step_loop_and_no_feature_reaches_through_it() -> None:
-    step_loops = [
-        path.relative_to(PACKAGE).as_posix()
-        for path in modules()
-        for node in ast.walk(tree(path))
-        if isinstance(node, ast.ClassDef) and node.name == "StepLoop"
-    ]
-    assert step_loops == ["runtime/loop.py"]
+    assert classes_named("StepLoop") == ["runtime/loop.py"]
     reaching = [p.relative_to(PACKAGE).as_posix() for p in modules() if "loop.loop." in p.read_text("utf-8")]
     assert reaching == []
 
@@ -188,13 +192,7 @@ def test_chat_defaults_are_stated_once() -> None:
 def test_one_request_error_in_the_one_hierarchy() -> None:
     from interleave_thinker.core.errors import InputError, RequestError
 
-    defined = [
-        path.relative_to(PACKAGE).as_posix()
-        for path in modules()
-        for node in ast.walk(tree(path))
-        if isinstance(node, ast.ClassDef) and node.name == "RequestError"
-    ]
-    assert defined == ["core/errors.py"]
+    assert classes_named("RequestError") == ["core/errors.py"]
     assert issubclass(RequestError, InputError) and "RequestError" in source("core/errors.py").split('"""')[1]
     refused = RequestError(404, "no such model \udcff")
     assert (refused.status, refused.message, refused.headers) == (404, "no such model ?", {})
