@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
 import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
+from interleave_thinker.core.errors import RunFailedError
 
 if TYPE_CHECKING:
     from interleave_thinker.runtime.scheduler import BatchSettings
@@ -116,3 +117,24 @@ def start_fresh(out: Path, fresh: bool) -> None:
     if moved is not None:
         message = f"--fresh: moved the earlier contents of {out} to {moved}"
         console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def close_run(summary: dict[str, Any], limit: float, stopped: str | None = None) -> None:
+    """The last lines of a scheduled command: its fallbacks when any; then stop with an error when the run
+    passed ``limit`` (``stopped``: during the run), or when it had requests and none succeeded."""
+    from interleave_thinker.runtime.fallbacks import fallback_line, share_exceeded
+
+    line = fallback_line(summary.get("fallbacks") or {})
+    if line is not None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    reason = stopped or share_exceeded(summary.get("fallbacks") or {}, limit, minimum=1)
+    if reason is not None:
+        raise RunFailedError(reason)
+    requests = summary.get("requests") or {}
+    if requests.get("total") and not requests.get("succeeded"):
+        reasons = summary.get("failure_reasons") or {}
+        first = next(iter(reasons), "see the traces")
+        raise RunFailedError(
+            f"No request succeeded ({requests.get('failed', 0)} failed; most frequent reason: {first}). "
+            "Fix the cause and run the same command again: finished requests are kept."
+        )

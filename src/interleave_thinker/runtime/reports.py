@@ -14,6 +14,7 @@ from interleave_thinker.core.stats import latency_percentiles
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.documents import page_templates
 from interleave_thinker.runtime.failures import backend_errors
+from interleave_thinker.runtime.fallbacks import fallback_counts
 
 _WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
 """The input location that starts a failed request's error (``in.jsonl:3: ``), left out when grouping."""
@@ -115,6 +116,7 @@ def summarize(
             ),
         },
         "backend_errors": _backend_errors(traces),
+        "fallbacks": fallback_counts(traces.values()),
         "backends": backends or {},
         "wall_s": round(wall_s, 3) if wall_s is not None else None,
         "failure_reasons": dict(failures.most_common(20)),
