@@ -29,6 +29,9 @@ FALLBACK_WARNING = "Fallback:"
 """Starts the warning line of every event in ``trace.warnings`` (replaced when the trace closes again)."""
 MIN_JUDGEMENTS = 10
 """Judgements of a role asked before a batch may stop on their failed share (the end of a run always checks)."""
+BOUNDED_ROLES = ("critic", "judge", "ranking", "review")
+"""The roles whose failed share can stop a run. Not the planner: its single-step fallback is a setting
+the user chose (``loop.planner_fallback``), and a planner that does not answer fails its request."""
 KIND_TEXT: dict[str, str] = {
     "forced": "kept without a verdict",
     "unparsable": "unparsable reply",
@@ -68,8 +71,11 @@ def fallback_events(trace: Trace) -> list[Fallback]:
             if scores is not None and scores.error is not None:
                 events.append(_failure("judge", "judgement_failed", index, scores.error))
         kept = step.accepted_attempt
-        if kept is not None and kept.forced:
-            reason = kept.critic_error or "last attempt, no critic call"
+        asked = [a for a in step.attempts if a.critic_called]
+        if kept is not None and kept.forced and asked and all(a.verdict is None for a in asked):
+            # kept with no verdict at all: the critic was asked and never answered usably (the release's
+            # forcing pass after verdicts that said no, and base mode's one attempt, are no fallback)
+            reason = asked[-1].critic_error or "no verdict"
             events.append(Fallback(role="critic", kind="forced", step=index, error=_first_line(reason)))
         if step.selected is not None and step.selected.error is not None:
             events.append(_failure("ranking", "selection_failed", index, step.selected.error))
@@ -136,6 +142,8 @@ def share_exceeded(counts: dict[str, Any], limit: float, *, minimum: int = MIN_J
     """Why the run must stop: the first role whose failed share of at least ``minimum`` judgements is
     above ``limit``; None when none is."""
     for role, figures in counts.get("judgements", {}).items():
+        if role not in BOUNDED_ROLES:
+            continue
         asked, failed = figures["asked"], figures["failed"]
         if asked >= max(1, minimum) and failed / asked > limit:
             return (

@@ -158,6 +158,14 @@ class Pipeline:
         store = config.prompts.store()
         check_specs(config)  # every spec's kind, before a model (or a tiny-model build) is loaded
         templates = store.load()
+        if (
+            store.fallback_reason is not None and config.preset != "tiny"
+        ):  # the tiny agents learnt the built-in ones
+            logger.warning(
+                "Released prompt templates unavailable (%s); the agents get interleave-thinker's built-in "
+                "templates. Run `interleave-thinker prompts download` or set prompts.folder.",
+                store.fallback_reason,
+            )
         options = BackendOptions.from_config(config)
         planner = load_vlm_backend(config.planner, options, role="planner")
         critic = (
