@@ -81,7 +81,7 @@ class AgentOptions(_Section):
         ge=0.0,
         le=1.0,
         description="Largest share of one role's judgements (critic verdicts, judge scores, rankings, "
-        "reviews, plans) that may fail, unparsable or unanswered, before `batch`, `data generate` or "
+        "reviews) that may fail, unparsable or unanswered, before `batch`, `data generate` or "
         "`eval generate` stops (checked once a role has 10, and at the end); finished requests are kept and "
         "the same command continues them. 1 never stops.",
     )
