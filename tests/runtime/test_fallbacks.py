@@ -171,6 +171,8 @@ def test_a_dead_generator_is_a_failed_batch(servers: dict[str, Any], tmp_path: P
     assert message.startswith("No request succeeded (2 failed; most frequent reason: ")
     assert "ConnectError: Cannot connect to host 127.0.0.1" in message
     assert summary(out)["backend_errors"]["calls"] == {"generator": 6}  # three attempts each
+    generator = summary(out)["backends"]["generator"]
+    assert generator["calls"] == generator["failed"] == 6  # counted as data generate counts them
 
 
 # -- `data generate` ---------------------------------------------------------------------------------

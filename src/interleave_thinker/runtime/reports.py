@@ -153,8 +153,9 @@ def accumulate(previous: dict[str, Any] | None, backends: dict[str, Any], wall_s
         for role, figures in (run.get("backends") or {}).items():
             merged = total.setdefault(role, {})
             calls = merged.get("calls", 0) + figures.get("calls", 0)
+            failed = merged.get("failed", 0) + figures.get("failed", 0)
             batched = merged.get("batched_calls", 0) + figures.get("batched_calls", 0)
-            merged.update(figures, calls=calls, batched_calls=batched)
+            merged.update(figures, calls=calls, failed=failed, batched_calls=batched)
     return {"runs": runs, "wall_s": sum(r.get("wall_s") or 0.0 for r in runs), "backends": total}
 
 
