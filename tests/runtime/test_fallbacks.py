@@ -142,6 +142,16 @@ def test_the_pages_mark_forced_steps_failed_selection_and_review(garbage_batch: 
     assert "7 fallbacks" in report
 
 
+def test_run_prints_each_fallback_and_their_count(servers: dict[str, Any], tmp_path: Path) -> None:
+    garbage = servers["garbage"]
+    cfg = config(tmp_path, garbage, garbage, servers["edit"], loop={"max_attempts": 2})
+    out = tmp_path / "one"
+    result = CliRunner().invoke(app, ["run", "Draw [[a cat]]", "--config", str(cfg), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "warning: Fallback: critic unparsable reply at step 1: the reply holds no JSON" in result.output
+    assert "fallbacks in 1 request(s): critic 1 forced, critic 1 unparsable" in result.output
+
+
 def test_past_the_tolerated_share_the_batch_stops_and_resumes(
     servers: dict[str, Any], tmp_path: Path
 ) -> None:
