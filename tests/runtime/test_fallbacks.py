@@ -28,19 +28,34 @@ GARBAGE = "I cannot answer"
 FAST = {"max_retries": 0, "timeout": 5}
 
 
-def garbage_agents(request: Request) -> Reply:
-    """A chat server that plans well and answers every other turn (critic, ranking, review, judge) badly."""
-    if request.method == "GET":
-        return Reply(body={"object": "list", "data": [{"id": "teacher", "object": "model"}]})
-    text, _ = parts(request.json())
-    planning = "User request:" in text or "You plan picture-making work" in text
-    message = {"role": "assistant", "content": plan_reply(text) if planning else GARBAGE}
-    return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+VERDICT = "<answer>{'previous_step_success': True, 'refine_prompt': ''}</answer>"
+
+
+class Agents:
+    """A chat server's replies: good plans, and every other turn (critic, ranking, review, judge) answered
+    badly until :attr:`mended`, from when on the critic approves."""
+
+    def __init__(self) -> None:
+        self.mended = False
+
+    def __call__(self, request: Request) -> Reply:
+        if request.method == "GET":
+            return Reply(body={"object": "list", "data": [{"id": "teacher", "object": "model"}]})
+        text, _ = parts(request.json())
+        reply = GARBAGE
+        if "User request:" in text or "You plan picture-making work" in text:
+            reply = plan_reply(text)
+        elif self.mended and "meant to achieve" in text:
+            reply = VERDICT
+        message = {"role": "assistant", "content": reply}
+        return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, Any]]:
-    garbage = LocalServer(garbage_agents).start()
+    garbage = LocalServer(Agents()).start()
+    mending = Agents()
+    mended = LocalServer(mending).start()
     edit = LocalServer(scripted_models.handler("edit", scripted_models.State())).start()
     teachers = Teachers()
     yield {
@@ -49,8 +64,10 @@ def servers() -> Iterator[dict[str, Any]]:
         "edit": f"http:{edit.url}",
         "dead_vlm": f"openai:http://127.0.0.1:{free_port()}/v1#teacher",
         "dead_edit": f"http:127.0.0.1:{free_port()}",
+        "mending": mending,
+        "mended": f"openai:{mended.url}/v1#teacher",
     }
-    for server in (garbage, edit, teachers.server):
+    for server in (garbage, mended, edit, teachers.server):
         server.close()
 
 
@@ -155,7 +172,8 @@ def test_run_prints_each_fallback_and_their_count(servers: dict[str, Any], tmp_p
 def test_past_the_tolerated_share_the_batch_stops_and_resumes(
     servers: dict[str, Any], tmp_path: Path
 ) -> None:
-    cfg = config(tmp_path, servers["garbage"], servers["garbage"], servers["edit"], loop={"max_attempts": 2})
+    chat = servers["mended"]
+    cfg = config(tmp_path, chat, chat, servers["edit"], loop={"max_attempts": 2})
     out = tmp_path / "out"
     args = ["batch", "--config", str(cfg), "--input", str(inputs(tmp_path, 7)), "--out", str(out)]
     stopped = invoke(*args)
@@ -166,9 +184,13 @@ def test_past_the_tolerated_share_the_batch_stops_and_resumes(
     )
     journal = (out / "journal.jsonl").read_text().splitlines()
     assert len(journal) == 5  # two critic calls a request: the fifth reached the 10 needed to judge
-    resumed = invoke(*args, "--max-fallback-share", "1")
+    servers["mending"].mended = True  # the critic is fixed: the same command continues
+    resumed = invoke(*args)
     assert resumed.exit_code == 0, resumed.output
     assert "7 succeeded, 0 failed (5 already finished)" in resumed.output
+    # the earlier requests keep their fallbacks, counted and shown; the new ones have none
+    assert summary(out)["fallbacks"]["events"] == {"critic": {"forced": 10, "unparsable": 10}}
+    assert "fallbacks in 5 request(s)" in resumed.output
 
 
 def test_a_dead_generator_is_a_failed_batch(servers: dict[str, Any], tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def batch(
         f"({outcome.skipped} already finished) in {outcome.wall_s:.1f}s"
     )
     typer.echo(str(out / "report.html"))
-    close_run(summary, cfg.agents.max_fallback_share, outcome.stopped)
+    close_run(summary, outcome.stopped)
 
 
 class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):

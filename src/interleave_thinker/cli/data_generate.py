@@ -60,7 +60,7 @@ def generate(
     _report(summary, skipped)
     typer.echo(str(out / "summary.json"))
     outcome = job.teachers.outcome if job.teachers is not None else None
-    close_run(summary, cfg.agents.max_fallback_share, outcome.stopped if outcome is not None else None)
+    close_run(summary, outcome.stopped if outcome is not None else None)
 
 
 def _report(summary: dict[str, Any], skipped: int) -> None:

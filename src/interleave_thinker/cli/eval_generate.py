@@ -79,7 +79,7 @@ def generate_locked(run: GenerationRun, scheduling: SchedulingFlags) -> dict[str
     finished run writes its layout again and loads no model); say what has an output."""
     record = run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
     say_generated(record)
-    close_run(record, run.config.agents.max_fallback_share, record.get("stopped"))
+    close_run(record, record.get("stopped"))
     return record
 
 

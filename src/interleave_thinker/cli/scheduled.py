@@ -119,17 +119,17 @@ def start_fresh(out: Path, fresh: bool) -> None:
         console.print(message, highlight=False, markup=False, soft_wrap=True)
 
 
-def close_run(summary: dict[str, Any], limit: float, stopped: str | None = None) -> None:
-    """The last lines of a scheduled command: its fallbacks when any; then stop with an error when the run
-    passed ``limit`` (``stopped``: during the run), or when it had requests and none succeeded."""
-    from interleave_thinker.runtime.fallbacks import fallback_line, share_exceeded
+def close_run(summary: dict[str, Any], stopped: str | None = None) -> None:
+    """The last lines of a scheduled command: its fallbacks when any; then stop with an error when this run
+    passed ``agents.max_fallback_share`` (``stopped``, the scheduler's word), or when the folder has
+    requests and none succeeded."""
+    from interleave_thinker.runtime.fallbacks import fallback_line
 
     line = fallback_line(summary.get("fallbacks") or {})
     if line is not None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    reason = stopped or share_exceeded(summary.get("fallbacks") or {}, limit, minimum=1)
-    if reason is not None:
-        raise RunFailedError(reason)
+    if stopped is not None:
+        raise RunFailedError(stopped)
     requests = summary.get("requests") or {}
     if requests.get("total") and not requests.get("succeeded"):
         reasons = summary.get("failure_reasons") or {}

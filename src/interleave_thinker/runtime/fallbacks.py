@@ -28,7 +28,7 @@ from interleave_thinker.runtime.failures import one_line
 FALLBACK_WARNING = "Fallback:"
 """Starts the warning line of every event in ``trace.warnings`` (replaced when the trace closes again)."""
 MIN_JUDGEMENTS = 10
-"""Judgements of a role asked before a batch may stop on their failed share (the end of a run always checks)."""
+"""Judgements of a role asked in a run before it may stop on their failed share (its end always checks)."""
 BOUNDED_ROLES = ("critic", "judge", "ranking", "review")
 """The roles whose failed share can stop a run. Not the planner: its single-step fallback is a setting
 the user chose (``loop.planner_fallback``), and a planner that does not answer fails its request."""
@@ -181,6 +181,12 @@ class FallbackBound:
             self._counts.update(_judgements(trace))
             if self.stopped is None:
                 self.stopped = share_exceeded(_as_table(self._counts), self.limit)
+
+    def final(self) -> str | None:
+        """Why the run ended past ``limit``: stopped during it, or over all its requests at its end (any
+        number of judgements). Earlier runs' requests are not judged again: a resume after the fix passes."""
+        with self._lock:
+            return self.stopped or share_exceeded(_as_table(self._counts), self.limit, minimum=1)
 
 
 def _as_table(judgements: Counter[tuple[str, str]]) -> dict[str, Any]:

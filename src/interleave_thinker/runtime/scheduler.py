@@ -109,7 +109,8 @@ class BatchOutcome:
     """The most threads this process had as a request ended (sampled then): a handful whatever the
     concurrency, since requests are greenlets, not threads."""
     stopped: str | None = None
-    """Why the batch stopped before its last request (``agents.max_fallback_share``); None when it did not."""
+    """Why this run ended past ``agents.max_fallback_share`` (stopped early, or over its requests at the
+    end); None when it stayed within."""
 
 
 class BatchRunner:
@@ -168,7 +169,7 @@ class BatchRunner:
             await finish_loop()  # the served backends' connections opened on this loop
         wall = time.perf_counter() - start
         outcome = BatchOutcome(finished, len(items) - len(todo), wall, self.stats, max(threads))
-        outcome.stopped = self.bound.stopped
+        outcome.stopped = self.bound.final()
         return outcome
 
     def _run_one(self, item: BatchItem) -> str:
