@@ -85,9 +85,11 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         self.runner: BatchRunner | None = None
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
+        from interleave_thinker.runtime.batch_inputs import batch_manifest
+
         record = {k: self.cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
-        manifest = {"input": self.source, "ids": [i.id for i in self.items], "settings": record}
-        self.store.open(manifest, resume=resume)
+        manifest = batch_manifest(self.source, self.items, record)
+        self.store.open(manifest, resume=resume, accept_changed=self.accept_changed)
         return None  # a batch loads its models even when nothing is left: its outputs need the run's figures
 
     def load(self, settings: BatchSettings) -> None:

@@ -101,7 +101,12 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     def _settings(self, settings: BatchSettings) -> GenerateSettings:
         from interleave_thinker.datagen.generate import GenerateSettings
 
-        return GenerateSettings(settings, resume=self.resume, judge_max_new_tokens=self.judge_tokens)
+        return GenerateSettings(
+            settings,
+            resume=self.resume,
+            judge_max_new_tokens=self.judge_tokens,
+            accept_changed=self.accept_changed,
+        )
 
     def pending(self) -> int:
         assert self.teachers is not None

@@ -117,7 +117,10 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         from interleave_thinker.eval.generate import open_store, unfinished
 
-        self.store, self.retry_failed = open_store(self.gen, resume=resume), retry_failed
+        self.store, self.retry_failed = (
+            open_store(self.gen, resume=resume, accept_changed=self.accept_changed),
+            retry_failed,
+        )
         return unfinished(self.gen, self.store, retry_failed=retry_failed)
 
     def finish_unloaded(self) -> dict[str, Any] | None:

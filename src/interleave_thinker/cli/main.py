@@ -37,9 +37,11 @@ from interleave_thinker.core.errors import (
     InputError,
     InterleaveThinkerError,
     ModelNotFoundError,
+    StorageError,
     TemplateError,
 )
 from interleave_thinker.core.redact import redact_credentials
+from interleave_thinker.core.storage import check_out_folder, storage_error
 
 app = typer.Typer(
     name="interleave-thinker",
@@ -135,6 +137,7 @@ def run(
     from interleave_thinker.runtime.resume import reopen_if_failed
 
     out_dir = run_folder(out, prompt, resume)
+    check_out_folder(out_dir)
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = settings.resolve()
@@ -230,6 +233,9 @@ def main() -> None:
     except USAGE_ERRORS as exc:
         print_error(str(exc))
         sys.exit(2)
+    except StorageError as exc:
+        print_error(str(exc))
+        sys.exit(exc.exit_code)
     except InterleaveThinkerError as exc:
         print_error(str(exc))
         sys.exit(1)
@@ -244,5 +250,6 @@ def main() -> None:
             raise
         from interleave_thinker.runtime.failures import failure_reason
 
-        print_error(failure_reason(exc))
-        sys.exit(1)
+        storage = storage_error(exc)  # a full disk, no permission, ...: the path and the fix
+        print_error(str(storage) if storage is not None else failure_reason(exc))
+        sys.exit(storage.exit_code if storage is not None else 1)

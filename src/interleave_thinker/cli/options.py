@@ -51,6 +51,13 @@ SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
     "retry_failed": flag(
         bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
     ),
+    "accept_changed_input": flag(
+        bool,
+        False,
+        "When resuming, run again the requests whose prompt, images or task changed in the input (their "
+        "earlier outputs move to <out>.old-<time>) instead of refusing.",
+        "--accept-changed-input",
+    ),
     "quiet": flag(bool, False, "Log lines instead of a progress bar."),
     "fresh": flag(
         bool,
@@ -145,6 +152,7 @@ class SchedulingFlags:
     limit: int | None = None
     resume: bool = True
     retry_failed: bool = True
+    accept_changed_input: bool = False
     quiet: bool = False
     fresh: bool = False
 

@@ -17,6 +17,7 @@ from interleave_thinker.cli.train import (
     train_phase,
     with_train_flags,
 )
+from interleave_thinker.core.storage import check_out_folder
 
 
 @with_train_flags
@@ -35,6 +36,7 @@ def grpo(
         {"output_dir": str(flags.out) if flags.out else None},
         sets=config_sets(ctx, flags, GRPORunConfig),
     )
+    check_out_folder(run_config.output_dir, "--out" if flags.out else "output_dir")
     training = run_config.training
     if already_finished(flags, run_config.output_dir, training.max_steps, training.num_train_epochs):
         return

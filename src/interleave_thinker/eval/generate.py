@@ -25,7 +25,7 @@ from interleave_thinker.core.run_folder import TRACE_FILE, load_trace
 from interleave_thinker.eval.base_mode import base_config, base_pipeline
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.layouts import write_item_image, write_layout
-from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.batch_inputs import BatchItem, batch_manifest
 from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.runtime.fallbacks import fallback_counts
 from interleave_thinker.runtime.pipeline import Pipeline
@@ -81,13 +81,13 @@ def settings_record(run: GenerationRun) -> dict[str, Any]:
     return record
 
 
-def open_store(run: GenerationRun, *, resume: bool) -> RunStore:
+def open_store(run: GenerationRun, *, resume: bool, accept_changed: bool = False) -> RunStore:
     """Check the mode and open (or continue) the run store; nothing heavy is loaded yet."""
     if run.mode not in MODES:
         raise InputError(f"--mode {run.mode!r}: choose agentic or base.")
     store = RunStore(run.out)
-    manifest = {"input": run.data, "ids": [i.id for i in run.items], "settings": settings_record(run)}
-    store.open(manifest, resume=resume)
+    manifest = batch_manifest(run.data, batch_items(run.items), settings_record(run))
+    store.open(manifest, resume=resume, accept_changed=accept_changed)
     for leftover in [*run.out.glob(".*.tmp"), *run.out.glob("images/*/.*.tmp")]:
         leftover.unlink()  # a layout file whose write a kill interrupted (the rename never happened)
     return store

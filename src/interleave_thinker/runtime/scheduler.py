@@ -12,7 +12,8 @@ worth of threads), so the loop never stops for a model.
 
 Each request is one failure boundary: whatever it raises (a reply that cannot be stored, a full disk,
 a bug), that request is recorded as failed with a one-line reason and the batch goes on. A resumed
-batch runs failed requests again unless told to keep them (``retry_failed``).
+batch runs failed requests again unless told to keep them (``retry_failed``), and succeeded ones whose
+files on disk fail the store's check.
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ class BatchRunner:
         if item.problem is not None:
             return "failed", item.problem
         out = self.store.request_dir(item.id)
-        reopen_if_journaled_failed(out, self.store.status(item.id))
+        entry = self.store.entry(item.id) or {}
+        reopen_if_journaled_failed(out, entry.get("status"), self.store.damage(item.id), entry.get("error"))
         try:
             result = self.pipeline(
                 item.prompt, list(item.images), out_dir=out, request_id=item.id, task=item.task, resume=True
