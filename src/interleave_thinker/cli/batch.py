@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, close_run, run_scheduled
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def batch(
         f"({outcome.skipped} already finished) in {outcome.wall_s:.1f}s"
     )
     typer.echo(str(out / "report.html"))
+    close_run(summary, outcome.stopped)
 
 
 class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import ScheduledJob, close_run, run_scheduled
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
@@ -79,6 +79,7 @@ def generate_locked(run: GenerationRun, scheduling: SchedulingFlags) -> dict[str
     finished run writes its layout again and loads no model); say what has an output."""
     record = run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
     say_generated(record)
+    close_run(record, record.get("stopped"))
     return record
 
 

@@ -131,6 +131,7 @@ def run(
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
     from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.cli.progress import LoadingDisplay, RichObserver
+    from interleave_thinker.runtime.fallbacks import fallback_counts, fallback_line
     from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
     from interleave_thinker.runtime.resume import reopen_if_failed
@@ -156,6 +157,9 @@ def run(
         raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
     for warning in result.trace.warnings:
         console.print(Text.assemble(("warning:", "yellow"), " ", warning))
+    counted = fallback_line(fallback_counts([result.trace]))
+    if counted is not None:
+        console.print(Text(counted))
     typer.echo(str(out_dir / "index.html"))
 
 

@@ -16,13 +16,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
 import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
+from interleave_thinker.core.errors import RunFailedError
 
 if TYPE_CHECKING:
     from interleave_thinker.runtime.scheduler import BatchSettings
@@ -168,3 +169,24 @@ def start_fresh(out: Path, fresh: bool) -> None:
     if moved is not None:
         message = f"--fresh: moved the earlier contents of {out} to {moved}"
         console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def close_run(summary: dict[str, Any], stopped: str | None = None) -> None:
+    """The last lines of a scheduled command: its fallbacks when any; then stop with an error when this run
+    passed ``agents.max_fallback_share`` (``stopped``, the scheduler's word), or when the folder has
+    requests and none succeeded."""
+    from interleave_thinker.runtime.fallbacks import fallback_line
+
+    line = fallback_line(summary.get("fallbacks") or {})
+    if line is not None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if stopped is not None:
+        raise RunFailedError(stopped)
+    requests = summary.get("requests") or {}
+    if requests.get("total") and not requests.get("succeeded"):
+        reasons = summary.get("failure_reasons") or {}
+        first = next(iter(reasons), "see the traces")
+        raise RunFailedError(
+            f"No request succeeded ({requests.get('failed', 0)} failed; most frequent reason: {first}). "
+            "Fix the cause and run the same command again: finished requests are kept."
+        )

@@ -17,7 +17,8 @@ boundary with ``raise ... from exc`` so the original traceback is kept.
     ├── StorageError           a file or folder that cannot be written: disk full, no permission,
     │                          a read-only file system, a file where a folder belongs (core/storage.py)
     ├── ParseError             a model reply that cannot be parsed (raw reply attached)
-    └── PlanningError          the planner never produced a valid plan
+    ├── PlanningError          the planner never produced a valid plan
+    └── RunFailedError         a command's requests ran, but none succeeded or too many fell back
 """
 
 from __future__ import annotations
@@ -91,3 +92,8 @@ class PlanningError(InterleaveThinkerError):
     def __init__(self, message: str, *, raw_replies: list[str]) -> None:
         super().__init__(message)
         self.raw_replies = raw_replies
+
+
+class RunFailedError(InterleaveThinkerError):
+    """A command on the batch scheduler ran, but no request succeeded or more judgements failed than
+    ``agents.max_fallback_share`` tolerates; its finished work is kept and the same command continues it."""

@@ -37,6 +37,7 @@ from interleave_thinker.datagen.generate_usage import MeteredImage, MeteredVLM, 
 from interleave_thinker.datagen.usage_ledger import UsageLedger, recorded_usage
 from interleave_thinker.runtime.batch_inputs import BatchItem, batch_manifest
 from interleave_thinker.runtime.failures import failure_reason, one_line
+from interleave_thinker.runtime.fallbacks import fallbacks_only
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.reports import accumulate, write_reports
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
@@ -126,6 +127,7 @@ class TeacherRun:
         self.usage = self.ledger.roles
         pipe, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.usage)
         self.runner = BatchRunner(pipe, self.store, settings.batch)
+        self.runner.unusable = fallbacks_only  # nothing to train on is no success
         self.outcome: BatchOutcome | None = None
 
     def pending(self) -> int:
