@@ -324,7 +324,7 @@ def test_teacher_presets_are_the_papers_set_ups(
     # Gemini 2.5 Pro plans, criticises and judges; the generator is the preset's own.
     assert (cfg.planner, cfg.critic, cfg.judge) == ("gemini:gemini-2.5-pro",) * 3
     assert cfg.generator == generator
-    assert parse_spec(cfg.generator, IMAGE_BACKENDS).kind == generator.split(":")[0]  # type: ignore[arg-type]
+    assert parse_spec(cfg.generator, IMAGE_BACKENDS).kind == generator.split(":")[0]
     assert parse_spec(cfg.judge, VLM_BACKENDS).kind == "gemini"  # type: ignore[arg-type]
     # The release's data-generation loop: the critic on every attempt (the last too), a budget of 15
     # generator calls per request instead of a limit per step, rewritten_prompt empty on a first attempt,

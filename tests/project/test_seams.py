@@ -214,3 +214,8 @@ def test_kinds_declare_their_own_locality() -> None:
         and any(isinstance(e, ast.Constant) and e.value == "tiny" for e in node.elts)
     ]
     assert naming == []
+
+
+def test_the_cli_checks_specs_with_the_backend_registry_s_validator() -> None:
+    """`cli/specs.check_spec` adds the flag's name; the syntax and the kinds are `backends/specs.parse_spec`'s."""
+    assert 'partition(":")' not in source("cli/specs.py") and "parse_spec(" in source("cli/specs.py")

@@ -67,7 +67,7 @@ def check_judge(cfg: PipelineConfig) -> str:
             "data generate needs a judge: give --judge SPEC (e.g. 'gemini:gemini-2.5-pro') or the config "
             "key 'judge'; every attempt is scored as it is made."
         )
-    parse_spec(cfg.judge, VLM_BACKENDS)  # type: ignore[arg-type]
+    parse_spec(cfg.judge, VLM_BACKENDS)
     return cfg.judge
 
 
