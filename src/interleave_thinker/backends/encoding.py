@@ -116,7 +116,25 @@ CODEC_THREADS = 2
 _codecs = green.lazy_pool(CODEC_THREADS, "image-codec")
 
 
-def decode_image(raw: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+PIXELS_HINT = "(remote.max_image_pixels); ask for a smaller size or raise the limit"
+"""What an :class:`ImageTooLarge` message says after the bound it names, by default."""
+
+
+def reply_bound(width: int, height: int, max_pixels: int) -> tuple[int, str]:
+    """The most pixels a served reply to a ``width`` x ``height`` request may have, and how an error names
+    the bound: each side at most twice the one asked for plus 64 (for servers that round sizes up), within
+    ``max_pixels``. A server that sends far more is refused before the pixels are decoded, so a batch's
+    memory follows the sizes it asks for, not the server's."""
+    bound = (2 * width + 64) * (2 * height + 64)
+    if bound >= max_pixels:
+        return max_pixels, PIXELS_HINT
+    return (
+        bound,
+        f"(for the {width}x{height} asked for: each side at most twice it, plus 64); the server did not honour the size",
+    )
+
+
+def decode_image(raw: bytes, max_pixels: int = MAX_IMAGE_PIXELS, hint: str = PIXELS_HINT) -> Image.Image:
     """PNG/JPEG/WebP bytes -> a loaded RGB image; ``ValueError`` naming the cause when they are not one,
     :class:`ImageTooLarge` when the header declares more than ``max_pixels`` (nothing decoded then).
 
@@ -125,8 +143,8 @@ def decode_image(raw: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
     1024² one PNG encode is 0.1-0.3 s of CPU, more than everything else a batch does per call. A
     large reply is decoded off the batch's loop (:data:`OFF_LOOP_PIXELS`)."""
     if _worth_a_thread(raw[:24], len(raw)):
-        return green.call_blocking(_codecs, lambda: _decode(raw, max_pixels))
-    return _decode(raw, max_pixels)
+        return green.call_blocking(_codecs, lambda: _decode(raw, max_pixels, hint))
+    return _decode(raw, max_pixels, hint)
 
 
 def _worth_a_thread(head: bytes, size: int) -> bool:
@@ -137,7 +155,7 @@ def _worth_a_thread(head: bytes, size: int) -> bool:
     return size >= OFF_LOOP_BYTES
 
 
-def _decode(raw: bytes, max_pixels: int) -> Image.Image:
+def _decode(raw: bytes, max_pixels: int, hint: str = PIXELS_HINT) -> Image.Image:
     try:
         with warnings.catch_warnings():  # PIL's own bomb warning: our bound below is the stricter one
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -147,7 +165,7 @@ def _decode(raw: bytes, max_pixels: int) -> Image.Image:
             if width * height > max_pixels:
                 raise ImageTooLarge(
                     f"the image is {width}x{height} = {width * height} pixels, over the limit of "
-                    f"{max_pixels} (remote.max_image_pixels); ask for a smaller size or raise the limit"
+                    f"{max_pixels} {hint}"
                 )
             opened.load()
             # convert() copies even an RGB image (a copy per generator reply, for nothing)
@@ -195,15 +213,15 @@ def plain_rgb_png(raw: bytes) -> bool:
 
 
 def decode_base64_image(
-    data: str, max_chars: int = MAX_REPLY_CHARS, max_pixels: int = MAX_IMAGE_PIXELS
+    data: str, max_chars: int = MAX_REPLY_CHARS, max_pixels: int = MAX_IMAGE_PIXELS, hint: str = PIXELS_HINT
 ) -> Image.Image:
     """Base64 text of an image -> a loaded RGB image; ``ValueError`` when too long, not base64 or not
     an image, :class:`ImageTooLarge` over ``max_pixels`` (see :func:`decode_image`)."""
     if len(data) > max_chars:
         raise ValueError(f"{len(data)} base64 characters, over the limit of {max_chars}")
     if _worth_a_thread(_head(data), len(data) * 3 // 4):  # the base64 step goes too: a few ms per MB
-        return green.call_blocking(_codecs, lambda: _decode(_from_base64(data), max_pixels))
-    return _decode(_from_base64(data), max_pixels)
+        return green.call_blocking(_codecs, lambda: _decode(_from_base64(data), max_pixels, hint))
+    return _decode(_from_base64(data), max_pixels, hint)
 
 
 def _head(data: str) -> bytes:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
-from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, png_base64
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, png_base64, reply_bound
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import KNOB_PRESETS, preset_knobs
 from interleave_thinker.backends.protocols import ImageRequest
@@ -173,12 +173,15 @@ class HTTPImageBackend(PooledImageBackend):
         check_request(self.name, self.max_references, request)
         body = self.payload(request)
         result: Image.Image = self.caller.call(
-            lambda client, base, timeout: self._post(client, base, timeout, body)
+            lambda client, base, timeout: self._post(client, base, timeout, body, request)
         )
         return result
 
-    def _post(self, client: httpx.Client, base: str, timeout: float, body: dict[str, Any]) -> Image.Image:
-        """One try: retryable failures raise :class:`RetryableError`, others :class:`BackendError`."""
+    def _post(
+        self, client: httpx.Client, base: str, timeout: float, body: dict[str, Any], asked: ImageRequest
+    ) -> Image.Image:
+        """One try: retryable failures raise :class:`RetryableError`, others :class:`BackendError`; the
+        image is held to the size ``asked`` for (the server generates at the width and height sent)."""
         response = client.post(f"{base}/edit", json=body, timeout=timeout)
         scrub = self.caller.scrub
         self.check_reply(response)
@@ -194,8 +197,9 @@ class HTTPImageBackend(PooledImageBackend):
         edited = reply.get("edited_image")
         if not isinstance(edited, str):
             raise RetryableError("reply has no 'edited_image' string")
+        max_pixels, hint = reply_bound(asked.width, asked.height, self.caller.retry.max_image_pixels)
         try:
-            return decode_base64_image(edited, max_pixels=self.caller.retry.max_image_pixels)
+            return decode_base64_image(edited, max_pixels=max_pixels, hint=hint)
         except ImageTooLarge as exc:
             raise BackendError(f"{self.name}: 'edited_image' from {base}/edit: {exc}.") from None
         except ValueError as exc:
