@@ -106,7 +106,7 @@ the 48 MB its pixels take once decoded."""
 def test_a_reply_far_larger_than_asked_is_refused_before_its_pixels_are_decoded(kind: str) -> None:
     hostile.bomb_png(hostile.OVERSIZED_SIDE)  # made (a few KB) before the peak is reset
     with LocalServer(hostile.handler("oversized")) as server:
-        backend = load_image_backend(IMAGE_SPECS[kind].format(url=server.url), OPTIONS)
+        backend: Any = load_image_backend(IMAGE_SPECS[kind].format(url=server.url), OPTIONS)
         request = ImageRequest("a cat", width=64, height=64, seed=1)
         start = reset_peak()
         message, _ = refused("thread", lambda: backend.generate(request))
