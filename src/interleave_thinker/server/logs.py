@@ -38,9 +38,13 @@ class RedactSecrets(logging.Filter):
         return _QUERY.sub(lambda m: m.group(1) + QUERY_REDACTED, _BEARER.sub(r"\1" + REDACTED, text))
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(
+            record.args, tuple
+        ):  # cleaned one by one: formatters (uvicorn's access log) unpack them
+            record.args = tuple(self._clean_arg(arg) for arg in record.args)
         message = record.getMessage()
         cleaned = self.clean(message)
-        if cleaned != message:
+        if cleaned != message:  # in the format itself, or across arguments
             record.msg, record.args = cleaned, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
@@ -49,6 +53,13 @@ class RedactSecrets(logging.Filter):
         if record.stack_info:
             record.stack_info = self.clean(record.stack_info)
         return True
+
+    def _clean_arg(self, arg: object) -> object:
+        if isinstance(arg, int | float) or arg is None:
+            return arg
+        text = str(arg)
+        cleaned = self.clean(text)
+        return arg if cleaned == text else cleaned
 
 
 def redact_logs(secret: str | None) -> RedactSecrets:
