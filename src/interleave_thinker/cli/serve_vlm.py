@@ -77,11 +77,7 @@ def command(
     served_model_name = renamed("--served-name", served_name, "--served-model-name", served_model_name)
     cfg = settings.resolve(dtype=dtype)
     key = api_key_from_env(api_key_env, refused_value=api_key)
-    if key is None and not _is_loopback(host):
-        typer.echo(
-            f"warning: binding {host} without a key (--api-key-env or VLLM_API_KEY): anyone who can reach it can use it.",
-            err=True,
-        )
+    _warn_without_key(host, key)
     backend = load_vlm_backend(model, BackendOptions.from_config(cfg))
     limits = VLMLimits(
         max_tokens=max_tokens,
@@ -116,6 +112,14 @@ def run_server(
     redact_logs(api_key)  # after uvicorn.Config, which sets up the log handlers
     with signals_end_cleanly():  # SIGTERM is a clean stop (exit 0), not a crash
         uvicorn.Server(config).run()
+
+
+def _warn_without_key(host: str, key: str | None) -> None:
+    if key is None and not _is_loopback(host):
+        typer.echo(
+            f"warning: binding {host} without a key (--api-key-env or VLLM_API_KEY): anyone who can reach it can use it.",
+            err=True,
+        )
 
 
 def _is_loopback(host: str) -> bool:

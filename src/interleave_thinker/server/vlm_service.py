@@ -11,22 +11,17 @@ an API key (``--api-key-env``) every route but ``/health`` wants ``Authorization
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
-import io
 import math
 import threading
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from PIL import Image, UnidentifiedImageError
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,13 +33,17 @@ from interleave_thinker.server.cancel import CallGate, Generated, install_stop_c
 from interleave_thinker.server.limits import Admission, BodyLimit
 from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
 from interleave_thinker.server.vlm_errors import RequestError, error_body, failure_body
+from interleave_thinker.server.vlm_messages import (
+    DEFAULT_MAX_IMAGES,
+    ChatMessage,
+    decode_images,
+    to_project_messages,
+)
 from interleave_thinker.server.vlm_stream import StreamJob, events, token_streamer, tokenizer_of
 
 DEFAULT_MAX_TOKENS = 4096
 """Reply length when a request names none (the agents' own default)."""
 DISCONNECT_POLL_S = 0.25
-DEFAULT_MAX_IMAGES = 8
-"""What docs/serving.md has vLLM take for long guidance sequences (``--limit-mm-per-prompt``)."""
 DEFAULT_MAX_WAITING = 8
 """Waiting requests hold their bodies (64 MB each at most), never their decoded pixels."""
 CHAT_PATH = "/v1/chat/completions"
@@ -66,27 +65,6 @@ class VLMLimits:
     """Images one request may carry (vLLM's ``--limit-mm-per-prompt '{"image": N}'``); more is a 400."""
     max_waiting: int = DEFAULT_MAX_WAITING
     """Chat requests that may wait for the one running; more get 429 with ``Retry-After``."""
-
-
-class ImageURL(BaseModel):
-    url: str
-
-
-class ContentPart(BaseModel):
-    """``{"type": "text", "text"}`` or ``{"type": "image_url", "image_url": {"url"}}`` (or a bare url)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    text: str | None = None
-    image_url: ImageURL | str | None = None
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
 
 
 class StreamOptions(BaseModel):
@@ -124,17 +102,10 @@ def create_app(
     limits = limits or VLMLimits()
     app = FastAPI(title="interleave-thinker VLM server", version="1")
     gate = CallGate()
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
-    # before the body is read: a refused request costs its headers only
-    app.add_middleware(Admission, path=CHAT_PATH, capacity=1 + limits.max_waiting, reply=lambda: _busy(gate))
-    if api_key is not None:  # outside the body limit (no body read), inside the metrics (401s counted)
-        app.add_middleware(BearerAuth, api_key=api_key, reply=_unauthorized, open_paths=OPEN_PATHS)
-    tokens = _add_metrics(app, gate)
+    tokens = _add_guards(app, gate, limits, api_key)
     app.state.gate = gate
     app.state.cancellable = install_stop_check(backend, gate.should_stop, gate.streamer)
     created = int(time.time())
-
-    _add_error_handlers(app)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -183,6 +154,18 @@ def create_app(
         return _completion(served_name, text, usage, finish)
 
     return app
+
+
+def _add_guards(app: FastAPI, gate: CallGate, limits: VLMLimits, api_key: str | None) -> Counter:
+    """The middleware, outermost last: metrics, the bearer token, admission, the body limit; the error
+    handlers. Returns the token counter the chat route feeds."""
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
+    # before the body is read: a refused request costs its headers only
+    app.add_middleware(Admission, path=CHAT_PATH, capacity=1 + limits.max_waiting, reply=lambda: _busy(gate))
+    if api_key is not None:  # outside the body limit (no body read), inside the metrics (401s counted)
+        app.add_middleware(BearerAuth, api_key=api_key, reply=_unauthorized, open_paths=OPEN_PATHS)
+    _add_error_handlers(app)
+    return _add_metrics(app, gate)
 
 
 def _settle(
@@ -299,110 +282,6 @@ async def _run_while_connected(gate: CallGate, call: Any, request: Request) -> s
     finally:
         gone.set()  # also on cancellation (graceful shutdown timed out): stop the model
     return None if text is None or (gone.is_set() and await request.is_disconnected()) else text
-
-
-@dataclass(frozen=True)
-class EncodedImage:
-    """An image part whose header was checked; its pixels are decoded by :func:`decode_images`."""
-
-    raw: bytes
-    where: str
-
-
-def to_project_messages(
-    messages: list[ChatMessage],
-    max_pixels: int = VLMLimits.max_pixels,
-    max_images: int = VLMLimits.max_images,
-) -> list[Message]:
-    """Chat-completions messages -> the project's parts, each data-URL image as an
-    :class:`EncodedImage` (format and size read from its header, nothing decoded); more than
-    ``max_images`` images is a 400, counted before any is read."""
-    count = sum(
-        part.type == "image_url" for m in messages if isinstance(m.content, list) for part in m.content
-    )
-    if count > max_images:
-        raise RequestError(
-            f"messages: {count} images, over this server's limit of {max_images} per request "
-            "(serve vlm --max-images); send fewer."
-        )
-    result: list[Message] = []
-    for index, message in enumerate(messages):
-        content = message.content
-        parts: list[dict[str, Any]] = []
-        if isinstance(content, str):
-            parts.append({"type": "text", "text": _text(content, f"messages[{index}].content")})
-        for part in content if isinstance(content, list) else []:
-            if part.type == "text":
-                parts.append({"type": "text", "text": _text(part.text or "", f"messages[{index}].content")})
-            elif part.type == "image_url" and part.image_url is not None:
-                url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
-                raw = checked_data_url(url, where=f"messages[{index}]", max_pixels=max_pixels)
-                parts.append({"type": "image", "image": EncodedImage(raw, f"messages[{index}]")})
-            else:
-                raise RequestError(
-                    f"messages[{index}]: unsupported content part type {part.type!r}; "
-                    "use 'text' or 'image_url'."
-                )
-        role = "system" if message.role == "developer" else message.role  # OpenAI's newer name for it
-        result.append({"role": role, "content": parts})
-    return result
-
-
-def _text(value: str, where: str) -> str:
-    """``value``, or a 400 when it holds a lone UTF-16 surrogate (a cut-off emoji escaped in JSON as
-    ``\\ud83d``): no tokenizer takes it. The message does not quote the text."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RequestError(
-            f"{where}: a lone surrogate (U+{ord(value[exc.start]):04X} at character {exc.start}) is not "
-            "text; send valid UTF-8 (a whole emoji, or none)."
-        ) from None
-    return value
-
-
-def decode_images(messages: list[Message]) -> list[Message]:
-    """``messages`` with each :class:`EncodedImage` decoded to an RGB PIL image (a 400 when its pixels
-    do not decode)."""
-    return [{"role": m["role"], "content": [_decoded(part) for part in m["content"]]} for m in messages]
-
-
-def _decoded(part: Any) -> Any:
-    image = part.get("image")
-    if not isinstance(image, EncodedImage):
-        return part
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(image.raw)) as opened:
-                return {**part, "image": opened.convert("RGB")}
-    except (ValueError, UnidentifiedImageError, Image.DecompressionBombError, OSError) as exc:
-        raise RequestError(f"{image.where}: the data URL is not a readable image ({exc}).") from None
-
-
-def checked_data_url(url: str, *, where: str = "image_url", max_pixels: int = VLMLimits.max_pixels) -> bytes:
-    """The image bytes of ``data:image/...;base64,...``; anything else is a 400, and so is an image
-    whose header declares more than ``max_pixels`` (read from the header: nothing is decoded)."""
-    header, sep, payload = url.partition(",")
-    if not (url.startswith("data:image/") and sep and header.endswith(";base64")):
-        raise RequestError(
-            f"{where}: only base64 data URLs (data:image/png;base64,...) are accepted; "
-            "this server does not fetch remote images."
-        )
-    try:
-        raw = base64.b64decode(payload, validate=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(raw)) as image:  # lazy: reads the header only
-                width, height = image.size
-                if width * height > max_pixels:
-                    raise RequestError(
-                        f"{where}: the image is {width}x{height} = {width * height} pixels, over this "
-                        f"server's limit of {max_pixels} (serve vlm --max-pixels); send a smaller one."
-                    )
-                return raw
-    except (binascii.Error, ValueError, UnidentifiedImageError, Image.DecompressionBombError, OSError) as exc:
-        raise RequestError(f"{where}: the data URL is not a readable image ({exc}).") from None
 
 
 def _finish_reason(usage: dict[str, int] | None, max_tokens: int) -> str:
