@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
-from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, png_base64, reply_bound
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, png_base64
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
 from interleave_thinker.backends.model_defaults import KNOB_PRESETS, preset_knobs
 from interleave_thinker.backends.protocols import ImageRequest
@@ -197,9 +197,9 @@ class HTTPImageBackend(PooledImageBackend):
         edited = reply.get("edited_image")
         if not isinstance(edited, str):
             raise RetryableError("reply has no 'edited_image' string")
-        max_pixels, hint = reply_bound(asked.width, asked.height, self.caller.retry.max_image_pixels)
+        max_pixels, size = self.caller.retry.max_image_pixels, (asked.width, asked.height)
         try:
-            return decode_base64_image(edited, max_pixels=max_pixels, hint=hint)
+            return decode_base64_image(edited, max_pixels=max_pixels, asked=size)
         except ImageTooLarge as exc:
             raise BackendError(f"{self.name}: 'edited_image' from {base}/edit: {exc}.") from None
         except ValueError as exc:

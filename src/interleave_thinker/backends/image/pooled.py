@@ -8,13 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypedDict
 
-from interleave_thinker.backends.encoding import (
-    PIXELS_HINT,
-    ImageTooLarge,
-    decode_base64_image,
-    decode_image,
-    reply_bound,
-)
+from interleave_thinker.backends.encoding import ImageTooLarge, decode_base64_image, decode_image
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend
@@ -75,15 +69,14 @@ class PooledImageBackend(RemoteBackend, ImageBatchMixin):
 
     def reply_image(self, data: bytes | str, what: str, asked: tuple[int, int] | None = None) -> Image.Image:
         """A returned image (its bytes, or base64 text), decoded within ``remote.max_image_pixels`` and,
-        for a server that honours the size (width, height) it is ``asked`` for, within :func:`reply_bound` of that size;
-        one over the bound or not an image is a :class:`BackendError` naming ``what`` (where it came from)."""
-        max_pixels, hint = self.caller.retry.max_image_pixels, PIXELS_HINT
-        if asked is not None:
-            max_pixels, hint = reply_bound(*asked, max_pixels)
+        from a server that honours the size (width, height) it is ``asked`` for, within
+        ``encoding.reply_bound`` of it; one over a bound or not an image is a :class:`BackendError`
+        naming ``what`` (where it came from)."""
+        max_pixels = self.caller.retry.max_image_pixels
         try:
             if isinstance(data, str):
-                return decode_base64_image(data, max_pixels=max_pixels, hint=hint)
-            return decode_image(data, max_pixels=max_pixels, hint=hint)
+                return decode_base64_image(data, max_pixels=max_pixels, asked=asked)
+            return decode_image(data, max_pixels=max_pixels, asked=asked)
         except ImageTooLarge as exc:
             raise BackendError(f"{self.name}: {what}: {exc}.") from None
         except ValueError as exc:
