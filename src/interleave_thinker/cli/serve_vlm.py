@@ -105,7 +105,7 @@ def run_server(
         host=host,
         port=port,
         log_level=log_level,
-        access_log=log_level == "debug",  # as serve generator: a request line (and its query) only at debug
+        access_log=log_level in ("debug", "trace"),  # as serve generator: request lines at debug and below
         ws="none",
         http=read_timeout_protocol(read_timeout),
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
