@@ -181,6 +181,7 @@ REFERENCES_BOUND_MB = 32
 of their decoded pixels."""
 
 
+@pytest.mark.slow  # loads the tiny generator (module fixture)
 @needs_proc
 def test_references_over_the_models_cap_are_refused_before_any_is_decoded(local_generator: Any) -> None:
     png = hostile.bomb_png(2048)  # a valid 2048x2048 PNG of a few KB, never decoded here
