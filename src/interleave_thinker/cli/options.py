@@ -98,6 +98,8 @@ PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
     **{name: setting_flag(f"loop.{name}") for name in LOOP_FLAGS},
 }
 """Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
+CLUSTER_FLAGS: dict[str, tuple[str, Any]] = {"ray": setting_flag("scale.ray_address")}
+"""Flags of the commands on the batch scheduler that a Ray cluster can run (docs/cluster.md)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class SettingsFlags:
         from interleave_thinker.cli.specs import check_pipeline_specs
 
         flags = {**self.values, **{k: v for k, v in extra.items() if v is not None}}
-        keys = {**SETTINGS_FLAGS, **PIPELINE_FLAGS, **EXTRA_KEYS}
+        keys = {**SETTINGS_FLAGS, **PIPELINE_FLAGS, **CLUSTER_FLAGS, **EXTRA_KEYS}
         overrides: dict[str, Any] = {}
         for name, value in flags.items():
             if value is None or name in ("preset", "config"):
@@ -201,22 +203,23 @@ EXTRA_KEYS: dict[str, tuple[str, Any]] = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
-    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags) to a command.
+def with_settings(*, pipeline: bool = False, cluster: bool = False) -> Callable[[F], F]:
+    """Add the shared settings flags (with ``pipeline`` the backend and loop flags, with ``cluster``
+    ``--ray``) to a command.
 
     The command declares a ``settings: SettingsFlags`` parameter instead of the flags themselves.
     """
-    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {})}
+    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {}), **(CLUSTER_FLAGS if cluster else {})}
     declarations = {name: (declaration, None) for name, (_, declaration) in flags.items()}
     return with_flags(declarations, "settings", lambda given: SettingsFlags(given, pipeline=pipeline))
 
 
 def with_scheduling_flags() -> Callable[[F], F]:
     """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
-    pipeline's (every such command builds a pipeline); it declares ``settings: SettingsFlags`` and
-    ``scheduling: SchedulingFlags`` instead of the flags."""
+    pipeline's (every such command builds a pipeline) and the cluster's (``--ray``); it declares
+    ``settings: SettingsFlags`` and ``scheduling: SchedulingFlags`` instead of the flags."""
     scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
-    settings = with_settings(pipeline=True)
+    settings = with_settings(pipeline=True, cluster=True)
     return lambda func: scheduling(settings(func))
 
 

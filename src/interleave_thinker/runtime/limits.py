@@ -61,6 +61,27 @@ class BackendStats:
             self.busy_s += seconds
             self.latencies.extend([seconds] * calls)
 
+    def since(self, mark: tuple[int, int, float, int]) -> tuple[dict[str, Any], tuple[int, int, float, int]]:
+        """What was recorded after ``mark`` (``(0, 0, 0.0, 0)`` at first) and the mark of now: a cluster
+        worker sends these deltas with each finished request, so a lost node's calls are still counted."""
+        with self._lock:
+            now = (self.calls, self.batches, self.busy_s, len(self.latencies))
+            delta = {
+                "calls": now[0] - mark[0],
+                "batches": now[1] - mark[1],
+                "busy_s": now[2] - mark[2],
+                "latencies": self.latencies[mark[3] :],
+            }
+        return delta, now
+
+    def add(self, delta: dict[str, Any]) -> None:
+        """Count a delta of :meth:`since` (from another process) in."""
+        with self._lock:
+            self.calls += int(delta["calls"])
+            self.batches += int(delta["batches"])
+            self.busy_s += float(delta["busy_s"])
+            self.latencies.extend(float(x) for x in delta["latencies"])
+
     def summary(self, wall: float) -> dict[str, Any]:
         return {
             "calls": self.calls,
