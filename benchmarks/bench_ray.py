@@ -91,7 +91,9 @@ def main() -> None:
             server.close()
 
     print(f"requests {opts.requests}, generator {opts.latency:.2f} s a call, limit {opts.limit} per node")
-    print("| nodes | workers | wall s | requests/s | generator calls | most in flight | driver CPU ms/request |")
+    print(
+        "| nodes | workers | wall s | requests/s | generator calls | most in flight | driver CPU ms/request |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for nodes, summary, wall, cpu, calls, peak, _ in rows:
         workers = sum(n["workers"] for n in summary["nodes"].values())

@@ -144,6 +144,7 @@ def test_three_nodes_give_the_one_process_results(
     assert summary["backends"]["generator"]["limit"] == 3 * 8  # three workers' limits: the cluster's bound
 
 
+@pytest.mark.slow  # three workers each load the tiny models (torch): ~40 s of CPU
 def test_local_model_workers_make_the_one_process_images(cluster: Cluster, tmp_path: Path) -> None:
     source = inputs(tmp_path, 3)
     tiny = ["--preset", "tiny", "--max-attempts", "1", "--concurrency", "1"]
