@@ -132,6 +132,8 @@ class SettingsFlags:
         if self.pipeline:
             check_pipeline_specs(cfg.model_dump(include={"planner", "critic", "generator"}), flags)
         check_device(cfg.model.device, "--device" if flags.get("device") else "config key 'model.device'")
+        if cfg.scale.ray_address is not None:
+            check_ray()
         return cfg
 
 
@@ -250,6 +252,19 @@ def with_flags(
         return command  # type: ignore[return-value]
 
     return decorate
+
+
+def check_ray() -> None:
+    """``--ray`` (``scale.ray_address``) without Ray installed: one line naming the extra, before anything
+    is written or loaded (Ray itself is imported only when the cluster is joined)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except ValueError:  # a module entry without a spec: not an importable Ray
+        found = False
+    if not found:
+        raise ConfigError("--ray needs Ray: pip install 'interleave-thinker[ray]'")
 
 
 def check_device(device: str | None, source: str = "--device") -> None:
