@@ -77,7 +77,11 @@ def _dashboard(context: Any) -> str | None:
 class Worker:
     """One worker of the cluster: the batch runner of one node (or one GPU), built once."""
 
-    def __init__(self, make_runner: Callable[[], BatchRunner]) -> None:
+    def __init__(self, make_runner: Callable[[], BatchRunner], local_models: bool) -> None:
+        if local_models:  # the driver draws the one progress bar; a worker's loading bars would interleave
+            from diffusers.utils import logging as diffusers_logging
+
+            diffusers_logging.disable_progress_bar()
         self.runner = make_runner()
         self.marks: dict[str, Mark] = dict.fromkeys(self.runner.stats, (0, 0, 0.0, 0))
 
@@ -143,7 +147,7 @@ class ClusterRunner:
             remote = ray.remote(Worker).options(
                 scheduling_strategy=strategy, max_concurrency=self.settings.concurrency + 4, **resources
             )
-            actors.append(remote.remote(make_runner))
+            actors.append(remote.remote(make_runner, local_models))
         slots = []
         for actor in actors:
             try:
