@@ -10,7 +10,7 @@ actor's event loop, exactly as one process would: same pipeline, same per-backen
 worker), same step-granular trace in ``OUT/requests/<id>/``.
 
 One owner per request: the driver hands a request to one worker and to no other until Ray reports that
-worker dead (its node lost); then the request goes to a survivor, which continues the trace on the
+worker dead (its node lost; a worker reported unreachable is ended first); then the request goes to a survivor, which continues the trace on the
 shared ``OUT`` after its last complete step (:func:`~interleave_thinker.runtime.resume.resume_recorder`),
 so a finished step's calls are never made again. The driver writes the journal line when a worker
 answers, so a driver killed and started again with the same command skips what was journaled and resumes
@@ -37,7 +37,7 @@ from interleave_thinker.runtime.store import RunStore
 
 try:
     import ray
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError:  # pragma: no cover - the extra installed in dev
     raise ConfigError("--ray needs Ray: pip install 'interleave-thinker[ray]'") from None
@@ -217,10 +217,12 @@ class ClusterRunner:
         """The request's status (journaled, counted), or None when its worker was lost."""
         try:
             status, error, deltas = ray.get(ref)
-        except RayActorError:
+        except RayActorError as exc:
             if slot.alive:
                 slot.alive = False
                 logger.warning("Ray worker on %s lost; its requests continue on the other nodes.", slot.node)
+                if isinstance(exc, ActorUnavailableError):  # maybe still running: end it, one owner only
+                    _kill(slot.actor)
             self.nodes[slot.node]["reassigned"] += 1
             return None
         except RayTaskError as exc:  # execute has its own failure boundary; this is Ray's
@@ -257,7 +259,15 @@ class ClusterRunner:
                 ray.get(actor.close.remote(), timeout=60)
             except Exception as exc:  # a lost or stuck worker: ended below all the same
                 logger.debug("closing a Ray worker: %s", failure_reason(exc))
-            ray.kill(actor)
+            _kill(actor)
+
+
+def _kill(actor: Any) -> None:
+    """End a worker for good (Ray ends its process, or its raylet does once the node is back)."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception as exc:  # already gone
+        logger.debug("ending a Ray worker: %s", failure_reason(exc))
 
 
 def _placements(local_models: bool) -> list[tuple[str, dict[str, float]]]:
