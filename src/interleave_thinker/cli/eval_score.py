@@ -17,6 +17,7 @@ from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_sett
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.scheduled import start_fresh
 from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.eval import benchmarks
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ def score(
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
     options = score_options(protocol.value, outputs, data, judge, out, cfg, scorer_version, judge_concurrency)
+    check_out_folder(options.out)
     options = dataclasses.replace(
         options,
         judge_attempts=judge_attempts,

@@ -51,6 +51,13 @@ SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
     "retry_failed": flag(
         bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
     ),
+    "accept_changed_input": flag(
+        bool,
+        False,
+        "When resuming, run again the requests whose prompt, images or task changed in the input (their "
+        "earlier outputs move to <out>.old-<time>) instead of refusing.",
+        "--accept-changed-input",
+    ),
     "quiet": flag(bool, False, "Log lines instead of a progress bar."),
     "fresh": flag(
         bool,
@@ -99,8 +106,6 @@ PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
     "select_best_judge": setting_flag("judge"),  # not --judge: on `eval run` that names the scoring judge
 }
 """Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
-CLUSTER_FLAGS: dict[str, tuple[str, Any]] = {"ray": setting_flag("scale.ray_address")}
-"""Flags of the commands on the batch scheduler that a Ray cluster can run (docs/cluster.md)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ class SettingsFlags:
         from interleave_thinker.cli.specs import check_pipeline_specs
 
         flags = {**self.values, **{k: v for k, v in extra.items() if v is not None}}
-        keys = {**SETTINGS_FLAGS, **PIPELINE_FLAGS, **CLUSTER_FLAGS, **EXTRA_KEYS}
+        keys = {**SETTINGS_FLAGS, **PIPELINE_FLAGS, **EXTRA_KEYS}
         overrides: dict[str, Any] = {}
         for name, value in flags.items():
             if value is None or name in ("preset", "config"):
@@ -149,6 +154,7 @@ class SchedulingFlags:
     limit: int | None = None
     resume: bool = True
     retry_failed: bool = True
+    accept_changed_input: bool = False
     quiet: bool = False
     fresh: bool = False
 
@@ -200,29 +206,31 @@ EXTRA_KEYS: dict[str, tuple[str, Any]] = {
     "dtype": ("model.dtype", DtypeOption),
     "base_url": ("prompts.base_url", None),
     "folder": ("prompts.folder", None),
+    "max_fallback_share": setting_flag("agents.max_fallback_share"),
+    "ray": setting_flag("scale.ray_address"),  # the commands on the batch scheduler (docs/cluster.md)
 }
 """Settings flags only some commands take, passed to :meth:`SettingsFlags.resolve` by name."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def with_settings(*, pipeline: bool = False, cluster: bool = False) -> Callable[[F], F]:
-    """Add the shared settings flags (with ``pipeline`` the backend and loop flags, with ``cluster``
-    ``--ray``) to a command.
+def with_settings(*, pipeline: bool = False, extra: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags, and the flags of
+    :data:`EXTRA_KEYS` named in ``extra``) to a command.
 
     The command declares a ``settings: SettingsFlags`` parameter instead of the flags themselves.
     """
-    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {}), **(CLUSTER_FLAGS if cluster else {})}
+    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {}), **{k: EXTRA_KEYS[k] for k in extra}}
     declarations = {name: (declaration, None) for name, (_, declaration) in flags.items()}
     return with_flags(declarations, "settings", lambda given: SettingsFlags(given, pipeline=pipeline))
 
 
 def with_scheduling_flags() -> Callable[[F], F]:
     """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
-    pipeline's (every such command builds a pipeline) and the cluster's (``--ray``); it declares
+    pipeline's (every such command builds a pipeline), ``--max-fallback-share`` and ``--ray``; it declares
     ``settings: SettingsFlags`` and ``scheduling: SchedulingFlags`` instead of the flags."""
     scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
-    settings = with_settings(pipeline=True, cluster=True)
+    settings = with_settings(pipeline=True, extra=("max_fallback_share", "ray"))
     return lambda func: scheduling(settings(func))
 
 

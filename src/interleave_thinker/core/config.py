@@ -77,6 +77,15 @@ class AgentOptions(_Section):
         description="With agents.decoding greedy: sampling temperature of retries after an unparsable reply "
         "(greedy would repeat itself).",
     )
+    max_fallback_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of one role's judgements (critic verdicts, judge scores, rankings, "
+        "reviews) that may fail, unparsable or unanswered, before `batch`, `data generate` or "
+        "`eval generate` stops (checked once a role has 10, and at the end); finished requests are kept and "
+        "the same command continues them. 1 never stops.",
+    )
 
     @model_validator(mode="before")
     @classmethod

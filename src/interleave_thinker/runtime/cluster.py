@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - the extra installed in dev
 
 logger = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'interleave-thinker[ray]'"
-Mark = tuple[int, int, float, int]
+Mark = tuple[int, int, int, float, int]
 
 
 def connect(address: str, object_store_mb: int) -> tuple[bool, str | None]:
@@ -83,7 +83,7 @@ class Worker:
 
             diffusers_logging.disable_progress_bar()
         self.runner = make_runner()
-        self.marks: dict[str, Mark] = dict.fromkeys(self.runner.stats, (0, 0, 0.0, 0))
+        self.marks: dict[str, Mark] = dict.fromkeys(self.runner.stats, (0, 0, 0, 0.0, 0))
 
     def ready(self) -> tuple[str, dict[str, int]]:
         """The node this worker runs on and its per-backend limits (the models are loaded by now)."""

@@ -49,6 +49,8 @@ class BackendStats:
     role: str
     limit: int
     calls: int = 0
+    failed: int = 0
+    """Calls among ``calls`` that raised (no reply, an error): counted apart, never as answers."""
     batches: int = 0
     busy_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
@@ -61,16 +63,25 @@ class BackendStats:
             self.busy_s += seconds
             self.latencies.extend([seconds] * calls)
 
-    def since(self, mark: tuple[int, int, float, int]) -> tuple[dict[str, Any], tuple[int, int, float, int]]:
-        """What was recorded after ``mark`` (``(0, 0, 0.0, 0)`` at first) and the mark of now: a cluster
+    def record_failure(self, seconds: float, calls: int = 1) -> None:
+        with self._lock:
+            self.calls += calls
+            self.failed += calls
+            self.busy_s += seconds
+
+    def since(
+        self, mark: tuple[int, int, int, float, int]
+    ) -> tuple[dict[str, Any], tuple[int, int, int, float, int]]:
+        """What was recorded after ``mark`` (``(0, 0, 0, 0.0, 0)`` at first) and the mark of now: a cluster
         worker sends these deltas with each finished request, so a lost node's calls are still counted."""
         with self._lock:
-            now = (self.calls, self.batches, self.busy_s, len(self.latencies))
+            now = (self.calls, self.failed, self.batches, self.busy_s, len(self.latencies))
             delta = {
                 "calls": now[0] - mark[0],
-                "batches": now[1] - mark[1],
-                "busy_s": now[2] - mark[2],
-                "latencies": self.latencies[mark[3] :],
+                "failed": now[1] - mark[1],
+                "batches": now[2] - mark[2],
+                "busy_s": now[3] - mark[3],
+                "latencies": self.latencies[mark[4] :],
             }
         return delta, now
 
@@ -78,6 +89,7 @@ class BackendStats:
         """Count a delta of :meth:`since` (from another process) in."""
         with self._lock:
             self.calls += int(delta["calls"])
+            self.failed += int(delta["failed"])
             self.batches += int(delta["batches"])
             self.busy_s += float(delta["busy_s"])
             self.latencies.extend(float(x) for x in delta["latencies"])
@@ -85,6 +97,7 @@ class BackendStats:
     def summary(self, wall: float) -> dict[str, Any]:
         return {
             "calls": self.calls,
+            "failed": self.failed,
             "batched_calls": self.batches,
             "limit": self.limit,
             **latency_percentiles(self.latencies, "latency_"),
@@ -177,7 +190,11 @@ class _Limited(Wrapper):
         """One call within a slot, timed; a blocking one off the event loop (see the module doc)."""
         with self._slots:
             start = time.perf_counter()
-            result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
+            try:
+                result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
+            except Exception:
+                self.stats.record_failure(time.perf_counter() - start)
+                raise
             self.stats.record(time.perf_counter() - start)
         return result
 
@@ -191,7 +208,11 @@ class _Limited(Wrapper):
 
     def _timed_batch(self, fn: Callable[[], list[Any]], calls: int) -> list[Any]:
         start = time.perf_counter()
-        results = fn()
+        try:
+            results = fn()
+        except Exception:
+            self.stats.record_failure(time.perf_counter() - start, calls)
+            raise
         self.stats.record(time.perf_counter() - start, calls)
         return results
 
