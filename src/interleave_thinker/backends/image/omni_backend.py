@@ -191,7 +191,7 @@ class OmniImagesBackend(PooledImageBackend):
             ]
             path, kwargs = "/v1/images/edits", {"data": form, "files": files}
         result: Image.Image = self.caller.call(
-            lambda client, base, timeout: self._post(client, base, timeout, path, kwargs)
+            lambda client, base, timeout: self._post(client, base, timeout, path, kwargs, request)
         )
         return result
 
@@ -199,9 +199,16 @@ class OmniImagesBackend(PooledImageBackend):
         return advice(self.key_envs[0], self.model, status, detail, path)
 
     def _post(
-        self, client: httpx.Client, base: str, timeout: float, path: str, kwargs: dict[str, Any]
+        self,
+        client: httpx.Client,
+        base: str,
+        timeout: float,
+        path: str,
+        kwargs: dict[str, Any],
+        asked: ImageRequest,
     ) -> Image.Image:
-        """One try: the status is classified by :meth:`check_reply`, then the first image decoded."""
+        """One try: the status is classified by :meth:`check_reply`, then the first image decoded, held
+        to the size ``asked`` for (these engines honour ``size``)."""
         response = client.post(f"{base}{path}", timeout=timeout, **kwargs)
         self.check_reply(response)
         try:
@@ -216,7 +223,7 @@ class OmniImagesBackend(PooledImageBackend):
                 f"{self.name}: {base}{path} answered without data[0].b64_json (a URL-only reply?); "
                 "this client asks for response_format=b64_json, which the server must support."
             )
-        return self.reply_image(data, f"data[0].b64_json from {base}{path}")
+        return self.reply_image(data, f"data[0].b64_json from {base}{path}", (asked.width, asked.height))
 
 
 class SGLangDiffusionBackend(OmniImagesBackend):
