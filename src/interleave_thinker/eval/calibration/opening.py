@@ -33,11 +33,16 @@ from interleave_thinker.core.untrusted import MAX_JSON_BYTES, load_json, read_bo
 
 NAME = "opening"
 HUMAN_FILE = "judge_modelAB_results.json"
-JUDGE_FILES = {"IntJudge": "intjudge_rag-judge_modelAB_results.json", "GPT-4o": "gpt-judge_modelAB_results.json"}
+JUDGE_FILES = {
+    "IntJudge": "intjudge_rag-judge_modelAB_results.json",
+    "GPT-4o": "gpt-judge_modelAB_results.json",
+}
 PUBLISHED = {"IntJudge": 82.42, "GPT-4o": 71.08}
 """Agreement with people under FDT, in percent: OpenING's README (IntJudge 82.42%, "outperforming
 GPT-based evaluators by 11.34%", so GPT-4o 71.08%)."""
-SOURCE = "OpenING README and calculate_agreement.py, LanceZPF/OpenING@56b663bc84ef64960c0253325c4a89cd10ddf7f1"
+SOURCE = (
+    "OpenING README and calculate_agreement.py, LanceZPF/OpenING@56b663bc84ef64960c0253325c4a89cd10ddf7f1"
+)
 RULES = ("fdt", "without_tie", "tie_as_0", "tie_as_half")
 RULE_TITLES = {
     "fdt": "FDT (force-dividing ties)",
@@ -148,7 +153,9 @@ def _counts(verdicts: Verdicts) -> dict[str, int]:
 def calibrate(data: Path, extra: dict[str, Path] | None = None) -> dict[str, Any]:
     """Every judge of ``data`` (and ``extra``, name to verdict file) against the human verdicts."""
     if not data.is_dir():
-        raise InputError(f"--data {data}: no such folder; give the folder of OpenING's Interleaved_Arena files.")
+        raise InputError(
+            f"--data {data}: no such folder; give the folder of OpenING's Interleaved_Arena files."
+        )
     human = read_verdicts(data / HUMAN_FILE, "human")
     files = {name: data / file for name, file in JUDGE_FILES.items() if (data / file).is_file()}
     files.update(extra or {})

@@ -44,7 +44,9 @@ def pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     dy = y - y.mean(axis=-1, keepdims=True)
     denominator = np.sqrt((dx * dx).sum(axis=-1) * (dy * dy).sum(axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, (dx * dy).sum(axis=-1) / np.where(denominator > 0, denominator, 1), np.nan)
+        return np.where(
+            denominator > 0, (dx * dy).sum(axis=-1) / np.where(denominator > 0, denominator, 1), np.nan
+        )
 
 
 def spearman_batch(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -98,9 +100,7 @@ def fisher_mean(values: Sequence[float]) -> float:
     return math.tanh(sum(math.atanh(v) for v in clipped) / len(clipped))
 
 
-def bootstrap(
-    statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int, seed: int
-) -> np.ndarray:
+def bootstrap(statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int, seed: int) -> np.ndarray:
     """``statistic`` on ``resamples`` index draws (with replacement) of ``n`` items, seeded.
 
     ``statistic`` receives a (batch, n) array of indices and returns one value per row."""

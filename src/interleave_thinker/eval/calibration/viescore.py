@@ -29,10 +29,10 @@ Bootstrap intervals resample each model's samples (seeded) and repeat the whole 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,9 @@ SOURCE = (
     "(table_overall_new.png) we could not read here, so only these two figures are compared"
 )
 PUBLISHED = {"overall_spearman_judge": 0.4, "overall_spearman_human": 0.45}
-CODE = "TIGER-AI-Lab/VIEScore@2cbea4e8ce5721425a8772590ecdbe7d2edd1721 paper_implementation/analyze_json.ipynb"
+CODE = (
+    "TIGER-AI-Lab/VIEScore@2cbea4e8ce5721425a8772590ecdbe7d2edd1721 paper_implementation/analyze_json.ipynb"
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def judged(answer: Any) -> tuple[float, bool]:
 
     :class:`ParseError` when our parser refuses it."""
     if not isinstance(answer, dict):
-        raise ParseError("the stored answer is not an object")
+        raise ParseError("the stored answer is not an object", raw=str(answer)[:200])
     reply = json.dumps({"score": answer.get("score"), "reasoning": answer.get("reasoning")})
     scores, _ = parse_judgement(reply)
     lowest = min(scores)
@@ -155,13 +157,15 @@ def _model(task: str, name: str, answers: dict[str, dict[str, Any]], raters: lis
         human["PQ"].append(float(np.mean([c[1] for c in cells])))
         human["O"].append(float(np.mean([math.sqrt(c[0] * c[1]) for c in cells])))
     everyone = sorted(set.intersection(*(set(r) for r in rated))) if all(rated) else []
-    cells = np.array([[r[uid] for r in rated] for uid in everyone], dtype=float).reshape(len(everyone), len(rated), 2)
+    grid = np.array([[r[uid] for r in rated] for uid in everyone], dtype=float).reshape(
+        len(everyone), len(rated), 2
+    )
     return Model(
         task,
         name,
         {m: np.array(v) for m, v in judge.items()},
         {m: np.array(v) for m, v in human.items()},
-        cells,
+        grid,
         len(judge["SC"]),
         refused,
         differs,
@@ -182,7 +186,9 @@ def load(data: Path, judge: str = DEFAULT_JUDGE) -> list[Model]:
         for model_dir in sorted(p for p in task_dir.iterdir() if p.is_dir()):
             stored = {m: read_answers(model_dir / f"{m}.json") for m in ("SC", "PQ")}
             if not any(model_dir.name in r for r in raters):
-                raise InputError(f"{model_dir}: no human ratings for model {model_dir.name} in {humans / task_dir.name}.")
+                raise InputError(
+                    f"{model_dir}: no human ratings for model {model_dir.name} in {humans / task_dir.name}."
+                )
             models.append(_model(task_dir.name, model_dir.name, stored, raters))
     if not models:
         raise InputError(f"{answers}: no <task>/<model>/SC.json and PQ.json answers.")
@@ -211,7 +217,9 @@ def ceiling_batch(cells: np.ndarray, metric: str, correlation: str) -> np.ndarra
     return np.tanh(np.mean(per_rater, axis=0))
 
 
-def _model_value(model: Model, metric: str, correlation: str, kind: str, idx: np.ndarray | None) -> np.ndarray:
+def _model_value(
+    model: Model, metric: str, correlation: str, kind: str, idx: np.ndarray | None
+) -> np.ndarray:
     if kind == "ceiling":
         cells = model.raters if idx is None else model.raters[idx]
         return ceiling_batch(cells if idx is not None else cells[None], metric, correlation)
@@ -237,9 +245,7 @@ def task_interval(
     """The task's aggregate over resamples of each model's samples (one seeded stream per model)."""
     per_model = []
     for offset, model in enumerate(models):
-        function: Callable[[np.ndarray], np.ndarray] = lambda idx, m=model: _model_value(  # noqa: E731
-            m, metric, correlation, kind, idx
-        )
+        function = functools.partial(_model_value, model, metric, correlation, kind)
         per_model.append(stats.bootstrap(function, _size(model, kind), resamples, seed + offset))
     samples = np.tanh(np.mean(np.vstack(per_model), axis=0))
     return stats.interval(samples)
@@ -257,7 +263,9 @@ def calibrate(data: Path, judge: str = DEFAULT_JUDGE, resamples: int = 1000, see
         for correlation in stats.CORRELATIONS:
             for metric in METRICS:
                 for kind in ("judge", "ceiling"):
-                    cell: dict[str, Any] = {"value": stats.rounded(task_value(group, metric, correlation, kind))}
+                    cell: dict[str, Any] = {
+                        "value": stats.rounded(task_value(group, metric, correlation, kind))
+                    }
                     if resamples:
                         ci = task_interval(group, metric, correlation, kind, resamples, seed)
                         cell["ci95"] = [stats.rounded(v) for v in ci]
@@ -291,7 +299,12 @@ def calibrate(data: Path, judge: str = DEFAULT_JUDGE, resamples: int = 1000, see
         "judge": judge,
         "parser": "interleave_thinker.agents.judge.parse_judgement",
         "aggregation": "per model over samples; tanh(mean r) over models per task, and over tasks (VIEScore's notebook)",
-        "bootstrap": {"resamples": resamples, "seed": seed, "level": 0.95, "unit": "samples within each model"},
+        "bootstrap": {
+            "resamples": resamples,
+            "seed": seed,
+            "level": 0.95,
+            "unit": "samples within each model",
+        },
         "answers": {
             "used": sum(m.samples for m in models),
             "refused_by_parser": len(refused),
@@ -324,7 +337,9 @@ def lines(result: dict[str, Any]) -> list[str]:
         out.append(f"{task.removeprefix('ImagenHub_'):<30}" + "".join(f"{cell:>18}" for cell in cells))
     overall = result["overall"]
     cells = [
-        f"{_fmt(overall[c][m]['judge'])} ({_fmt(overall[c][m]['ceiling'])})" for c in stats.CORRELATIONS for m in METRICS
+        f"{_fmt(overall[c][m]['judge'])} ({_fmt(overall[c][m]['ceiling'])})"
+        for c in stats.CORRELATIONS
+        for m in METRICS
     ]
     out.append(f"{'all seven tasks':<30}" + "".join(f"{cell:>18}" for cell in cells))
     published = result["published"]
