@@ -46,7 +46,9 @@ def test_download_writes_the_verified_set_and_calibrate_reads_it(
         again = CliRunner().invoke(app, ["eval", "calibrate", "download", "opening", "--to", str(to)])
         assert "opening: 0 files downloaded and verified, 4 already present" in again.output
     assert labels.check_folder(opening, to)["pinned"] is True
-    out = CliRunner().invoke(app, ["eval", "calibrate", "opening", "--data", str(to), "--out", str(tmp_path / "o")])
+    out = CliRunner().invoke(
+        app, ["eval", "calibrate", "opening", "--data", str(to), "--out", str(tmp_path / "o")]
+    )
     assert "71.08%  3058/4302 pairs" in out.output
 
 
@@ -59,9 +61,9 @@ def test_a_changed_file_is_refused_and_offline_downloads_nothing(
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_HUB_OFFLINE")
     tampered = "gpt-judge_modelAB_results.json"
-    with _serving(shared_path("reference", "calibration", "opening"), opening, tamper=tampered) as server:
-        with pytest.raises(TemplateError, match=f"{tampered} fails its SHA-256 check"):
-            labels.download(opening, tmp_path / "x", base_url=server.url)
+    served = _serving(shared_path("reference", "calibration", "opening"), opening, tamper=tampered)
+    with served as server, pytest.raises(TemplateError, match=f"{tampered} fails its SHA-256 check"):
+        labels.download(opening, tmp_path / "x", base_url=server.url)
     assert not (tmp_path / "x" / tampered).exists()
     record = labels.check_folder(opening, tmp_path / "x")
     assert (record["pinned"], record["present"]) == (False, 1)
