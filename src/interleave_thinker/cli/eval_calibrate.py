@@ -106,3 +106,50 @@ def download(
         f"{label_set.name}: {len(written)} files downloaded and verified, {kept} already present "
         f"({label_set.repo}@{label_set.commit[:12]}), in {to}"
     )
+
+
+@app.command("drift")
+def drift(
+    out: Annotated[Path, typer.Option(help="Folder for the suite (OUT/suite), its scores and drift.json.")],
+    scorer: Annotated[
+        str, typer.Option(help="The offline consistency scorer to measure (perceptual).")
+    ] = "perceptual",
+    scores: Annotated[
+        Path | None,
+        typer.Option(
+            help="Measure these scores of OUT/suite instead (any scorer's, e.g. the VLM's: "
+            "`eval score consistency --outputs OUT/suite --judge SPEC`)."
+        ),
+    ] = None,
+    dev: Annotated[bool, typer.Option(help="The development seeds (where settings are chosen).")] = False,
+) -> None:
+    """The drift suite: sequences made here with an identity, colour, style or scene swap at a known step
+    (and unbroken twins); a scorer's AUROC (broken or not) and localisation (which step), per kind."""
+    import json
+
+    from interleave_thinker.core.paths import write_atomic
+    from interleave_thinker.eval import consistency_scorers
+    from interleave_thinker.eval.calibration import drift as suite
+
+    spec = suite.DEV_SUITE if dev else suite.SUITE
+    folder = out / "suite"
+    if not (folder / suite.TRUTH_FILE).is_file():
+        suite.write_suite(folder, spec)
+    if scores is None:
+        scores = folder / f"scores-consistency-{scorer}"
+        offline = consistency_scorers.offline_scorer(scorer)
+        consistency_scorers.score_runs(folder, scores, offline)
+        provenance = offline.provenance()
+    else:
+        provenance = {"scores": str(scores)}
+    result = {**suite.measure_scored(folder, scores), "scorer": provenance}
+    write_atomic(out / "drift.json", json.dumps(result, indent=2) + "\n")
+    typer.echo(
+        f"drift suite (seed {result['suite']['seed']}, {result['suite']['per_kind']} broken + twins per kind)"
+    )
+    for kind, entry in result["kinds"].items():
+        typer.echo(
+            f"  {kind:<9} AUROC {entry['auroc']}  localisation {entry['localisation']}  "
+            f"({entry.get('broken', 0)} broken, {entry.get('unbroken', 0)} unbroken, {entry['unscored']} unscored)"
+        )
+    console.print(escape(f"wrote {out / 'drift.json'}"))
