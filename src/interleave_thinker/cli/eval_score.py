@@ -38,6 +38,19 @@ DataOption = Annotated[
         help="The benchmark's official local files, or hf:ID[:split] (consistency: default --outputs)."
     ),
 ]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL (not for an offline --scorer)."
+    ),
+]
+ScorerOption = Annotated[
+    str,
+    typer.Option(
+        help="consistency only: vlm (the judge with our rubric, needs --judge) or an offline scorer that "
+        "needs no model: perceptual (colour hashes, the `perceptual` extra)."
+    ),
+]
 OutOption = Annotated[
     Path | None,
     typer.Option(
@@ -60,19 +73,8 @@ def score(
             "consistency a `batch` or `eval generate` folder of runs."
         ),
     ],
-    judge: Annotated[
-        str | None,
-        typer.Option(
-            help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL (not for an offline --scorer)."
-        ),
-    ] = None,
-    scorer: Annotated[
-        str,
-        typer.Option(
-            help="consistency only: vlm (the judge with our rubric, needs --judge) or an offline scorer "
-            "that needs no model: perceptual (colour hashes, the `perceptual` extra)."
-        ),
-    ] = "vlm",
+    judge: JudgeOption = None,
+    scorer: ScorerOption = "vlm",
     data: DataOption = None,
     out: OutOption = None,
     scorer_version: Annotated[

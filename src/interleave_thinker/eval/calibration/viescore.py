@@ -251,6 +251,33 @@ def task_interval(
     return stats.interval(samples)
 
 
+def _overall(table: dict[str, Any]) -> dict[str, Any]:
+    """Over the tasks, the same way as over models: ``tanh(mean r)``."""
+    return {
+        correlation: {
+            metric: {
+                kind: stats.rounded(
+                    stats.tanh_of_mean([table[t][correlation][metric][kind]["value"] for t in table])
+                )
+                for kind in ("judge", "ceiling")
+            }
+            for metric in METRICS
+        }
+        for correlation in stats.CORRELATIONS
+    }
+
+
+def _per_model(models: list[Model]) -> dict[str, Any]:
+    return {
+        f"{m.task}/{m.name}": {
+            "samples": m.samples,
+            "refused": len(m.refused),
+            "spearman_SC": stats.rounded(float(_model_value(m, "SC", "spearman", "judge", None)[0])),
+        }
+        for m in models
+    }
+
+
 def calibrate(data: Path, judge: str = DEFAULT_JUDGE, resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Per task and overall: the judge's Spearman and Kendall with people, intervals, the human ceiling."""
     models = load(data, judge)
@@ -271,26 +298,8 @@ def calibrate(data: Path, judge: str = DEFAULT_JUDGE, resamples: int = 1000, see
                         cell["ci95"] = [stats.rounded(v) for v in ci]
                     entry.setdefault(correlation, {}).setdefault(metric, {})[kind] = cell
         table[task] = entry
-    overall = {
-        correlation: {
-            metric: {
-                kind: stats.rounded(
-                    stats.tanh_of_mean([table[t][correlation][metric][kind]["value"] for t in table])
-                )
-                for kind in ("judge", "ceiling")
-            }
-            for metric in METRICS
-        }
-        for correlation in stats.CORRELATIONS
-    }
-    per_model = {
-        f"{m.task}/{m.name}": {
-            "samples": m.samples,
-            "refused": len(m.refused),
-            "spearman_SC": stats.rounded(float(_model_value(m, "SC", "spearman", "judge", None)[0])),
-        }
-        for m in models
-    }
+    overall = _overall(table)
+    per_model = _per_model(models)
     refused = [f"{m.task}/{m.name} {r}" for m in models for r in m.refused]
     return {
         "set": NAME,
