@@ -31,6 +31,7 @@ local backend makes. Without ``#MODEL`` the served model's name is read once fro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -41,7 +42,7 @@ from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.image.http_backend import normalize_endpoint, pool_items
 from interleave_thinker.backends.image.omni_errors import advice
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
-from interleave_thinker.backends.model_defaults import model_defaults
+from interleave_thinker.backends.model_defaults import find_defaults, model_defaults
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import (
     WIRE_MAX_REFERENCES,
@@ -57,6 +58,7 @@ from interleave_thinker.core.errors import BackendError, ConfigError
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
+logger = logging.getLogger(__name__)
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 """``vllm serve --api-key`` and ``sglang serve --api-key`` check a bearer token; optional here."""
 
@@ -125,10 +127,21 @@ class OmniImagesBackend(PooledImageBackend):
     def served_model(self) -> str:
         """``#MODEL``, else what a server lists first at ``/v1/models`` (id, root, and SGLang's
         ``pipeline_class``), read once; "" when it does not say (the fallback defaults then apply, as
-        they would locally for an unknown model)."""
+        they would locally for an unknown model, said once at warning level)."""
         with self._served_lock:
             if self._served is None:
                 self._served = self.caller.call(self._read_models)
+                if find_defaults(self._served) is None:
+                    fallback = model_defaults("")
+                    logger.warning(
+                        "%s: the served model %s is not in the model-defaults table; requests without "
+                        "generation.steps / generation.guidance use %d steps and guidance %s. Set them, or "
+                        "name the model with #MODEL in the spec.",
+                        self.name,
+                        repr(self._served) if self._served else "(unnamed at /v1/models)",
+                        fallback.steps,
+                        fallback.guidance,
+                    )
             return self._served
 
     def _read_models(self, client: httpx.Client, base: str, timeout: float) -> str:
