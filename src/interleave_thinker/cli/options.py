@@ -138,6 +138,8 @@ class SettingsFlags:
         if self.pipeline:
             check_pipeline_specs(cfg.model_dump(include={"planner", "critic", "generator"}), flags)
         check_device(cfg.model.device, "--device" if flags.get("device") else "config key 'model.device'")
+        if cfg.scale.ray_address is not None:
+            check_ray()
         return cfg
 
 
@@ -205,6 +207,7 @@ EXTRA_KEYS: dict[str, tuple[str, Any]] = {
     "base_url": ("prompts.base_url", None),
     "folder": ("prompts.folder", None),
     "max_fallback_share": setting_flag("agents.max_fallback_share"),
+    "ray": setting_flag("scale.ray_address"),  # the commands on the batch scheduler (docs/cluster.md)
 }
 """Settings flags only some commands take, passed to :meth:`SettingsFlags.resolve` by name."""
 
@@ -224,10 +227,10 @@ def with_settings(*, pipeline: bool = False, extra: tuple[str, ...] = ()) -> Cal
 
 def with_scheduling_flags() -> Callable[[F], F]:
     """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
-    pipeline's (every such command builds a pipeline) and ``--max-fallback-share``; it declares ``settings: SettingsFlags`` and
-    ``scheduling: SchedulingFlags`` instead of the flags."""
+    pipeline's (every such command builds a pipeline), ``--max-fallback-share`` and ``--ray``; it declares
+    ``settings: SettingsFlags`` and ``scheduling: SchedulingFlags`` instead of the flags."""
     scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
-    settings = with_settings(pipeline=True, extra=("max_fallback_share",))
+    settings = with_settings(pipeline=True, extra=("max_fallback_share", "ray"))
     return lambda func: scheduling(settings(func))
 
 
@@ -258,6 +261,19 @@ def with_flags(
         return command  # type: ignore[return-value]
 
     return decorate
+
+
+def check_ray() -> None:
+    """``--ray`` (``scale.ray_address``) without Ray installed: one line naming the extra, before anything
+    is written or loaded (Ray itself is imported only when the cluster is joined)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except ValueError:  # a module entry without a spec: not an importable Ray
+        found = False
+    if not found:
+        raise ConfigError("--ray needs Ray: pip install 'interleave-thinker[ray]'")
 
 
 def check_device(device: str | None, source: str = "--device") -> None:

@@ -26,7 +26,10 @@ from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.core.errors import RunFailedError
 
 if TYPE_CHECKING:
-    from interleave_thinker.runtime.scheduler import BatchSettings
+    from interleave_thinker.core.config import PipelineConfig
+    from interleave_thinker.runtime.cluster import ClusterRunner
+    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+    from interleave_thinker.runtime.store import RunStore
 
 console = Console(stderr=True)
 R = TypeVar("R")
@@ -118,6 +121,36 @@ def _with_progress(job: ScheduledJob[R], total: int, quiet: bool) -> R:
 
     with progress:
         return job.run(on_done)
+
+
+def scheduled_runner(
+    make_runner: Callable[[], BatchRunner], store: RunStore, settings: BatchSettings, cfg: PipelineConfig
+) -> BatchRunner | ClusterRunner:
+    """The runner of a command: ``make_runner()`` in this process, or with ``--ray`` (``scale.ray_address``)
+    one built by each worker of the cluster, the driver here (``ray`` imported only then)."""
+    address = cfg.scale.ray_address
+    if address is None:
+        return make_runner()
+    from interleave_thinker.runtime.cluster import ClusterRunner
+
+    specs = [cfg.planner, cfg.critic, cfg.generator, *([cfg.judge] if cfg.judge else [])]
+    runner = ClusterRunner(
+        make_runner,
+        store,
+        settings,
+        address=address,
+        specs=specs,
+        object_store_mb=cfg.scale.object_store_mb,
+        notice=cfg.notice,
+    )
+    shown = runner.dashboard or "none (the head node runs `ray[default]` for one)"
+    console.print(
+        f"Ray cluster {address}: {len(runner.slots)} workers on {len(runner.nodes)} nodes; dashboard {shown}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return runner
 
 
 @contextmanager

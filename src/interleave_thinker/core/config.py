@@ -21,6 +21,7 @@ from interleave_thinker.core.config_sections import (
     PromptOptions,
     RemoteOptions,
     RolePrices,
+    ScaleOptions,
 )
 from interleave_thinker.core.config_sections import (
     Section as _Section,
@@ -237,6 +238,7 @@ class PipelineConfig(_Section):
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
     eval: EvalOptions = Field(default_factory=EvalOptions)
+    scale: ScaleOptions = Field(default_factory=ScaleOptions)
 
     @field_serializer("planner", "critic", "generator", "judge", when_used="json")
     def _recorded_spec(self, spec: str | None) -> str | None:
@@ -322,6 +324,7 @@ __all__ = [
     "PromptOptions",
     "RemoteOptions",
     "RolePrices",
+    "ScaleOptions",
     "env_overrides",
     "format_validation_error",
     "load_yaml",

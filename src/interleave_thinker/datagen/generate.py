@@ -12,12 +12,13 @@ calls of a killed run are counted too.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.backends.protocols import VLMBackend
@@ -42,6 +43,9 @@ from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.reports import accumulate, write_reports
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
+
+if TYPE_CHECKING:
+    from interleave_thinker.runtime.cluster import ClusterRunner
 
 logger = logging.getLogger(__name__)
 SETTINGS_KEYS = ("planner", "critic", "generator", "judge", "loop", "generation")
@@ -109,11 +113,36 @@ def write_record(store: RunStore, request_id: str) -> None:
         )
 
 
+class TeacherRunner(BatchRunner):
+    """The teachers' runner of one process: its own usage ledger (the summary sums every ledger of the
+    folder), and the judge closed with the pipeline."""
+
+    def __init__(self, cfg: PipelineConfig, root: Path, settings: GenerateSettings) -> None:
+        self.ledger = UsageLedger.open(root)
+        pipe, self.judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.ledger.roles)
+        super().__init__(pipe, RunStore(root), settings.batch)
+        self.unusable = fallbacks_only  # nothing to train on is no success
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.judge_backend.close()  # type: ignore[attr-defined]
+
+
 class TeacherRun:
-    """One `data generate` invocation over a batch folder: open, run, write records and the summary."""
+    """One `data generate` invocation over a batch folder: open, run, write records and the summary.
+
+    ``build`` turns the runner's recipe into the runner (default: this process's; `--ray`: a cluster's)."""
 
     def __init__(
-        self, cfg: PipelineConfig, items: list[BatchItem], out: Path, source: str, settings: GenerateSettings
+        self,
+        cfg: PipelineConfig,
+        items: list[BatchItem],
+        out: Path,
+        source: str,
+        settings: GenerateSettings,
+        build: Callable[[Callable[[], BatchRunner], RunStore], BatchRunner | ClusterRunner] | None = None,
     ) -> None:
         self.cfg, self.items, self.settings = cfg, items, settings
         self.store = RunStore(out)
@@ -123,11 +152,8 @@ class TeacherRun:
             resume=settings.resume,
             accept_changed=settings.accept_changed,
         )
-        self.ledger = UsageLedger.open(self.store.root)
-        self.usage = self.ledger.roles
-        pipe, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.usage)
-        self.runner = BatchRunner(pipe, self.store, settings.batch)
-        self.runner.unusable = fallbacks_only  # nothing to train on is no success
+        make = functools.partial(TeacherRunner, cfg, self.store.root, settings)
+        self.runner = build(make, self.store) if build is not None else make()
         self.outcome: BatchOutcome | None = None
 
     def pending(self) -> int:
@@ -145,8 +171,7 @@ class TeacherRun:
         try:
             self.outcome = outcome = self.runner.run(self.items)
         finally:
-            self.runner.pipeline.close()
-            self._judge_backend.close()  # type: ignore[attr-defined]
+            self.runner.close()
         for item in self.items:
             write_record(self.store, item.id)
         return self._summary(outcome)

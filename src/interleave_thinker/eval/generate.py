@@ -35,6 +35,7 @@ from interleave_thinker.runtime.store import RunStore
 
 if TYPE_CHECKING:
     from interleave_thinker.eval.benchmark import Benchmark
+    from interleave_thinker.runtime.cluster import ClusterRunner
 
 logger = logging.getLogger(__name__)
 EVAL_MANIFEST = "eval.json"
@@ -112,14 +113,19 @@ def load_pipeline(run: GenerationRun) -> Pipeline:
     return base_pipeline(run.effective_config) if run.mode == "base" else Pipeline.from_config(run.config)
 
 
+def eval_runner(run: GenerationRun, root: Path, settings: BatchSettings) -> BatchRunner:
+    """The runner of one generation over the run store in ``root`` (a cluster worker builds its own)."""
+    return BatchRunner(load_pipeline(run), RunStore(root), settings)
+
+
 def execute(
     run: GenerationRun,
     store: RunStore,
-    pipeline: Pipeline,
-    settings: BatchSettings,
+    runner: BatchRunner | ClusterRunner,
     on_done: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every item not yet finished, write the official layout, and return the ``eval.json`` record."""
+    """Run every item not yet finished with ``runner`` (this process's, or a cluster's), write the
+    official layout, and return the ``eval.json`` record."""
     by_id = {item.id: item for item in run.items}
 
     def done(item_id: str, status: str) -> None:
@@ -132,11 +138,11 @@ def execute(
         if on_done is not None:
             on_done(item_id, status)
 
-    runner = BatchRunner(pipeline, store, settings, on_done=done)
+    runner.on_done = done
     try:
         outcome = runner.run(batch_items(run.items))
     finally:
-        runner.pipeline.close()
+        runner.close()
     return finish(run, store, outcome)
 
 

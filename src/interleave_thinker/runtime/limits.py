@@ -76,6 +76,31 @@ class BackendStats:
             self.failed += calls
             self.busy_s += seconds
 
+    def since(
+        self, mark: tuple[int, int, int, float, int]
+    ) -> tuple[dict[str, Any], tuple[int, int, int, float, int]]:
+        """What was recorded after ``mark`` (``(0, 0, 0, 0.0, 0)`` at first) and the mark of now: a cluster
+        worker sends these deltas with each finished request, so a lost node's calls are still counted."""
+        with self._lock:
+            now = (self.calls, self.failed, self.batches, self.busy_s, len(self.latencies))
+            delta = {
+                "calls": now[0] - mark[0],
+                "failed": now[1] - mark[1],
+                "batches": now[2] - mark[2],
+                "busy_s": now[3] - mark[3],
+                "latencies": self.latencies[mark[4] :],
+            }
+        return delta, now
+
+    def add(self, delta: dict[str, Any]) -> None:
+        """Count a delta of :meth:`since` (from another process) in."""
+        with self._lock:
+            self.calls += int(delta["calls"])
+            self.failed += int(delta["failed"])
+            self.batches += int(delta["batches"])
+            self.busy_s += float(delta["busy_s"])
+            self.latencies.extend(float(x) for x in delta["latencies"])
+
     def summary(self, wall: float) -> dict[str, Any]:
         return {
             "calls": self.calls,

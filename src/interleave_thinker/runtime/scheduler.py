@@ -24,10 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.backends.specs import is_local
 from interleave_thinker.backends.wrapping import declared_capacity
+from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.green import finish_loop, run_green
 from interleave_thinker.core.paths import write_atomic
@@ -117,6 +119,9 @@ class BatchOutcome:
     threads_peak: int = 0
     """The most threads this process had as a request ended (sampled then): a handful whatever the
     concurrency, since requests are greenlets, not threads."""
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """A cluster run's counts per node (``--ray``): workers, succeeded, failed, and requests reassigned
+    to other nodes after the node was lost; empty in one process."""
     stopped: str | None = None
     """Why this run ended past ``agents.max_fallback_share`` (stopped early, or over its requests at the
     end); None when it stayed within."""
@@ -183,6 +188,17 @@ class BatchRunner:
 
     def _run_one(self, item: BatchItem) -> str:
         """Run one request inside its failure boundary; record its status (and why it failed) in the journal."""
+        status, error = self.execute(item)
+        try:
+            self.store.mark(item.id, status, error)
+        except Exception as exc:  # e.g. a full disk: the run's summary still counts it
+            logger.error("journal line for %s not written: %s", one_line(item.id, 80), failure_reason(exc))
+        return status
+
+    def execute(self, item: BatchItem) -> tuple[str, str | None]:
+        """Run one request inside its failure boundary, journal aside: ``(status, why it failed)``.
+
+        A cluster worker calls this and its driver writes the journal line (one writer per batch)."""
         try:
             status, error = self._attempt(item)
         except Exception as exc:  # the failure boundary of one request
@@ -190,11 +206,11 @@ class BatchRunner:
             self._record_failure(item, error)
         if status == "failed":
             logger.warning("request %s failed: %s", one_line(item.id, 80), error)
-        try:
-            self.store.mark(item.id, status, error)
-        except Exception as exc:  # e.g. a full disk: the run's summary still counts it
-            logger.error("journal line for %s not written: %s", one_line(item.id, 80), failure_reason(exc))
-        return status
+        return status, error
+
+    def close(self) -> None:
+        """Close the backends (a served one's connections, a local model's threads)."""
+        self.pipeline.close()
 
     def _attempt(self, item: BatchItem) -> tuple[str, str | None]:
         if item.problem is not None:
@@ -235,10 +251,20 @@ class BatchRunner:
             logger.error("trace of %s not written: %s", one_line(item.id, 80), failure_reason(exc))
 
     def _restore_pages(self, item: BatchItem) -> None:
-        """Write the pages of a finished request again when a kill came before they were written."""
-        if item.problem is not None:
-            return
-        try:
-            restore_pages(self.store.request_dir(item.id), self.pipeline.config.notice)
-        except Exception as exc:
-            logger.warning("pages of %s not rebuilt: %s", one_line(item.id, 80), failure_reason(exc))
+        restore_finished(self.store, item, self.pipeline.config.notice)
+
+
+def restore_finished(store: RunStore, item: BatchItem, notice: str | None) -> None:
+    """Write the pages of a finished request again when a kill came before they were written."""
+    if item.problem is not None:
+        return
+    try:
+        restore_pages(store.request_dir(item.id), notice)
+    except Exception as exc:
+        logger.warning("pages of %s not rebuilt: %s", one_line(item.id, 80), failure_reason(exc))
+
+
+def batch_runner(cfg: PipelineConfig, out: Path, settings: BatchSettings) -> BatchRunner:
+    """The runner of `batch`: the pipeline of ``cfg`` over the run store in ``out`` (a cluster worker
+    builds its own with this)."""
+    return BatchRunner(Pipeline.from_config(cfg), RunStore(out), settings)
