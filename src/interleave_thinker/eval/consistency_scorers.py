@@ -72,7 +72,7 @@ def _sequence_row(scorer: OfflineScorer, outputs: Path, item_id: str, category: 
         {
             "pair": i + 1,
             "steps": [a[0], b[0]],
-            "images": [a[1].accepted_image, b[1].accepted_image],
+            "images": [a[2].name, b[2].name],  # the shown images (a repair's), as read
             "score": s,
         }
         for i, (a, b, s) in enumerate(zip(sequence.steps, sequence.steps[1:], scores, strict=False))
