@@ -115,7 +115,23 @@ def test_parser_survives_generated_replies(
 
 # -- issue 41, item 11: leniency no wider than the release's json_repair --------------------------------
 
-_GARBAGE = ["\x00", "\x01", "\x1f", "\ud800", "\udfff", "\ud83d\ude00", "ë", "ǳ", "é", " ", "\t", "x", "_", "1", "-"]
+_GARBAGE = [
+    "\x00",
+    "\x01",
+    "\x1f",
+    "\ud800",
+    "\udfff",
+    "\ud83d\ude00",
+    "ë",
+    "ǳ",
+    "é",
+    " ",
+    "\t",
+    "x",
+    "_",
+    "1",
+    "-",
+]
 _BOOLEANS = ["true", "false", "True", "False", "TRUE", "fAlSe"]
 
 
