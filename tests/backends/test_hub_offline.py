@@ -103,6 +103,7 @@ class _Hub(BaseHTTPRequestHandler):
     asked: ClassVar[list[str]] = []
     COMMIT: ClassVar[str] = "0123456789abcdef0123456789abcdef01234567"
     hostile: ClassVar[dict[str, str]] = {}
+    cdn_auth: ClassVar[list[str | None]] = []
     """Values a hostile hub sends instead of the true ones: ``sha``, ``etag``, ``commit`` (a file's header)."""
 
     def do_GET(self) -> None:
@@ -114,6 +115,16 @@ class _Hub(BaseHTTPRequestHandler):
     def _answer(self, *, head: bool) -> None:
         path, _, query = self.path.partition("?")
         self.asked.append(f"{self.command} {self.path}")
+        if path.startswith("/cdn/"):  # where the hub redirects large files: bytes only
+            repo, _, name = path.removeprefix("/cdn/").partition("/resolve/")
+            self.cdn_auth.append(self.headers.get("authorization"))
+            data = self.files.get(repo, {}).get(name.partition("/")[2])
+            self._send(200, data or b"", {"etag": '"cdn-etag"'}, head=head)
+            return
+        if "/resolve/" in path and self.hostile.get("redirect"):
+            headers = {"x-repo-commit": self.COMMIT, "x-linked-etag": '"' + "b" * 64 + '"'}
+            self._send(302, b"", {**headers, "location": "/cdn" + path}, head=head)
+            return
         if "/resolve/" in path:
             repo, _, rest = path.lstrip("/").partition("/resolve/")
             data = self.files.get(repo, {}).get(rest.partition("/")[2])
@@ -158,7 +169,7 @@ class _Hub(BaseHTTPRequestHandler):
 def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_Hub]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Hub.repos, _Hub.files, _Hub.asked, _Hub.hostile = {}, {}, [], {}
+    _Hub.repos, _Hub.files, _Hub.asked, _Hub.hostile, _Hub.cdn_auth = {}, {}, [], {}, []
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -332,3 +343,23 @@ def test_a_hostile_hub_writes_nothing_outside_the_cache_nor_past_the_announced_s
     cache = tmp_path / "hf" / "hub"
     stored = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
     assert stored == []  # nothing kept: neither the file nor a temporary part of it
+
+
+def test_a_redirected_file_is_named_by_the_hub_and_fetched_without_the_token(
+    fake_hub: type[_Hub], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's own answer names the blob (``X-Linked-Etag``); the bytes come from where it redirects,
+    and the user's token is not sent there."""
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    fake_hub.hostile = {"redirect": "1"}
+    fake_hub.files["org/lfs"] = {"model.safetensors": b"w" * 5_000}
+    fake_hub.repos["org/lfs"] = {
+        "id": "org/lfs",
+        "gated": False,
+        "siblings": [{"rfilename": "model.safetensors", "size": 5_000}],
+    }
+    hub.ensure_available("org/lfs")
+    repo = tmp_path / "hf" / "hub" / "models--org--lfs"
+    assert (repo / "snapshots" / _Hub.COMMIT / "model.safetensors").read_bytes() == b"w" * 5_000
+    assert [p.name for p in (repo / "blobs").iterdir()] == ["b" * 64]
+    assert fake_hub.cdn_auth == [None]
