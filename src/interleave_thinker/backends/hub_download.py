@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 from interleave_thinker.core.errors import ModelNotFoundError
+from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.redact import redact_credentials
 
 CONNECT_SECONDS = 10.0
@@ -159,7 +160,7 @@ def _fetch(
         _link(blob, target)
     refs = repo_dir / "refs"
     refs.mkdir(parents=True, exist_ok=True)
-    (refs / "main").write_text(commit)
+    write_atomic(refs / "main", commit)  # renamed over whatever is there, never written through a link
 
 
 def _store_from(url: Any, blob: Path, announced: int, name: str, progress: Any) -> None:
