@@ -179,7 +179,7 @@ class _CountingText(str):
 
     scanned = 0
 
-    def count(self, sub: str, start: Any = None, end: Any = None) -> int:  # type: ignore[override]
+    def count(self, sub: str, start: Any = None, end: Any = None) -> int:
         _CountingText.scanned += len(self[start:end])
         return super().count(sub, start, end)
 
