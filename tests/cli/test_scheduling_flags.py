@@ -26,6 +26,7 @@ SCHEDULING = {
     "retry_failed": True,
     "quiet": False,
     "fresh": False,
+    "accept_changed_input": False,
 }
 """Every scheduling flag and its default, as the commands took them before they shared one declaration."""
 

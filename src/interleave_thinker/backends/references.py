@@ -75,7 +75,12 @@ def file_name(index: int) -> str:
 
 def check_request(name: str, cap: int, request: ImageRequest) -> None:
     """:class:`ConfigError` when ``request`` carries more references than the backend ``name`` takes."""
-    count = len(request.references)
+    check_reference_count(name, cap, len(request.references))
+
+
+def check_reference_count(name: str, cap: int, count: int) -> None:
+    """:class:`ConfigError` when ``count`` references are more than the backend ``name`` takes: a server
+    checks this before it decodes them."""
     if count > cap:
         taken = f"at most {cap} reference images" if cap else "no reference images"
         raise ConfigError(

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, close_run, run_scheduled
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def batch(
         f"({outcome.skipped} already finished) in {outcome.wall_s:.1f}s"
     )
     typer.echo(str(out / "report.html"))
+    close_run(summary, outcome.stopped)
 
 
 class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
@@ -84,9 +85,11 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         self.runner: BatchRunner | None = None
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
+        from interleave_thinker.runtime.batch_inputs import batch_manifest
+
         record = {k: self.cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
-        manifest = {"input": self.source, "ids": [i.id for i in self.items], "settings": record}
-        self.store.open(manifest, resume=resume)
+        manifest = batch_manifest(self.source, self.items, record)
+        self.store.open(manifest, resume=resume, accept_changed=self.accept_changed)
         return None  # a batch loads its models even when nothing is left: its outputs need the run's figures
 
     def load(self, settings: BatchSettings) -> None:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, close_run, run_scheduled
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
@@ -59,6 +59,8 @@ def generate(
     summary, skipped = run_scheduled(out, len(items), scheduling, job)
     _report(summary, skipped)
     typer.echo(str(out / "summary.json"))
+    outcome = job.teachers.outcome if job.teachers is not None else None
+    close_run(summary, outcome.stopped if outcome is not None else None)
 
 
 def _report(summary: dict[str, Any], skipped: int) -> None:
@@ -99,7 +101,12 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     def _settings(self, settings: BatchSettings) -> GenerateSettings:
         from interleave_thinker.datagen.generate import GenerateSettings
 
-        return GenerateSettings(settings, resume=self.resume, judge_max_new_tokens=self.judge_tokens)
+        return GenerateSettings(
+            settings,
+            resume=self.resume,
+            judge_max_new_tokens=self.judge_tokens,
+            accept_changed=self.accept_changed,
+        )
 
     def pending(self) -> int:
         assert self.teachers is not None

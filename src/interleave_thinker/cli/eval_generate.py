@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import ScheduledJob, close_run, run_scheduled
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
@@ -79,6 +79,7 @@ def generate_locked(run: GenerationRun, scheduling: SchedulingFlags) -> dict[str
     finished run writes its layout again and loads no model); say what has an output."""
     record = run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
     say_generated(record)
+    close_run(record, record.get("stopped"))
     return record
 
 
@@ -116,7 +117,10 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         from interleave_thinker.eval.generate import open_store, unfinished
 
-        self.store, self.retry_failed = open_store(self.gen, resume=resume), retry_failed
+        self.store, self.retry_failed = (
+            open_store(self.gen, resume=resume, accept_changed=self.accept_changed),
+            retry_failed,
+        )
         return unfinished(self.gen, self.store, retry_failed=retry_failed)
 
     def finish_unloaded(self) -> dict[str, Any] | None:

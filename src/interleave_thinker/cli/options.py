@@ -51,6 +51,13 @@ SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
     "retry_failed": flag(
         bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
     ),
+    "accept_changed_input": flag(
+        bool,
+        False,
+        "When resuming, run again the requests whose prompt, images or task changed in the input (their "
+        "earlier outputs move to <out>.old-<time>) instead of refusing.",
+        "--accept-changed-input",
+    ),
     "quiet": flag(bool, False, "Log lines instead of a progress bar."),
     "fresh": flag(
         bool,
@@ -96,6 +103,7 @@ PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
     "max_attempts": setting_flag("loop.max_attempts"),
     "seed": setting_flag("loop.seed_base"),
     **{name: setting_flag(f"loop.{name}") for name in LOOP_FLAGS},
+    "select_best_judge": setting_flag("judge"),  # not --judge: on `eval run` that names the scoring judge
 }
 """Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
 
@@ -144,6 +152,7 @@ class SchedulingFlags:
     limit: int | None = None
     resume: bool = True
     retry_failed: bool = True
+    accept_changed_input: bool = False
     quiet: bool = False
     fresh: bool = False
 
@@ -195,28 +204,30 @@ EXTRA_KEYS: dict[str, tuple[str, Any]] = {
     "dtype": ("model.dtype", DtypeOption),
     "base_url": ("prompts.base_url", None),
     "folder": ("prompts.folder", None),
+    "max_fallback_share": setting_flag("agents.max_fallback_share"),
 }
 """Settings flags only some commands take, passed to :meth:`SettingsFlags.resolve` by name."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
-    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags) to a command.
+def with_settings(*, pipeline: bool = False, extra: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags, and the flags of
+    :data:`EXTRA_KEYS` named in ``extra``) to a command.
 
     The command declares a ``settings: SettingsFlags`` parameter instead of the flags themselves.
     """
-    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {})}
+    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {}), **{k: EXTRA_KEYS[k] for k in extra}}
     declarations = {name: (declaration, None) for name, (_, declaration) in flags.items()}
     return with_flags(declarations, "settings", lambda given: SettingsFlags(given, pipeline=pipeline))
 
 
 def with_scheduling_flags() -> Callable[[F], F]:
     """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
-    pipeline's (every such command builds a pipeline); it declares ``settings: SettingsFlags`` and
+    pipeline's (every such command builds a pipeline) and ``--max-fallback-share``; it declares ``settings: SettingsFlags`` and
     ``scheduling: SchedulingFlags`` instead of the flags."""
     scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
-    settings = with_settings(pipeline=True)
+    settings = with_settings(pipeline=True, extra=("max_fallback_share",))
     return lambda func: scheduling(settings(func))
 
 

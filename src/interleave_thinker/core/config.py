@@ -76,6 +76,15 @@ class AgentOptions(_Section):
         description="With agents.decoding greedy: sampling temperature of retries after an unparsable reply "
         "(greedy would repeat itself).",
     )
+    max_fallback_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of one role's judgements (critic verdicts, judge scores, rankings, "
+        "reviews) that may fail, unparsable or unanswered, before `batch`, `data generate` or "
+        "`eval generate` stops (checked once a role has 10, and at the end); finished requests are kept and "
+        "the same command continues them. 1 never stops.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -244,8 +253,8 @@ class PipelineConfig(_Section):
                 )
         if self.loop.select_best == "judge" and not self.judge:
             raise ValueError(
-                "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (--judge "
-                "SPEC) or choose loop.select_best 'critic'"
+                "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (flag "
+                "--select-best-judge SPEC) or choose loop.select_best 'critic'"
             )
         return self
 

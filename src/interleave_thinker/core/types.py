@@ -228,6 +228,23 @@ class RepairRecord(_Model):
     complete: bool = False
 
 
+FallbackRole = Literal["planner", "critic", "judge", "ranking", "review", "generator"]
+FallbackKind = Literal[
+    "forced", "unparsable", "unreachable", "selection_failed", "review_failed", "judgement_failed"
+]
+
+
+class Fallback(_Model):
+    """One place where the run went on without what it asked for (``runtime/fallbacks.py`` names them):
+    which role, what it did instead (``kind``), at which step (None: the whole request) and the error's
+    first line."""
+
+    role: FallbackRole
+    kind: FallbackKind
+    step: int | None = None
+    error: str = ""
+
+
 class Trace(_OmitsAbsent):
     """Everything that happened in one request, enough to audit, resume or build training data."""
 
@@ -245,6 +262,12 @@ class Trace(_OmitsAbsent):
     status: Literal["running", "succeeded", "failed"] = "running"
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    fallbacks: list[Fallback] = Field(
+        default_factory=list,
+        exclude_if=lambda events: not events,
+        description="What the request went on without (read from the trace when it closes, "
+        "``runtime/fallbacks.py``); left out of the JSON when none.",
+    )
     duration_s: float = 0.0
     repair: RepairRecord | None = Field(
         default=None, description="The sequence review and its repairs (absent when loop.repair_budget is 0)."

@@ -35,8 +35,9 @@ from interleave_thinker.core.run_folder import SUMMARY, TRACE_FILE, read_trace
 from interleave_thinker.datagen.execution_record import write_execution_record
 from interleave_thinker.datagen.generate_usage import MeteredImage, MeteredVLM, Usage, estimate_cost
 from interleave_thinker.datagen.usage_ledger import UsageLedger, recorded_usage
-from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.batch_inputs import BatchItem, batch_manifest
 from interleave_thinker.runtime.failures import failure_reason, one_line
+from interleave_thinker.runtime.fallbacks import fallbacks_only
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.reports import accumulate, write_reports
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
@@ -55,6 +56,8 @@ class GenerateSettings:
     batch: BatchSettings = field(default_factory=BatchSettings)
     resume: bool = True
     judge_max_new_tokens: int = 1024
+    accept_changed: bool = False
+    """Run again a request whose input changed since the batch started, instead of refusing the resume."""
 
 
 def check_judge(cfg: PipelineConfig) -> str:
@@ -116,12 +119,15 @@ class TeacherRun:
         self.store = RunStore(out)
         record = {k: cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
         self.store.open(
-            {"input": source, "ids": [i.id for i in items], "settings": record}, resume=settings.resume
+            batch_manifest(source, items, record),
+            resume=settings.resume,
+            accept_changed=settings.accept_changed,
         )
         self.ledger = UsageLedger.open(self.store.root)
         self.usage = self.ledger.roles
         pipe, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.usage)
         self.runner = BatchRunner(pipe, self.store, settings.batch)
+        self.runner.unusable = fallbacks_only  # nothing to train on is no success
         self.outcome: BatchOutcome | None = None
 
     def pending(self) -> int:

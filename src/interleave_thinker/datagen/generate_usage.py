@@ -28,7 +28,8 @@ from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
 ROLES = ("planner", "critic", "judge", "generator")
-COUNTS = ("calls", "input_tokens", "output_tokens", "images_in", "images_out")
+COUNTS = ("calls", "failed", "input_tokens", "output_tokens", "images_in", "images_out")
+"""``failed``: the calls among ``calls`` that got no reply (an error, a refused connection), never an answer."""
 
 
 @dataclass
@@ -101,6 +102,9 @@ class MeteredVLM(VLMWrapper):
         self.usage.add(calls=1, images_in=_images_in(messages))
         try:
             return self.forward_chat(messages, max_new_tokens, temperature, seed)
+        except Exception:
+            self.usage.add(failed=1)
+            raise
         finally:
             tokens = reply_tokens(self.inner)
             if any(tokens.values()):
@@ -116,7 +120,11 @@ class MeteredImage(Wrapper, ImageBatchMixin):
 
     def generate(self, request: ImageRequest) -> Image.Image:
         self.usage.add(calls=1, images_in=int(request.image is not None))
-        image = self.inner.generate(request)
+        try:
+            image = self.inner.generate(request)
+        except Exception:
+            self.usage.add(failed=1)
+            raise
         self.usage.add(images_out=1)
         return image
 
@@ -160,8 +168,10 @@ def usage_lines(usage: dict[str, dict[str, int]], cost: dict[str, Any] | None) -
         c = usage.get(role)
         if c is None:
             continue
+        failed = c.get("failed", 0)
         line = (
-            f"{role}: {c['calls']} calls, {c['input_tokens']} input / {c['output_tokens']} output tokens, "
+            f"{role}: {c['calls']} calls" + (f" ({failed} failed, no reply)" if failed else "") + ", "
+            f"{c['input_tokens']} input / {c['output_tokens']} output tokens, "
             f"{c['images_in']} images in, {c['images_out']} out"
         )
         if cost is not None:

@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HTML
 from interleave_thinker.core.types import Trace
+from interleave_thinker.runtime.fallbacks import FALLBACK_WARNING
 from interleave_thinker.runtime.file_writes import off_loop
 from interleave_thinker.runtime.repair import shown_steps
 
@@ -42,6 +43,8 @@ def notices(trace: Trace, notice: str | None = None) -> list[str]:
         found.append(
             "The planner gave no valid plan, so the request ran as a single step (planner fallback)."
         )
+    # forced steps, failed selections, reviews and judgements: the page says what the run went on without
+    found.extend(w for w in trace.warnings if w.startswith(FALLBACK_WARNING))
     if trace.templates is not None and trace.templates.kind != "released":
         found.append(
             f"Prompt templates: {trace.templates.kind} ({trace.templates.origin}), not the released ones."

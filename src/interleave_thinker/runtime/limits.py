@@ -49,6 +49,8 @@ class BackendStats:
     role: str
     limit: int
     calls: int = 0
+    failed: int = 0
+    """Calls among ``calls`` that raised (no reply, an error): counted apart, never as answers."""
     batches: int = 0
     busy_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
@@ -61,9 +63,16 @@ class BackendStats:
             self.busy_s += seconds
             self.latencies.extend([seconds] * calls)
 
+    def record_failure(self, seconds: float, calls: int = 1) -> None:
+        with self._lock:
+            self.calls += calls
+            self.failed += calls
+            self.busy_s += seconds
+
     def summary(self, wall: float) -> dict[str, Any]:
         return {
             "calls": self.calls,
+            "failed": self.failed,
             "batched_calls": self.batches,
             "limit": self.limit,
             **latency_percentiles(self.latencies, "latency_"),
@@ -156,7 +165,11 @@ class _Limited(Wrapper):
         """One call within a slot, timed; a blocking one off the event loop (see the module doc)."""
         with self._slots:
             start = time.perf_counter()
-            result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
+            try:
+                result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
+            except Exception:
+                self.stats.record_failure(time.perf_counter() - start)
+                raise
             self.stats.record(time.perf_counter() - start)
         return result
 
@@ -170,7 +183,11 @@ class _Limited(Wrapper):
 
     def _timed_batch(self, fn: Callable[[], list[Any]], calls: int) -> list[Any]:
         start = time.perf_counter()
-        results = fn()
+        try:
+            results = fn()
+        except Exception:
+            self.stats.record_failure(time.perf_counter() - start, calls)
+            raise
         self.stats.record(time.perf_counter() - start, calls)
         return results
 

@@ -39,6 +39,7 @@ from interleave_thinker.runtime.call_overrides import (
 )
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import note_backend_errors
+from interleave_thinker.runtime.fallbacks import note_fallbacks
 from interleave_thinker.runtime.input_images import InputImages, open_image_file, read_input_images
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
@@ -157,6 +158,14 @@ class Pipeline:
         store = config.prompts.store()
         check_specs(config)  # every spec's kind, before a model (or a tiny-model build) is loaded
         templates = store.load()
+        if (
+            store.fallback_reason is not None and config.preset != "tiny"
+        ):  # the tiny agents learnt the built-in ones
+            logger.warning(
+                "Released prompt templates unavailable (%s); the agents get interleave-thinker's built-in "
+                "templates. Run `interleave-thinker prompts download` or set prompts.folder.",
+                store.fallback_reason,
+            )
         options = BackendOptions.from_config(config)
         planner = load_vlm_backend(config.planner, options, role="planner")
         critic = (
@@ -282,10 +291,12 @@ class Pipeline:
         loop.run(recorder, input_images, recorder.trace.input_images)
 
     def _close_trace(self, recorder: RunRecorder, start: float) -> None:
-        """Add this run's time (a resumed run adds to the earlier ones'), count backend errors, write the trace."""
+        """Add this run's time (a resumed run adds to the earlier ones'), count backend errors and fallbacks, write
+        the trace."""
         trace = recorder.trace
         trace.duration_s = round(trace.duration_s + time.perf_counter() - start, 3)
         note_backend_errors(trace)
+        note_fallbacks(trace)
         recorder.checkpoint()
 
     def _write_pages(self, recorder: RunRecorder, *, only_missing: bool = False) -> None:

@@ -14,6 +14,7 @@ from interleave_thinker.core.stats import latency_percentiles
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.documents import page_templates
 from interleave_thinker.runtime.failures import backend_errors
+from interleave_thinker.runtime.fallbacks import fallback_counts
 
 _WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
 """The input location that starts a failed request's error (``in.jsonl:3: ``), left out when grouping."""
@@ -115,6 +116,7 @@ def summarize(
             ),
         },
         "backend_errors": _backend_errors(traces),
+        "fallbacks": fallback_counts(traces.values()),
         "backends": backends or {},
         "wall_s": round(wall_s, 3) if wall_s is not None else None,
         "failure_reasons": dict(failures.most_common(20)),
@@ -151,8 +153,9 @@ def accumulate(previous: dict[str, Any] | None, backends: dict[str, Any], wall_s
         for role, figures in (run.get("backends") or {}).items():
             merged = total.setdefault(role, {})
             calls = merged.get("calls", 0) + figures.get("calls", 0)
+            failed = merged.get("failed", 0) + figures.get("failed", 0)
             batched = merged.get("batched_calls", 0) + figures.get("batched_calls", 0)
-            merged.update(figures, calls=calls, batched_calls=batched)
+            merged.update(figures, calls=calls, failed=failed, batched_calls=batched)
     return {"runs": runs, "wall_s": sum(r.get("wall_s") or 0.0 for r in runs), "backends": total}
 
 

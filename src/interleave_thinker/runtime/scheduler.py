@@ -12,7 +12,8 @@ worth of threads), so the loop never stops for a model.
 
 Each request is one failure boundary: whatever it raises (a reply that cannot be stored, a full disk,
 a bug), that request is recorded as failed with a one-line reason and the batch goes on. A resumed
-batch runs failed requests again unless told to keep them (``retry_failed``).
+batch runs failed requests again unless told to keep them (``retry_failed``), and succeeded ones whose
+files on disk fail the store's check.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.green import finish_loop, run_green
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import TRACE_FILE, read_trace, trace_json
+from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import failure_reason, one_line
+from interleave_thinker.runtime.fallbacks import FallbackBound
 from interleave_thinker.runtime.limits import BackendStats, LimitedImage, LimitedVLM
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.resume import pending, reopen_if_journaled_failed, restore_pages
@@ -106,6 +109,9 @@ class BatchOutcome:
     threads_peak: int = 0
     """The most threads this process had as a request ended (sampled then): a handful whatever the
     concurrency, since requests are greenlets, not threads."""
+    stopped: str | None = None
+    """Why this run ended past ``agents.max_fallback_share`` (stopped early, or over its requests at the
+    end); None when it stayed within."""
 
 
 class BatchRunner:
@@ -120,6 +126,9 @@ class BatchRunner:
         self.store = store
         self.settings = settings
         self.on_done = on_done or (lambda request_id, status: None)
+        self.bound = FallbackBound(pipeline.config.agents.max_fallback_share)
+        self.unusable: Callable[[Trace], str | None] | None = None
+        """A rule that fails a request the pipeline called succeeded (`data generate`: fallbacks only)."""
 
     def run(self, items: list[BatchItem]) -> BatchOutcome:
         return asyncio.run(self.arun(items))
@@ -141,6 +150,8 @@ class BatchRunner:
 
         async def one(item: BatchItem) -> None:
             async with slots:
+                if self.bound.stopped is not None:
+                    return  # not started: left in the journal's to-do for the next run
                 try:
                     status = await run_green(self._run_one, item)
                 except Exception as exc:  # _run_one's own guard failed: still only this request
@@ -158,7 +169,9 @@ class BatchRunner:
         finally:
             await finish_loop()  # the served backends' connections opened on this loop
         wall = time.perf_counter() - start
-        return BatchOutcome(finished, len(items) - len(todo), wall, self.stats, max(threads))
+        outcome = BatchOutcome(finished, len(items) - len(todo), wall, self.stats, max(threads))
+        outcome.stopped = self.bound.final()
+        return outcome
 
     def _run_one(self, item: BatchItem) -> str:
         """Run one request inside its failure boundary; record its status (and why it failed) in the journal."""
@@ -179,13 +192,20 @@ class BatchRunner:
         if item.problem is not None:
             return "failed", item.problem
         out = self.store.request_dir(item.id)
-        reopen_if_journaled_failed(out, self.store.status(item.id))
+        entry = self.store.entry(item.id) or {}
+        reopen_if_journaled_failed(out, entry.get("status"), self.store.damage(item.id), entry.get("error"))
         try:
             result = self.pipeline(
                 item.prompt, list(item.images), out_dir=out, request_id=item.id, task=item.task, resume=True
             )
         except PlanningError as exc:
             return "failed", one_line(str(exc))
+        self.bound.add(result.trace)
+        reason = self.unusable(result.trace) if self.unusable and result.trace.status == "succeeded" else None
+        if reason is not None:
+            result.trace.status, result.trace.error = "failed", reason
+            write_atomic(out / TRACE_FILE, trace_json(result.trace))
+            write_documents(result.trace, out)
         return result.trace.status, result.trace.error
 
     def _record_failure(self, item: BatchItem, reason: str) -> None:
