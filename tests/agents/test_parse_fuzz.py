@@ -111,3 +111,60 @@ def test_parser_survives_generated_replies(
     assert tally.unwritable == [], tally.unwritable[:5]
     assert still_slow == [], still_slow[:5]
     assert tally.accepted > 500 and tally.rejected > 500  # the generator exercises both outcomes
+
+
+# -- issue 41, item 11: leniency no wider than the release's json_repair --------------------------------
+
+_GARBAGE = [
+    "\x00",
+    "\x01",
+    "\x1f",
+    "\ud800",
+    "\udfff",
+    "\ud83d\ude00",
+    "ë",
+    "ǳ",
+    "é",
+    " ",
+    "\t",
+    "x",
+    "_",
+    "1",
+    "-",
+]
+_BOOLEANS = ["true", "false", "True", "False", "TRUE", "fAlSe"]
+
+
+def _mangled(rng: random.Random) -> str:
+    """A boolean with garbage put inside it, before or after it (one to three pieces)."""
+    word = rng.choice(_BOOLEANS)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randint(0, len(word))
+        word = word[:at] + rng.choice(_GARBAGE) + word[at:]
+    return word
+
+
+def test_a_boolean_is_read_only_where_json_repair_reads_the_same_boolean() -> None:
+    """Every mangled ``previous_step_success`` the critic's reader accepts, json_repair (0.64.4, the release's
+    reader; a test dependency only) reads as the same bool; the issue's two cases and a cut by a control
+    character are refused. A value json_repair keeps as a string is never a verdict."""
+    json_repair = pytest.importorskip("json_repair")
+    rng = random.Random(SEED)
+    cases = ["t\ud800ëue", "trueǳ", "tr\x00ue", "fal\x01se", "true\x00", *(_mangled(rng) for _ in range(800))]
+    disagree, accepted = [], 0
+    for word in cases:
+        answer = "{'previous_step_success': " + word + ", 'refine_prompt': 'redo'}"
+        repaired = json_repair.loads(answer)
+        theirs = repaired.get("previous_step_success") if isinstance(repaired, dict) else None
+        try:
+            ours: bool | None = parse_verdict(f"<answer>{answer}</answer>").success
+        except ParseError:
+            continue
+        accepted += 1
+        if not (isinstance(theirs, bool) and theirs is ours):
+            disagree.append((word, ours, theirs))
+    assert disagree == []
+    for word in ("t\ud800ëue", "trueǳ", "tr\x00ue", "fal\x01se", "true\x00"):
+        with pytest.raises(ParseError):
+            parse_verdict("<answer>{'previous_step_success': " + word + ", 'refine_prompt': 'redo'}</answer>")
+    assert accepted > 0  # the table is not all refusals: the well-formed ones among them still read

@@ -102,6 +102,9 @@ class _Hub(BaseHTTPRequestHandler):
     files: ClassVar[dict[str, dict[str, bytes]]] = {}
     asked: ClassVar[list[str]] = []
     COMMIT: ClassVar[str] = "0123456789abcdef0123456789abcdef01234567"
+    hostile: ClassVar[dict[str, str]] = {}
+    cdn_auth: ClassVar[list[str | None]] = []
+    """Values a hostile hub sends instead of the true ones: ``sha``, ``etag``, ``commit`` (a file's header)."""
 
     def do_GET(self) -> None:
         self._answer(head=False)
@@ -112,10 +115,24 @@ class _Hub(BaseHTTPRequestHandler):
     def _answer(self, *, head: bool) -> None:
         path, _, query = self.path.partition("?")
         self.asked.append(f"{self.command} {self.path}")
+        if path.startswith("/cdn/"):  # where the hub redirects large files: bytes only
+            repo, _, name = path.removeprefix("/cdn/").partition("/resolve/")
+            self.cdn_auth.append(self.headers.get("authorization"))
+            data = self.files.get(repo, {}).get(name.partition("/")[2])
+            self._send(200, data or b"", {"etag": '"cdn-etag"'}, head=head)
+            return
+        if "/resolve/" in path and self.hostile.get("redirect"):
+            headers = {"x-repo-commit": self.COMMIT, "x-linked-etag": '"' + "b" * 64 + '"'}
+            self._send(302, b"", {**headers, "location": "/cdn" + path}, head=head)
+            return
         if "/resolve/" in path:
             repo, _, rest = path.lstrip("/").partition("/resolve/")
             data = self.files.get(repo, {}).get(rest.partition("/")[2])
-            headers = {"x-repo-commit": self.COMMIT, "etag": f'"{hash(data)}"'} if data is not None else {}
+            headers = {
+                "x-repo-commit": self.hostile.get("commit", self.COMMIT),
+                "etag": self.hostile.get("etag", f'"{hash(data)}"'),
+            }
+            headers = headers if data is not None else {}
             self._send(200 if data is not None else 404, data or b"", headers, head=head)
             return
         if "/tree/" in path:
@@ -130,7 +147,8 @@ class _Hub(BaseHTTPRequestHandler):
         repo, _, revision = path.removeprefix("/api/models/").partition("/revision/")
         info = self.repos.get(repo)
         ok = info is not None and ("blobs=true" in query or bool(revision))
-        reply = {**info, "sha": self.COMMIT} if ok and info is not None else {"error": "Repository not found"}
+        sha = self.hostile.get("sha", self.COMMIT)
+        reply = {**info, "sha": sha} if ok and info is not None else {"error": "Repository not found"}
         self._send(
             200 if ok else 404, json.dumps(reply).encode(), {"content-type": "application/json"}, head=head
         )
@@ -151,7 +169,7 @@ class _Hub(BaseHTTPRequestHandler):
 def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_Hub]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Hub.repos, _Hub.files, _Hub.asked = {}, {}, []
+    _Hub.repos, _Hub.files, _Hub.asked, _Hub.hostile, _Hub.cdn_auth = {}, {}, [], {}, []
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("INTERLEAVE_THINKER_OFFLINE")
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -284,3 +302,64 @@ def test_our_offline_switch_keeps_dataset_loads_off_the_network(
         load_ueval("hf:org/not-cached:test")
     assert fake_hub.asked == []
     assert (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE) == (False, False)  # put back after
+
+
+@pytest.mark.parametrize(
+    ("hostile", "name", "announced", "refusal"),
+    [
+        ({"sha": "../../../../escaped"}, "config.json", None, "commit"),
+        ({"sha": "0123456789abcdef0123456789abcdef01234567/../../../escaped"}, "config.json", None, "commit"),
+        ({}, "../../../../../escaped.json", None, "leaves the snapshot"),
+        ({}, "/tmp/escaped.json", None, "leaves the snapshot"),
+        ({}, "sub/./../../../../../escaped.json", None, "leaves the snapshot"),
+        ({"etag": '"../../../../escaped"'}, "config.json", None, "ETag"),
+        ({"etag": '"/tmp/escaped"'}, "config.json", None, "ETag"),
+        ({"commit": "../../../escaped"}, "config.json", None, "from the commit"),
+        ({}, "config.json", 29, "more than the 29 bytes"),
+    ],
+)
+def test_a_hostile_hub_writes_nothing_outside_the_cache_nor_past_the_announced_size(
+    fake_hub: type[_Hub],
+    tmp_path: Path,
+    hostile: dict[str, str],
+    name: str,
+    announced: int | None,
+    refusal: str,
+) -> None:
+    """Issue 41, item 2: a crafted commit, file name or ETag is refused before anything is written, and a
+    file longer than announced is cut at the announced size and not kept (no blob, no temporary file)."""
+    data = b"x" * 1_000_000 if announced else b"{}"
+    fake_hub.hostile = hostile
+    fake_hub.files["org/evil"] = {name.lstrip("/"): data, name: data}
+    fake_hub.repos["org/evil"] = {
+        "id": "org/evil",
+        "gated": False,
+        "siblings": [{"rfilename": name, "size": announced or len(data)}],
+    }
+    with pytest.raises(ModelNotFoundError, match=f"Downloading org/evil stopped .*{refusal}"):
+        hub.ensure_available("org/evil")
+    escaped = [p for p in tmp_path.parent.rglob("escaped*")] + list(Path("/tmp").glob("escaped*"))
+    assert escaped == []
+    cache = tmp_path / "hf" / "hub"
+    stored = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
+    assert stored == []  # nothing kept: neither the file nor a temporary part of it
+
+
+def test_a_redirected_file_is_named_by_the_hub_and_fetched_without_the_token(
+    fake_hub: type[_Hub], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's own answer names the blob (``X-Linked-Etag``); the bytes come from where it redirects,
+    and the user's token is not sent there."""
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    fake_hub.hostile = {"redirect": "1"}
+    fake_hub.files["org/lfs"] = {"model.safetensors": b"w" * 5_000}
+    fake_hub.repos["org/lfs"] = {
+        "id": "org/lfs",
+        "gated": False,
+        "siblings": [{"rfilename": "model.safetensors", "size": 5_000}],
+    }
+    hub.ensure_available("org/lfs")
+    repo = tmp_path / "hf" / "hub" / "models--org--lfs"
+    assert (repo / "snapshots" / _Hub.COMMIT / "model.safetensors").read_bytes() == b"w" * 5_000
+    assert [p.name for p in (repo / "blobs").iterdir()] == ["b" * 64]
+    assert fake_hub.cdn_auth == [None]

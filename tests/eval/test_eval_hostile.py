@@ -352,3 +352,30 @@ def test_score_and_generate_out_folders_are_locked(tmp_path: Path) -> None:
             result.exception
         )
         assert sorted(os.listdir(out)) == [".lock"]
+
+
+@pytest.mark.parametrize("planted", ["scores.jsonl", "replies.jsonl", "judge_cache", "hard:scores.jsonl"])
+def test_score_never_appends_through_a_link_planted_in_its_out(tmp_path: Path, planted: str) -> None:
+    """Issue 41, item 3: a symbolic link (or a hard link) planted at ``scores.jsonl``, ``replies.jsonl`` or
+    ``judge_cache/`` in ``--out`` is refused with a message naming it; the file outside is unchanged."""
+    data = _wise_data(tmp_path, [1])
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    (outputs / "1.png").write_bytes(_png(RED))
+    out = outputs / "scores-wise"  # the default --out: inside the folder being scored
+    out.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.jsonl"
+    victim.write_text("precious\n", encoding="utf-8")
+    name = planted.removeprefix("hard:")
+    if planted.startswith("hard:"):
+        os.link(victim, out / name)
+    elif name == "judge_cache":
+        (out / name).symlink_to(outside, target_is_directory=True)
+    else:
+        (out / name).symlink_to(victim)
+    with judge_server(_by_colour) as server, pytest.raises(InputError, match=name):
+        run_score(_options("wise", outputs, data, f"openai:{server.url}#j", out))
+    assert victim.read_text(encoding="utf-8") == "precious\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.jsonl"]

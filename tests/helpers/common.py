@@ -61,3 +61,19 @@ def run_cli(
     return subprocess.run(
         cli_command(*words.split(), *args), capture_output=True, text=True, cwd=cwd, timeout=timeout
     )
+
+
+SERVED_PIXEL_TOLERANCE = 1
+"""How far a served generator's pixel may be from the local run's (levels of 0-255, per channel), and in
+at most :data:`SERVED_DIFFERING_SHARE` of the bytes: docs/serving.md#numerics (issue 41, item 12)."""
+SERVED_DIFFERING_SHARE = 0.01
+
+
+def assert_served_pixels(local: Any, served: Any, name: str = "") -> None:
+    """``served`` (a PIL image) is ``local`` as the product promises across processes: same size and mode,
+    every byte within :data:`SERVED_PIXEL_TOLERANCE`, at most :data:`SERVED_DIFFERING_SHARE` of them off."""
+    assert (served.size, served.mode) == (local.size, local.mode), name
+    a, b = local.tobytes(), served.tobytes()
+    off = [abs(x - y) for x, y in zip(a, b, strict=True) if x != y]
+    assert max(off, default=0) <= SERVED_PIXEL_TOLERANCE, (name, max(off))
+    assert len(off) <= SERVED_DIFFERING_SHARE * len(a), (name, len(off), len(a))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -171,3 +172,47 @@ def test_trl_conversion_turns_markers_into_image_parts_in_order(data: Path) -> N
     rl = rl_dataset(load_critic_rl(data / "critic_rl.jsonl"))
     assert rl[0]["ground_truth"] == {"success": False, "semantics": 1.0, "quality": 6.0}
     assert rl[0]["previous_prompt"] == "A sitting cat"
+
+
+class _CountingText(str):
+    """A file's text that adds up how many characters its ``count`` calls scan (line numbers by counting)."""
+
+    scanned = 0
+
+    def count(self, sub: str, start: Any = None, end: Any = None) -> int:
+        _CountingText.scanned += len(self[start:end])
+        return super().count(sub, start, end)
+
+
+def test_a_json_array_of_bad_records_is_read_in_linear_work(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 41, item 8: every record bad, each problem named with its own line, and the file scanned a
+    bounded number of times for the line numbers (counting from the start per problem was quadratic)."""
+    from interleave_thinker.train.data import loaders
+
+    records = [{"messages": [{"role": "user", "content": f"hi {i}"}], "images": i} for i in range(3_000)]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records, indent=1), encoding="utf-8")
+    monkeypatch.setattr(loaders, "_read_text", lambda p: _CountingText(p.read_text(encoding="utf-8")))
+    _CountingText.scanned = 0
+    with pytest.raises(DatasetError) as caught:
+        load_sft(path, role="planner")
+    issues = caught.value.issues
+    assert len(issues) == 3_000
+    assert [(i.line, i.field) for i in issues[:2]] == [(9, "images"), (18, "images")]
+    assert issues[-1].line == 9 * 3_000 and str(path) in str(issues[-1])
+    assert _CountingText.scanned <= 2 * len(path.read_text(encoding="utf-8"))
+
+
+def test_a_jsonl_line_break_inside_a_string_is_not_a_new_line(tmp_path: Path) -> None:
+    """Only ``\\n`` ends a JSONL line: U+2028 and U+0085 are valid inside a JSON string, and a bad line
+    after them is named with its file and its own line number."""
+    good = {
+        "messages": [{"role": "user", "content": "a\u2028b\x85c"}, {"role": "assistant", "content": "ok"}]
+    }
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(good, ensure_ascii=False) + "\n{broken\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as caught:
+        load_sft(path, role="planner")
+    assert [(i.file, i.line, i.field) for i in caught.value.issues] == [(str(path), 2, "(json)")]

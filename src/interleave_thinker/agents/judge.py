@@ -105,8 +105,9 @@ def parse_judgement(reply: str) -> tuple[list[float], str | None]:
     The score list holds 1 to :data:`MAX_SCORES` numbers from 0 to 10 (numbers or numeric strings)
     and must be complete: a list the end of the reply cut off is an error, never a shorter list.
     """
-    reply = prepare_reply(reply)
+    reply = prepare_reply(reply, keep_controls=True)  # read with its controls (agents/reply.py)
     text = reply.strip()
+    reply = clean_text(reply)
     if JUDGE_DELIMITER in text:
         pieces = text.split(JUDGE_DELIMITER)
         text = pieces[1] if len(pieces) >= 3 else pieces[-1]

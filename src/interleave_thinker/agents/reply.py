@@ -45,8 +45,11 @@ def show(value: Any) -> str:
 # -- reading ------------------------------------------------------------------------------------------
 
 
-def prepare_reply(reply: str) -> str:
-    """The reply, cleaned; :class:`ParseError` when it is not text or longer than :data:`MAX_REPLY_CHARS`."""
+def prepare_reply(reply: str, *, keep_controls: bool = False) -> str:
+    """The reply, cleaned; :class:`ParseError` when it is not text or longer than :data:`MAX_REPLY_CHARS`.
+
+    ``keep_controls``: the text an answer is read from keeps its control characters, so that ``tr\\x00ue``
+    stays a mangled word (refused) instead of becoming ``true``; :func:`read_answer` cleans the values."""
     if not isinstance(reply, str):
         raise ParseError(f"the reply is a {type(reply).__name__}, not text", raw="")
     if len(reply) > MAX_REPLY_CHARS:
@@ -54,7 +57,7 @@ def prepare_reply(reply: str) -> str:
             f"the reply has {len(reply)} characters, over the limit of {MAX_REPLY_CHARS}",
             raw=clean_text(reply[:MAX_REPLY_CHARS]),
         )
-    return clean_text(reply)
+    return clean_text(reply, keep_controls=keep_controls)
 
 
 _Folded = tuple[bytes, bytes]
@@ -115,7 +118,30 @@ def read_answer(text: str, *, raw: str) -> ReadResult:
     result = read_literal(text[start:], raw=raw)
     if not result.value:
         raise ParseError("the answer is empty", raw=raw)
+    _clean_in_place(result.value)
     return result
+
+
+def _clean_in_place(value: Any) -> None:
+    """Every string of an answer (keys too) cleaned, containers kept (``ReadResult.cut`` holds their ids).
+
+    The answer is read from text that kept its control characters (a boolean cut by one is refused, as
+    the release's ``json_repair`` reads it as a string), so its strings are cleaned here."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            for i, element in enumerate(item):
+                if isinstance(element, str):
+                    item[i] = clean_text(element)
+                else:
+                    stack.append(element)
+        elif isinstance(item, dict):
+            pairs = [(clean_text(k) if isinstance(k, str) else k, v) for k, v in item.items()]
+            item.clear()
+            for key, element in pairs:
+                item[key] = clean_text(element) if isinstance(element, str) else element
+                stack.append(element)
 
 
 def repair_literal(text: str, *, raw: str) -> Any:
@@ -134,10 +160,10 @@ class Reply:
 
 def read_reply(reply: str) -> Reply:
     """Bound and clean ``reply``, then read its answer and its ``<think>`` text (planner and critic)."""
-    text = prepare_reply(reply)
-    folded = _folded(text)
-    answer = repair_literal(extract_answer(text, folded), raw=text)
-    return Reply(text, answer, extract_think(text, folded))
+    source = prepare_reply(reply, keep_controls=True)
+    text = clean_text(source)  # surrogates already joined: a byte scan
+    answer = repair_literal(extract_answer(source), raw=text)
+    return Reply(text, answer, extract_think(text))
 
 
 def answer_dict(reply: Reply) -> dict[Any, Any]:

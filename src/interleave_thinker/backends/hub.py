@@ -88,7 +88,9 @@ def ensure_available(repo_id: str) -> None:
     )
     from interleave_thinker.backends.hub_download import fetch
 
-    fetch(repo_id, skipped_patterns(answer.info or {}), size, endpoint=_endpoint(), cache=where)
+    fetch(
+        repo_id, skipped_patterns(answer.info or {}), size, endpoint=_endpoint(), cache=where, token=_token()
+    )
     with _lock:
         _checked.add(repo_id)
 

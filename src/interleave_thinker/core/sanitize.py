@@ -44,8 +44,9 @@ def _join_surrogates(text: str, first: int) -> str:
     return "".join(pieces)
 
 
-def clean_text(text: str) -> str:
-    """``text`` with surrogates joined or replaced and control characters (except ``\\t\\n\\r``) removed.
+def clean_text(text: str, *, keep_controls: bool = False) -> str:
+    """``text`` with surrogates joined or replaced and control characters (except ``\\t\\n\\r``) removed
+    (kept with ``keep_controls``: a reader that must not see ``tr\\x00ue`` as ``true`` cleans its values after reading).
 
     >>> clean_text("smile \\ud83d") == "smile \\ufffd"
     True
@@ -58,7 +59,7 @@ def clean_text(text: str) -> str:
         text = _join_surrogates(text, exc.start)
         data = text.encode("utf-8")
     # control bytes never occur inside a multi-byte UTF-8 sequence, so a byte scan finds them all
-    if len(data.translate(None, _CONTROL_BYTES)) != len(data):
+    if not keep_controls and len(data.translate(None, _CONTROL_BYTES)) != len(data):
         text = _CONTROL.sub("", text)
     return text
 

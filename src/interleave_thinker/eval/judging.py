@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.core.no_follow import open_append, open_append_bytes
 from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
 
@@ -328,7 +329,7 @@ class JudgeClient:
             if self._cache_handle is None:
                 self.cache_path.parent.mkdir(parents=True, exist_ok=True)
                 self._repair_cache_tail()
-                self._cache_handle = self.cache_path.open("a", encoding="utf-8")
+                self._cache_handle = open_append(self.cache_path)
             self._cache_handle.write(line)
             self._cache_handle.flush()
 
@@ -336,7 +337,7 @@ class JudgeClient:
         if self.cache_path.is_file():
             data = self.cache_path.read_bytes()
             if data and not data.endswith(b"\n"):
-                with self.cache_path.open("ab") as handle:
+                with open_append_bytes(self.cache_path) as handle:
                     handle.write(b"\n")
 
     def _log(
@@ -348,7 +349,7 @@ class JudgeClient:
         with self._lock:
             if self._log_handle is None:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log_handle = self.log_path.open("a", encoding="utf-8")
+                self._log_handle = open_append(self.log_path)
             self._log_handle.write(text)
             self._log_handle.flush()
 

@@ -211,6 +211,22 @@ def parse_pair(reply: str) -> dict[str, Any]:
 # --- one sequence, and the run --------------------------------------------------------------------
 
 
+PAIRS_AT_ONCE = 4
+"""Pairs of one sequence asked at once: their images are read for them, each file once, and let go after
+(a trace claiming 1,000 steps that reuse one 1 MB image took 1.6 GB when all were read and every request
+built up front; issue 41, item 4: 101 such steps now raise the peak by 175 MB instead of 584 MB,
+``tests/eval/test_eval_consistency.py``). Pairs of one sequence are few; items run side by side."""
+
+
+def _window_images(sequence: Sequence, start: int, count: int, limits: Limits) -> list[bytes]:
+    """The image bytes of steps ``start`` .. ``start + count - 1``; a file named by several steps read once."""
+    read: dict[Path, bytes] = {}
+    for _, _, path in sequence.steps[start : start + count]:
+        if path not in read:
+            read[path] = read_image_bytes(sequence.folder / IMAGES_DIR, path, limits)
+    return [read[path] for _, _, path in sequence.steps[start : start + count]]
+
+
 def score_item(
     prompts: PromptSet, client: JudgeClient, outputs: Path, attempts: int, limits: Limits, item: EvalItem
 ) -> ItemResult:
@@ -219,18 +235,23 @@ def score_item(
         sequence = read_sequence(outputs, item.id)
     except Missing as exc:
         return ItemResult(item.id, item.category, None, "missing", errors=[str(exc)])
-    images = [read_image_bytes(sequence.folder / IMAGES_DIR, path, limits) for _, _, path in sequence.steps]
+    for path in dict.fromkeys(path for _, _, path in sequence.steps):  # a bad file fails before any call
+        read_image_bytes(sequence.folder / IMAGES_DIR, path, limits)
     pairs = list(zip(sequence.steps, sequence.steps[1:], strict=False))
-    questions = [
-        Question(
-            build_request(prompts, sequence.trace, a[:2], b[:2], (images[i], images[i + 1])),
-            parse_pair,
-            attempts,
-            f"pair {i + 1}",
-        )
-        for i, (a, b) in enumerate(pairs)
-    ]
-    judgements = client.ask_all(item.id, questions)
+    judgements = []
+    for start in range(0, len(pairs), PAIRS_AT_ONCE):  # memory: a window of images, not the whole trace
+        window = pairs[start : start + PAIRS_AT_ONCE]
+        images = _window_images(sequence, start, len(window) + 1, limits)
+        questions = [
+            Question(
+                build_request(prompts, sequence.trace, a[:2], b[:2], (images[i], images[i + 1])),
+                parse_pair,
+                attempts,
+                f"pair {start + i + 1}",
+            )
+            for i, (a, b) in enumerate(window)
+        ]
+        judgements.extend(client.ask_all(item.id, questions))
     rows, errors, replies = [], [], {}
     for index, ((pa, _, image_a), (pb, _, image_b)), judgement in zip(
         range(1, len(pairs) + 1), pairs, judgements, strict=True

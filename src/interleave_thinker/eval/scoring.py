@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import ConfigError, InputError
+from interleave_thinker.core.no_follow import OutputLinkError, open_append
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
@@ -155,7 +156,7 @@ class RunFolder:
         text = clean_text(json.dumps(result.to_json(), ensure_ascii=False)) + "\n"
         with self._lock:
             self.out.mkdir(parents=True, exist_ok=True)
-            with self.scores_path.open("a", encoding="utf-8") as handle:
+            with open_append(self.scores_path) as handle:
                 handle.write(text)
                 handle.flush()
 
@@ -250,6 +251,8 @@ def score_items(
         key = item_id(item)
         try:
             result = score_one(item)
+        except OutputLinkError:
+            raise  # the output folder is unsafe: no item can be recorded
         except Exception as exc:  # one bad item fails alone; the run finishes and writes its summary
             where = "" if isinstance(exc, InputError) else f"{getattr(item, 'where', '') or key}: "
             failure = [clean_text(where) + reason(exc)]

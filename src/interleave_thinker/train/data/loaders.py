@@ -33,7 +33,7 @@ from interleave_thinker.train.data.examples import (
     SFTExample,
     TrajectoryRecord,
 )
-from interleave_thinker.train.data.issues import DatasetError, Issue, PathPart
+from interleave_thinker.train.data.issues import DatasetError, Issue, LineIndex, PathPart
 from interleave_thinker.train.data.record_reader import RecordReader
 
 T = TypeVar("T")
@@ -79,8 +79,9 @@ def _array_records(path: Path, image_dir: Path | None) -> list[tuple[Any, Record
             [Issue(str(path), 1, "(file)", f"must hold a JSON list of records, got {type(value).__name__}")]
         )
     offsets = element_offsets(text)
+    lines = LineIndex(text)  # one for the file: each problem's line is a lookup, not a count from the start
     return [
-        (item, RecordReader(str(path), text, off, 1, folder))
+        (item, RecordReader(str(path), text, off, 1, folder, lines))
         for item, off in zip(value, offsets, strict=True)
     ]
 
@@ -90,7 +91,7 @@ def _jsonl_records(path: Path, image_dir: Path | None) -> list[tuple[Any, Record
     folder = image_dir or path.parent
     rows: list[tuple[Any, RecordReader]] = []
     issues: list[Issue] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):  # JSON strings may hold U+2028, U+0085
         if not line.strip():
             continue
         try:

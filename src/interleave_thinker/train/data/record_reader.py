@@ -13,21 +13,33 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.untrusted import ImageLimits, UnsafeFile, check_image
-from interleave_thinker.train.data.issues import Issue, PathPart, field_name, line_of, locate
+from interleave_thinker.train.data.issues import Issue, LineIndex, PathPart, field_name, locate
 
 
 class RecordReader:
     """Reads one record (a JSON object) and turns each problem into an :class:`Issue` with its line."""
 
-    def __init__(self, label: str, text: str, start: int, first_line: int, image_dir: Path) -> None:
+    def __init__(
+        self,
+        label: str,
+        text: str,
+        start: int,
+        first_line: int,
+        image_dir: Path,
+        lines: LineIndex | None = None,
+    ) -> None:
+        """``lines``: the index of ``text``, shared by every record of one file (made when first needed)."""
         self.label, self.text, self.start, self.first_line = label, text, start, first_line
+        self._lines = lines
         self.image_dir = image_dir
         self.limits = ImageLimits()
         self.issues: list[Issue] = []
 
     def issue(self, parts: Sequence[PathPart], problem: str) -> None:
         offset = locate(self.text, self.start, parts)
-        line = self.first_line + line_of(self.text, offset) - line_of(self.text, 0)
+        if self._lines is None:
+            self._lines = LineIndex(self.text)
+        line = self.first_line + self._lines.line(offset) - 1
         self.issues.append(Issue(self.label, line, field_name(parts), problem))
 
     def get(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import InterleaveThinkerError
+from interleave_thinker.core.no_follow import open_append
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _check(args: Any, step: int, model: Any, output_dir: Path) -> None:
     digests = [str(d) for d in gather_object([weight_digest(model)])]
     if state.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        with (output_dir / REPLICA_LOG).open("a", encoding="utf-8") as handle:
+        with open_append(output_dir / REPLICA_LOG) as handle:
             handle.write(json.dumps({"step": step, "digests": digests}) + "\n")
     if len(set(digests)) > 1:
         raise InterleaveThinkerError(
