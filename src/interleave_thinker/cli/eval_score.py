@@ -143,7 +143,7 @@ def _score_offline(protocol: str, scorer: str, judge: str | None, outputs: Path,
         raise ConfigError(
             "--judge is required with --scorer vlm (a judge spec, e.g. openai:http://host:8000/v1#MODEL)."
         )
-    if protocol != "consistency":
+    if protocol != consistency_scorers.PROTOCOL:
         raise ConfigError(
             f"--scorer {scorer} scores consistency only; {protocol} is scored by its judge (--judge)."
         )

@@ -22,6 +22,7 @@ from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.untrusted import open_image
 from interleave_thinker.eval import score_consistency as scs
+from interleave_thinker.eval.benchmarks.consistency import NAME as PROTOCOL
 from interleave_thinker.eval.scoring import mean
 
 VLM = "vlm"
@@ -90,7 +91,7 @@ def _sequence_row(scorer: OfflineScorer, outputs: Path, item_id: str, category: 
 
 def score_runs(outputs: Path, out: Path, scorer: OfflineScorer) -> dict[str, Any]:
     """Every run folder under ``outputs`` scored by ``scorer``; writes ``out/scores.jsonl`` and ``summary.json``."""
-    items = scs.load_runs(scs.runs_root(outputs), "consistency")
+    items = scs.load_runs(scs.runs_root(outputs), PROTOCOL)
     rows = [_sequence_row(scorer, outputs, item.id, item.category) for item in items]
     judged = [r for r in rows if r["status"] == "ok"]
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -105,7 +106,7 @@ def score_runs(outputs: Path, out: Path, scorer: OfflineScorer) -> dict[str, Any
         }
 
     summary = {
-        "protocol": "consistency",
+        "protocol": PROTOCOL,
         "scorer": scorer.provenance(),
         "judge": {"spec": f"offline:{scorer.name}", "model": None, "verification": "no model: computed here"},
         "overall": block(judged),
