@@ -28,7 +28,9 @@ from tests.conftest import shared_path
 
 CLI = str(Path(sys.executable).with_name("interleave-thinker"))
 PLANNER = "InterleaveThinker/InterleaveThinker-Planner-8B"
-BOUND_S = 10.0
+BOUND_S = 60.0
+"""Catches a hang only (a busy machine takes seconds to import): the promise itself, a bounded wait, is
+the product's hub timeout, which the one line names ('no answer within N s')."""
 
 
 @pytest.fixture

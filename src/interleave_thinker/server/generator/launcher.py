@@ -43,7 +43,7 @@ class GeneratorProcess:
         port: int | None = None,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
-        startup_timeout: float = 180.0,
+        startup_timeout: float = 600.0,  # a large checkpoint, or a busy machine, takes minutes to load
     ) -> None:
         self.generator = generator
         self.workers = workers
