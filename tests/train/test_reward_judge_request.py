@@ -31,7 +31,9 @@ from interleave_thinker.train.grpo.trainer import reward_functions
 from tests.conftest import shared_path
 from tests.helpers.common import REPO
 
-CAPTURED = json.loads((REPO / "tests" / "fixtures" / "release_judge_requests.json").read_text(encoding="utf-8"))
+CAPTURED = json.loads(
+    (REPO / "tests" / "fixtures" / "release_judge_requests.json").read_text(encoding="utf-8")
+)
 REPLY = '{"score": [7, 6], "reasoning": "ok"}'
 FAST = RetrySettings(max_retries=1, backoff_base=0.01, backoff_max=0.05, timeout=30.0)
 
@@ -47,12 +49,17 @@ def text_entry(text: str) -> dict[str, Any]:
 def image_entry(png: bytes) -> dict[str, Any]:
     from io import BytesIO
 
-    return {"image_png_sha256": sha(png), "mime_type": "image/png", "size": list(Image.open(BytesIO(png)).size)}
+    return {
+        "image_png_sha256": sha(png),
+        "mime_type": "image/png",
+        "size": list(Image.open(BytesIO(png)).size),
+    }
 
 
 def fixture_images(case: dict[str, str]) -> tuple[Image.Image, Image.Image]:
     folder = shared_path("fixtures", "train-data", "images")
-    before, after = Image.open(folder / case["before"]), Image.open(folder / case["after"])
+    before: Image.Image = Image.open(folder / case["before"])
+    after: Image.Image = Image.open(folder / case["after"])
     if case["case"] == "sketch_to_wide":  # as captured: an "after" of another size
         after = after.convert("RGB").resize((96, 48), Image.Resampling.NEAREST)
     return before, after
@@ -131,7 +138,9 @@ def test_the_openai_judge_sends_the_same_parts_with_max_tokens_and_no_temperatur
             else image_entry(base64.b64decode(p["image_url"]["url"].partition(",")[2]))
             for p in turn["content"]
         ]
-        sent.append({"parts": parts, "max_tokens": body["max_tokens"], "temperature": body.get("temperature")})
+        sent.append(
+            {"parts": parts, "max_tokens": body["max_tokens"], "temperature": body.get("temperature")}
+        )
     expected = [
         {"parts": r["parts"], "max_tokens": r["config"]["max_output_tokens"], "temperature": None}
         for r in CAPTURED["requests"]
@@ -141,7 +150,10 @@ def test_the_openai_judge_sends_the_same_parts_with_max_tokens_and_no_temperatur
 
 @pytest.mark.parametrize(
     ("sets", "first", "temperature", "tokens"),
-    [((), "text", None, 4096), (("reward.judge_text_first=false", "reward.judge_decoding=greedy"), "image", 0.0, 4096)],
+    [
+        ((), "text", None, 4096),
+        (("reward.judge_text_first=false", "reward.judge_decoding=greedy"), "image", 0.0, 4096),
+    ],
 )
 def test_the_reward_keys_choose_the_request(
     tmp_path: Path, sets: tuple[str, ...], first: str, temperature: float | None, tokens: int

@@ -87,10 +87,21 @@ def load_policy(section: ModelSection, *, bf16: bool) -> tuple[Any, Any]:
 
 def bound_image_pixels(processor: Any, max_pixels: int | None) -> None:
     """``model.image_max_pixels`` as the processor's ``longest_edge`` (Qwen-VL processors read it as a pixel
-    count), for SFT and GRPO alike; None keeps the processor's own bound."""
+    count), for SFT and GRPO alike; None keeps the processor's own bound. transformers 5 holds ``size`` as
+    a ``SizeDict`` (not a dict), which the earlier ``isinstance(size, dict)`` check skipped silently."""
     image_processor = getattr(processor, "image_processor", None)
-    if max_pixels and image_processor is not None and isinstance(image_processor.size, dict):
-        image_processor.size = {**image_processor.size, "longest_edge": max_pixels}
+    size = getattr(image_processor, "size", None)
+    if not max_pixels or size is None:
+        return
+    if isinstance(size, dict):
+        processor.image_processor.size = {**size, "longest_edge": max_pixels}
+    elif hasattr(size, "longest_edge"):
+        size.longest_edge = max_pixels
+    else:
+        raise ConfigError(
+            f"model.image_max_pixels: this processor's image size ({type(size).__name__}) has no longest_edge; "
+            "set model.image_max_pixels: null."
+        )
 
 
 def report_targets(report_to: list[str] | str) -> list[str]:

@@ -48,7 +48,8 @@ class GRPOModelSection(ModelSection):
         "LoRA a trained tower is saved whole beside the adapter (PEFT modules_to_save).",
     )
     freeze_projector: bool = Field(
-        default=False, description="Keep the vision-to-text merger fixed (the release's GRPO trains it: false)."
+        default=False,
+        description="Keep the vision-to-text merger fixed (the release's GRPO trains it: false).",
     )
 
 

@@ -133,9 +133,10 @@ RELEASE_RL_IMAGES = "<image><image>\n"
 
 def release_rl_prompt(templates: TemplateSet, origin_prompt: str, rewritten_prompt: str) -> str:
     """The critic's GRPO prompt as the release's RL dataset builds it (``verl/utils/dataset.py:155-173``):
-    an ``<image><image>`` line and the critic template, stripped, with ``{original_instruction}`` and
+    an ``<image><image>`` line and the critic template (``system.py`` holds it between those and a newline,
+    and the whole is stripped: the released ``critic.txt`` stripped), with ``{original_instruction}`` and
     ``{rewritten_prompt}`` replaced (plain replacement)."""
-    text = (RELEASE_RL_IMAGES + templates.get("critic")).strip()
+    text = RELEASE_RL_IMAGES + templates.get("critic").strip()
     return fill(text, original_instruction=origin_prompt, rewritten_prompt=rewritten_prompt)
 
 

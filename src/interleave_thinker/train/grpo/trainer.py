@@ -108,10 +108,9 @@ def reward_functions(
             [],
         )
     from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.agents.retry import RetryPolicy
     from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
     from interleave_thinker.train.rewards.cache import GenerationCache
-
-    from interleave_thinker.agents.retry import RetryPolicy
 
     options = reward_backend_options(config)
     judge = Judge(
@@ -276,9 +275,7 @@ def build_grpo_trainer(
     with args.main_process_first(desc="GRPO prompts"), phase("building the prompts"):
         train, evals = train_dataset(config, chosen), eval_dataset(config, chosen)
     t = config.training
-    trainer_class = with_advantage_settings(
-        GRPOTrainer, clip=t.advantage_clip, epsilon=t.advantage_epsilon
-    )
+    trainer_class = with_advantage_settings(GRPOTrainer, clip=t.advantage_clip, epsilon=t.advantage_epsilon)
     with phase(f"building the trainer ({len(train)} prompts)"):
         trainer = trl_trainer(
             trainer_class, config, (model, processor, args), (train, evals), callbacks, reward_funcs=functions
