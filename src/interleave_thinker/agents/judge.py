@@ -26,6 +26,8 @@ from PIL import Image
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.messages import Message, image_part, text_part, user_turn
 from interleave_thinker.agents.reply import prepare_reply, read_answer, show
+from interleave_thinker.agents.retry import RetryPolicy
+from interleave_thinker.backends.protocols import VLMBackend
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -177,8 +179,16 @@ class Judge(Agent):
     DEFAULT_MAX_NEW_TOKENS = 1024
     ROLE = "judge"
 
-    def __init__(self, *args: Any, text_first: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        backend: VLMBackend,
+        templates: TemplateSet,
+        *,
+        retry: RetryPolicy | None = None,
+        max_new_tokens: int | None = None,
+        text_first: bool = False,
+    ) -> None:
+        super().__init__(backend, templates, retry=retry, max_new_tokens=max_new_tokens)
         self.text_first = text_first
 
     def _judgement(self, kind: Literal["sc", "pq"], messages: list[Message]) -> Judgement:

@@ -28,7 +28,9 @@ from interleave_thinker.agents.messages import (
     user_turn,
 )
 from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.agents.seeds import Turn
+from interleave_thinker.backends.protocols import VLMBackend
 from interleave_thinker.core.errors import InputError, ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -41,7 +43,10 @@ GUIDANCE_TEMPLATE = "planner_guidance"
 
 UEVAL_SUFFIX = " both visually and textually"
 MANY_IMAGES = 5
-"""From this many images in one turn on, every image part is bounded to ``MANY_IMAGES_MAX_PIXELS``."""
+"""From this many images in one turn on, the release's demo writes ``max_pixels = MANY_IMAGES_MAX_PIXELS``
+into every image part (``demo_klein.py:59-67``). Its pinned transformers (4.57.1) ignores that key
+(``ProcessorMixin.apply_chat_template`` keeps only the image), so the released checkpoints see such images
+unreduced: the bound is applied only when asked (``agents.many_images_max_pixels``)."""
 MANY_IMAGES_MAX_PIXELS = 384 * 384
 
 
@@ -51,9 +56,13 @@ def narrative_planner_messages(templates: TemplateSet, request_text: str) -> lis
 
 
 def guidance_planner_messages(
-    templates: TemplateSet, request_text: str, images: list[Image.Image]
+    templates: TemplateSet,
+    request_text: str,
+    images: list[Image.Image],
+    many_images_max_pixels: int | None = None,
 ) -> list[Message]:
-    """Split the filled template on ``<image>`` and put image *i* after text piece *i*."""
+    """Split the filled template on ``<image>`` and put image *i* after text piece *i*; with
+    ``many_images_max_pixels``, a turn of :data:`MANY_IMAGES` or more images bounds each to it."""
     markers = count_image_markers(request_text)
     if markers != len(images):
         raise InputError(
@@ -61,7 +70,7 @@ def guidance_planner_messages(
             "put one <image> where each image belongs, in order."
         )
     filled = fill(templates.get(GUIDANCE_TEMPLATE), text_input=request_text)
-    max_pixels = MANY_IMAGES_MAX_PIXELS if len(images) >= MANY_IMAGES else None
+    max_pixels = many_images_max_pixels if len(images) >= MANY_IMAGES else None
     content: list[dict[str, Any]] = []
     remaining = list(images)
     for piece in IMAGE_MARKER.split(filled):
@@ -72,9 +81,14 @@ def guidance_planner_messages(
     return user_turn(*content)
 
 
-def planner_messages(templates: TemplateSet, request_text: str, images: list[Image.Image]) -> list[Message]:
+def planner_messages(
+    templates: TemplateSet,
+    request_text: str,
+    images: list[Image.Image],
+    many_images_max_pixels: int | None = None,
+) -> list[Message]:
     if images:
-        return guidance_planner_messages(templates, request_text, images)
+        return guidance_planner_messages(templates, request_text, images, many_images_max_pixels)
     return narrative_planner_messages(templates, request_text)
 
 
@@ -188,12 +202,28 @@ def format_plan(plan: Plan) -> str:
 
 
 class Planner(Agent):
+    """``many_images_max_pixels``: the pixel bound of each image in a turn of five or more (None: none,
+    as the released checkpoints were run)."""
+
     ROLE = "planner"
+
+    def __init__(
+        self,
+        backend: VLMBackend,
+        templates: TemplateSet,
+        *,
+        retry: RetryPolicy | None = None,
+        max_new_tokens: int | None = None,
+        many_images_max_pixels: int | None = None,
+    ) -> None:
+        super().__init__(backend, templates, retry=retry, max_new_tokens=max_new_tokens)
+        self.many_images_max_pixels = many_images_max_pixels
 
     def plan(self, request_text: str, images: list[Image.Image], turn: Turn | None = None) -> PlannerRecord:
         """Ask for a plan; the record holds the plan or, after all retries, only the raw replies and errors
         (and, with ``turn``, every call's seed)."""
-        outcome = self.ask(planner_messages(self.templates, request_text, images), parse_plan, turn)
+        messages = planner_messages(self.templates, request_text, images, self.many_images_max_pixels)
+        outcome = self.ask(messages, parse_plan, turn)
         return PlannerRecord(
             raw_replies=outcome.raw_replies,
             errors=outcome.errors,
