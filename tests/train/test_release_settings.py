@@ -306,8 +306,8 @@ def test_grpo_trains_the_tower_and_bounds_its_images(tmp_path: Path) -> None:
 def test_the_planner_sees_many_images_unreduced_as_released() -> None:
     """Five or more images: the release writes max_pixels 384x384 into each part, which its transformers
     ignores; ours applies it only when ``agents.many_images_max_pixels`` asks."""
-    from interleave_thinker.core.config import PipelineConfig
+    from interleave_thinker.core.config import AgentOptions
 
-    assert PipelineConfig().agents.many_images_max_pixels is None
+    assert AgentOptions().many_images_max_pixels is None
     table = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
     assert "`agents.many_images_max_pixels`" in table and "processing_utils.py:1633-1653" in table
