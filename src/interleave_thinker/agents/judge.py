@@ -26,8 +26,6 @@ from PIL import Image
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.messages import Message, image_part, text_part, user_turn
 from interleave_thinker.agents.reply import prepare_reply, read_answer, show
-from interleave_thinker.agents.retry import RetryPolicy
-from interleave_thinker.backends.protocols import VLMBackend
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -173,23 +171,12 @@ def judge_inputs(before: Image.Image, after: Image.Image) -> tuple[Image.Image, 
 
 
 class Judge(Agent):
-    """``text_first``: the turn holds the text before the images, as the release's GRPO reward asks its judge
-    (the images come first otherwise)."""
-
     DEFAULT_MAX_NEW_TOKENS = 1024
     ROLE = "judge"
 
-    def __init__(
-        self,
-        backend: VLMBackend,
-        templates: TemplateSet,
-        *,
-        retry: RetryPolicy | None = None,
-        max_new_tokens: int | None = None,
-        text_first: bool = False,
-    ) -> None:
-        super().__init__(backend, templates, retry=retry, max_new_tokens=max_new_tokens)
-        self.text_first = text_first
+    text_first: bool = False
+    """True: the turn holds the text before the images, as the release's GRPO reward asks its judge
+    (``reward.judge_text_first``); the images come first otherwise."""
 
     def _judgement(self, kind: Literal["sc", "pq"], messages: list[Message]) -> Judgement:
         """One judgement: the lowest of its scores, or an error carried in the result after the retries."""

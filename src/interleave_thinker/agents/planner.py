@@ -28,9 +28,7 @@ from interleave_thinker.agents.messages import (
     user_turn,
 )
 from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
-from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.agents.seeds import Turn
-from interleave_thinker.backends.protocols import VLMBackend
 from interleave_thinker.core.errors import InputError, ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -202,22 +200,11 @@ def format_plan(plan: Plan) -> str:
 
 
 class Planner(Agent):
-    """``many_images_max_pixels``: the pixel bound of each image in a turn of five or more (None: none,
-    as the released checkpoints were run)."""
-
     ROLE = "planner"
 
-    def __init__(
-        self,
-        backend: VLMBackend,
-        templates: TemplateSet,
-        *,
-        retry: RetryPolicy | None = None,
-        max_new_tokens: int | None = None,
-        many_images_max_pixels: int | None = None,
-    ) -> None:
-        super().__init__(backend, templates, retry=retry, max_new_tokens=max_new_tokens)
-        self.many_images_max_pixels = many_images_max_pixels
+    many_images_max_pixels: int | None = None
+    """The pixel bound of each image in a turn of five or more (``agents.many_images_max_pixels``); None:
+    none, as the released checkpoints were run."""
 
     def plan(self, request_text: str, images: list[Image.Image], turn: Turn | None = None) -> PlannerRecord:
         """Ask for a plan; the record holds the plan or, after all retries, only the raw replies and errors

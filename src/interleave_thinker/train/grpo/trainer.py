@@ -121,8 +121,8 @@ def reward_functions(
             max_attempts=section.judge_max_attempts,
             temperature=None if section.judge_decoding == "checkpoint" else 0.0,
         ),
-        text_first=section.judge_text_first,
     )
+    judge.text_first = section.judge_text_first
     side = section.regenerate_size
     scorer = StepwiseScorer(
         generator or load_image_backend(section.generator, options),
