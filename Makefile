@@ -41,6 +41,9 @@ demo-install:
 demo: $(DEMO_STAMP)
 	@echo "== run: the tiny preset, offline"
 	$(BIN)/interleave-thinker run "$(DEMO_PROMPT)" --preset tiny --planner-fallback single-step
+	@echo "== next: the command is in $(VENV), not on your PATH; activate it first:"
+	@echo "   source $(VENV)/bin/activate && interleave-thinker demo --preset tiny"
+	@echo "   (or call it by its path: $(BIN)/interleave-thinker --help)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -153,3 +153,28 @@ def test_the_opt_in_loop_flags_reach_the_settings_and_the_trace_record() -> None
     assert {"references", "candidates", "select_best", "repair_budget"} <= set(loop.trace_settings())
     default = SettingsFlags({"preset": "tiny"}).resolve().loop.trace_settings()
     assert not {"references", "candidates", "select_best", "repair_budget", "repair_reviewer"} & set(default)
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "a cat"], ["batch", "--input", "in.jsonl", "--out", "o"], ["demo"]]
+)
+def test_select_best_judge_is_a_flag_and_the_refusal_names_it(command: list[str], tmp_path: Path) -> None:
+    """``loop.select_best: judge`` can be set by flags alone: the refusal without a judge names
+    ``--select-best-judge``, a flag the command has (``--judge`` is not one of run, batch and demo)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+    from interleave_thinker.cli.options import SettingsFlags
+
+    refused = CliRunner().invoke(app, [*command, "--preset", "tiny", "--select-best", "judge"])
+    assert isinstance(refused.exception, ConfigError)  # the console's usage error: exit 2
+    assert "--select-best-judge SPEC" in str(refused.exception)
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group)
+    cmd = group.get_command(ctx, command[0])  # type: ignore[attr-defined]
+    names = {opt for param in cmd.params for opt in getattr(param, "opts", [])}
+    assert "--select-best-judge" in names and "--judge" not in names
+    flags = {"preset": "tiny", "select_best": "judge", "select_best_judge": "tiny:judge"}
+    cfg = SettingsFlags(flags, pipeline=True).resolve()
+    assert (cfg.loop.select_best, cfg.judge) == ("judge", "tiny:judge")

@@ -198,3 +198,28 @@ def test_no_judge_prompt_text_is_in_the_repository() -> None:
             check=False,
         )
         assert found.returncode == 1, f"text of {name} found in the repository"
+
+
+@pytest.mark.parametrize("why", ["offline", "unreachable"])
+def test_eval_prompts_download_that_cannot_fetch_does_not_advise_running_itself(
+    why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline, or with the source unreachable, the download command says what to do instead (copy the cache
+    from a machine that can fetch, or name a folder), where scoring says "run the download command"."""
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+
+    monkeypatch.setenv("INTERLEAVE_THINKER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("INTERLEAVE_THINKER_EVAL_PROMPTS", raising=False)
+    if why == "offline":
+        monkeypatch.setenv("INTERLEAVE_THINKER_OFFLINE", "1")
+    else:
+        monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS_URL", "http://127.0.0.1:9")  # the discard port
+    result = CliRunner().invoke(app, ["eval", "prompts", "download", "wise"])
+    assert isinstance(result.exception, TemplateError)
+    message = str(result.exception)
+    assert "eval prompts download" not in message and "cannot fetch" in message
+    assert str(tmp_path / "home" / "eval-prompts") in message and "INTERLEAVE_THINKER_EVAL_PROMPTS" in message
+    with pytest.raises(TemplateError, match="eval prompts download wise"):  # scoring still points at it
+        EvalPromptStore().load(PROTOCOL_PROMPTS["wise"], "wise")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -410,10 +411,64 @@ def test_any_chat_backend_judges_through_chat(tmp_path: Path, eval_prompts: Path
     assert len(backend.calls) == len(VERIFIED_REPLIES) and summary["counts"]["scored"] == len(
         VERIFIED_REPLIES
     )
-    assert summary["judge"]["model"] == "scripted" and "not comparable" in summary["judge"]["note"]
+    assert summary["judge"]["model"] == "scripted:x" and "not comparable" in summary["judge"]["note"]
     first = next(c for c in backend.calls if records[1]["Prompt"] in ScriptedVLMBackend.text_in(c))
     assert [m["role"] for m in first] == ["system", "user"]
     assert first[0]["content"][0]["text"] == _shared_text("wise_verified_system")
     image = ScriptedVLMBackend.images_in(first)[0]
     assert image.size == (32, 24) and image.getpixel((0, 0)) == (0, 10, 200)
     assert backend.temperatures == [0.0] * len(VERIFIED_REPLIES)
+
+
+class _LoadedModule:
+    """Stands for a local backend's torch module: a repr of many lines, which is no name."""
+
+    def __repr__(self) -> str:
+        return "Qwen3VLForConditionalGeneration(\n" + "  (layer): Linear()\n" * 90 + ")"
+
+
+def test_a_local_judge_is_named_by_its_spec_not_its_models_repr(tmp_path: Path, eval_prompts: Path) -> None:
+    """A local judge's ``model`` is the loaded module: the name in summary.json, run.json and the console
+    is the spec, on one short line; a served name (a string) is kept where the backend has one."""
+    from interleave_thinker.eval.judging import ChatTransport
+    from interleave_thinker.testing.scripted import ScriptedVLMBackend
+
+    outputs, _, _ = _verified_setup(tmp_path)
+    backend = ScriptedVLMBackend(["Score: 1"], name="transformers:/some/checkpoint", repeat_last=True)
+    backend.model = _LoadedModule()  # type: ignore[attr-defined]
+    out = tmp_path / "o"
+    summary = run_score(_options("wise", outputs, out, "tiny:judge"), ChatTransport(backend, "tiny:judge"))
+    assert summary["judge"]["model"] == "tiny:judge"
+    run = json.loads((out / "run.json").read_text())
+    assert run["judge"]["model"] == "tiny:judge"
+    assert all("Linear()" not in p.read_text() for p in out.rglob("*") if p.is_file())
+    backend.model = "gemini-2.5-pro"  # type: ignore[attr-defined]
+    assert ChatTransport(backend, "gemini:gemini-2.5-pro").model_id() == "gemini-2.5-pro"
+
+
+def test_fresh_scores_rescores_another_judge_into_the_same_folder(tmp_path: Path, eval_prompts: Path) -> None:
+    """Another judge on a scored folder is refused with advice that works (``--fresh-scores``, a flag of
+    `eval score` and `eval run`); with it the old scores move aside, nothing deleted, and the folder is
+    scored again by the new judge."""
+    outputs, _, by_text = _verified_setup(tmp_path)
+    script, _ = _scripted(by_text, VERIFIED_REPLIES)
+    out = tmp_path / "scores"
+    with judge_server(script) as server:
+        base = ["eval", "score", "wise", "--outputs", str(outputs), "--out", str(out), "--quiet",
+                "--data", str(shared_path("benchmarks", "wise"))]  # fmt: skip
+        first = CliRunner().invoke(app, [*base, "--judge", f"openai:{server.url}#a"])
+        assert first.exit_code == 0, first.output
+        refused = CliRunner().invoke(app, [*base, "--judge", f"openai:{server.url}#b"])
+        assert isinstance(refused.exception, ConfigError) and "--fresh-scores" in str(refused.exception)
+        again = CliRunner().invoke(app, [*base, "--judge", f"openai:{server.url}#b", "--fresh-scores"])
+        assert again.exit_code == 0, again.output
+    assert json.loads((out / "summary.json").read_text())["judge"]["model"] == "b"
+    (aside,) = tmp_path.glob("scores.old-*")
+    assert json.loads((aside / "run.json").read_text())["judge"]["model"] == "a"
+    ids = [[json.loads(x)["id"] for x in (d / "scores.jsonl").read_text().splitlines()] for d in (aside, out)]
+    assert ids[0] == ids[1] and len(ids[0]) > len(VERIFIED_REPLIES)  # every item, in both
+    for command in (["eval", "score"], ["eval", "run"]):
+        group = typer.main.get_command(app)
+        sub = group.get_command(typer.Context(group), command[0])  # type: ignore[attr-defined]
+        cmd = sub.get_command(typer.Context(sub), command[1])
+        assert "--fresh-scores" in {o for p in cmd.params for o in getattr(p, "opts", [])}

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli import eval_generate, eval_run, eval_score
+from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.eval import benchmarks
 
 app = typer.Typer(
@@ -55,6 +56,15 @@ def prompts_download(
     chosen = (
         [benchmarks.find_protocol(p.value)[1] for p in protocols] if protocols else benchmarks.protocols()
     )
+    from interleave_thinker.eval.prompts import FOLDER_ENV, EvalPromptStore, JudgePromptsUnavailable
+
     for protocol in chosen:
-        prompts = protocol.prompts()
+        try:
+            prompts = protocol.prompts()
+        except JudgePromptsUnavailable as exc:  # advice for this command, not "run this command"
+            raise TemplateError(
+                f"{exc.reason}. This machine cannot fetch them: run this command where github.com is "
+                f"reachable and copy its cache folder {EvalPromptStore().cache_dir} to the same path here, "
+                f"or set {FOLDER_ENV} to a folder of <name>.txt files."
+            ) from None
         typer.echo(f"{protocol.name}: {len(prompts.texts)} prompts, {prompts.origin}")

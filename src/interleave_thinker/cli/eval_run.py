@@ -28,6 +28,7 @@ from interleave_thinker.cli.eval_generate import (
     split_ids,
 )
 from interleave_thinker.cli.eval_score import (
+    FreshScoresOption,
     JudgeAttemptsOption,
     ProtocolName,
     ScorerVersion,
@@ -41,6 +42,7 @@ from interleave_thinker.cli.options import (
     SettingsFlags,
     with_scheduling_flags,
 )
+from interleave_thinker.cli.scheduled import start_fresh
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.eval import benchmarks
@@ -80,6 +82,7 @@ def run(
     ueval_mode: Annotated[
         UEvalMode, typer.Option(help="Rubric benchmarks: cached (official default) or direct requests.")
     ] = "cached",
+    fresh_scores: FreshScoresOption = False,
 ) -> None:
     """Generate, score and report a benchmark (or a slice of it: --limit/--ids are scored as a slice)."""
     from interleave_thinker.eval.report import write_report
@@ -102,6 +105,7 @@ def run(
     # 3. Score exactly the generated items (a slice stays a slice).
     outputs = out / "submission.json" if bench.layout.submission else out
     where = out / f"scores-{chosen.name}"
+    start_fresh(where, fresh_scores)  # the generation stays; only the scores start over
     options = score_options(chosen.name, outputs, data, judge, where, cfg, scorer_version, judge_concurrency)
     options = dataclasses.replace(
         options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, limit=limit, ids=selected

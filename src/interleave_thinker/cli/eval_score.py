@@ -15,6 +15,7 @@ from rich.markup import escape
 from interleave_thinker.cli.eval_generate import IdsOption, split_ids
 from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_settings
 from interleave_thinker.cli.progress import counter_bar
+from interleave_thinker.cli.scheduled import start_fresh
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.eval import benchmarks
 
@@ -42,6 +43,15 @@ OutOption = Annotated[
     Path | None,
     typer.Option(
         help="Scoring folder: scores.jsonl, summary.json, replies, cache (default: OUTPUTS/scores-PROTOCOL)."
+    ),
+]
+
+FreshScoresOption = Annotated[
+    bool,
+    typer.Option(
+        "--fresh-scores",
+        help="Score again into the same scoring folder: what it holds moves aside to <folder>.old-<time> "
+        "(nothing is deleted), e.g. to rescore with another judge.",
     ),
 ]
 
@@ -81,6 +91,7 @@ def score(
     quiet: Annotated[
         bool, typer.Option(help="No progress bar (the summary is printed all the same).")
     ] = False,
+    fresh_scores: FreshScoresOption = False,
 ) -> None:
     """Score with the official protocol; prints the summary, writes scores.jsonl and summary.json.
 
@@ -97,6 +108,7 @@ def score(
         limit=limit,
         ids=split_ids(ids),
     )
+    start_fresh(options.out, fresh_scores)
     summary = score_with_progress(options, quiet)
     typer.echo(json.dumps(_headline(summary), indent=2))
     exit_if_nothing_scored(summary, options.out)

@@ -96,6 +96,7 @@ PIPELINE_FLAGS: dict[str, tuple[str, Any]] = {
     "max_attempts": setting_flag("loop.max_attempts"),
     "seed": setting_flag("loop.seed_base"),
     **{name: setting_flag(f"loop.{name}") for name in LOOP_FLAGS},
+    "select_best_judge": setting_flag("judge"),  # not --judge: on `eval run` that names the scoring judge
 }
 """Flags of the commands that build a pipeline (run, batch, eval generate, demo)."""
 

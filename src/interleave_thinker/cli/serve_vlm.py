@@ -77,6 +77,7 @@ def command(
         host=host,
         port=port,
         log_level=log_level,
+        access_log=log_level == "debug",  # as serve generator: a request line (and its query) only at debug
         ws="none",
         http=read_timeout_protocol(read_timeout),
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,

@@ -250,8 +250,8 @@ class PipelineConfig(_Section):
                 )
         if self.loop.select_best == "judge" and not self.judge:
             raise ValueError(
-                "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (--judge "
-                "SPEC) or choose loop.select_best 'critic'"
+                "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (flag "
+                "--select-best-judge SPEC) or choose loop.select_best 'critic'"
             )
         return self
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from interleave_thinker.core.errors import BackendError, ConfigError
+from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
 
 if TYPE_CHECKING:
@@ -154,7 +155,10 @@ class ChatTransport:
         self.spec = spec
 
     def model_id(self) -> str:
-        return str(getattr(self.backend, "model", None) or self.backend.name)
+        """The served model's name where the backend knows one (a string), else the spec as given: a local
+        backend's ``model`` is the loaded module, whose repr is no name."""
+        model = getattr(self.backend, "model", None)
+        return model if isinstance(model, str) and model else redact_spec(self.spec)
 
     def send(self, request: JudgeRequest) -> str:
         from PIL import Image

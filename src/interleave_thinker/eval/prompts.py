@@ -115,6 +115,14 @@ def how_to_get(protocol: str) -> str:
     )
 
 
+class JudgePromptsUnavailable(TemplateError):
+    """A protocol's judge prompts are neither in a folder nor in the cache, and could not be downloaded."""
+
+    def __init__(self, protocol: str, reason: str) -> None:
+        super().__init__(f"{reason}. Scoring {protocol} needs its judge prompts: {how_to_get(protocol)}.")
+        self.protocol, self.reason = protocol, reason
+
+
 @dataclass(frozen=True)
 class PromptSet:
     """Resolved judge prompts of one protocol, with where they came from (recorded in the summary)."""
@@ -227,18 +235,17 @@ class EvalPromptStore(pinned.PinnedStore):
         if all(path.is_file() for path in cached.values()):
             return PromptSet({n: self._read(p, n) for n, p in cached.items()}, f"cache {self.cache_dir}")
         if not self.download_allowed:
-            raise TemplateError(
+            raise JudgePromptsUnavailable(
+                protocol,
                 f"The {protocol} judge prompts are not in the cache {self.cache_dir} and downloads are off "
-                f"(offline mode): {how_to_get(protocol)}."
+                "(offline mode)",
             )
         try:
             texts = self._download(names)
         except TemplateError as exc:
             if "Could not download" not in str(exc):
                 raise
-            raise TemplateError(
-                f"{exc}. Scoring {protocol} needs its judge prompts: {how_to_get(protocol)}."
-            ) from None
+            raise JudgePromptsUnavailable(protocol, str(exc).rstrip(".")) from None
         return PromptSet(texts, f"download {self.base_url}")
 
     def _cache_paths(self, names: tuple[str, ...]) -> dict[str, Path]:

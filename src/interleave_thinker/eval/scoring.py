@@ -97,6 +97,12 @@ def run_metadata(
 IDENTITY_KEYS = ("protocol", "scorer_version")
 
 
+FRESH_ADVICE = (
+    "rerun with --fresh-scores to score into the same folder (the old one moves aside, nothing is deleted)"
+)
+"""Advice that holds for both commands that score (`eval score`, `eval run`)."""
+
+
 class RunFolder:
     """The scoring output folder: refuses to mix protocols, versions or judges; knows what is done."""
 
@@ -115,21 +121,18 @@ class RunFolder:
             except (ValueError, RecursionError):
                 old = None
             if not isinstance(old, dict):
-                raise ConfigError(
-                    f"{path} is not a scoring run's metadata (unreadable JSON); this --out {self.out} is "
-                    "not a scoring folder of ours: pick another --out, or delete the file to start over."
-                )
+                raise ConfigError(f"{path} is not a scoring run's metadata (unreadable JSON): {FRESH_ADVICE}")
             for key in IDENTITY_KEYS:
                 if old.get(key) != self.meta.get(key):
                     raise ConfigError(
                         f"{self.out} holds a {key} {old.get(key)!r} scoring run; this one is {self.meta.get(key)!r}. "
-                        "Scores of different protocols never mix: pick another --out."
+                        f"Scores of different protocols never mix: {FRESH_ADVICE}"
                     )
             old_judge, new_judge = old.get("judge", {}), self.meta["judge"]
             if (old_judge.get("spec"), old_judge.get("model")) != (new_judge["spec"], new_judge["model"]):
                 raise ConfigError(
                     f"{self.out} was scored with judge {old_judge.get('spec')!r} ({old_judge.get('model')}); "
-                    f"this run uses {new_judge['spec']!r} ({new_judge['model']}). Pick another --out."
+                    f"this run uses {new_judge['spec']!r} ({new_judge['model']}): {FRESH_ADVICE}"
                 )
         write_atomic(path, json.dumps(self.meta, indent=2, ensure_ascii=False) + "\n")
         self._repair_tail()
