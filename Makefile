@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
 	$(UV_PIP) --quiet torch==2.14.1 torchvision==0.29.1
-	$(UV_PIP) --quiet -e '.[dev,demo,serving]'
+	$(UV_PIP) --quiet -e '.[dev,demo,serving,perceptual]'
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	touch $(STAMP)
 

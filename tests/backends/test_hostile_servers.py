@@ -25,6 +25,7 @@ from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.testing.doubles import hostile, scripted_models
 from interleave_thinker.testing.doubles.server import LocalServer
+from tests.helpers.memory import needs_proc, peak_growth_mb, reset_peak
 
 T = TypeVar("T")
 DEADLINE = 3.0
@@ -40,6 +41,7 @@ IMAGE_SPECS = {
 }
 SAYS = {
     "bomb": "remote.max_image_pixels",
+    "oversized": "the server did not honour the size",
     "drip": "deadline of 3s passed",
     "huge": "remote.max_reply_mb",
     "inflating": "remote.max_reply_mb",
@@ -92,6 +94,28 @@ def test_image_backends_hold_each_hostile_shape_to_its_bound(kind: str, shape: s
         backend = load_image_backend(IMAGE_SPECS[kind].format(url=server.url), OPTIONS)
         request = ImageRequest("a cat", width=64, height=64, seed=1)
         assert_held_to_bound(path, shape, backend, lambda: backend.generate(request))
+
+
+OVERSIZED_BOUND_MB = 16
+"""What refusing a 4096² reply to a 64² request may add to the client's peak: its few KB on the wire, not
+the 48 MB its pixels take once decoded."""
+
+
+@needs_proc
+@pytest.mark.parametrize("kind", sorted(IMAGE_SPECS))
+def test_a_reply_far_larger_than_asked_is_refused_before_its_pixels_are_decoded(kind: str) -> None:
+    hostile.bomb_png(hostile.OVERSIZED_SIDE)  # made (a few KB) before the peak is reset
+    with LocalServer(hostile.handler("oversized")) as server:
+        backend: Any = load_image_backend(IMAGE_SPECS[kind].format(url=server.url), OPTIONS)
+        request = ImageRequest("a cat", width=64, height=64, seed=1)
+        start = reset_peak()
+        message, _ = refused("thread", lambda: backend.generate(request))
+        grown = peak_growth_mb(start)
+        backend.close()
+    print(f"{kind}: peak grew {grown:.1f} MB refusing a 4096x4096 reply")
+    assert "4096x4096, far larger than the" in message and "asked for" in message, message
+    assert "the server did not honour the size" in message
+    assert grown < OVERSIZED_BOUND_MB
 
 
 @pytest.mark.parametrize("path", ["thread", "loop"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from interleave_thinker.cli.main import app
+from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path
@@ -26,6 +28,7 @@ SCHEDULING = {
     "retry_failed": True,
     "quiet": False,
     "fresh": False,
+    "accept_changed_input": False,
 }
 """Every scheduling flag and its default, as the commands took them before they shared one declaration."""
 
@@ -97,3 +100,18 @@ def test_eval_run_scores_the_shard_it_generated(tmp_path: Path, monkeypatch: pyt
     assert sorted(RunStore(out).traces()) == ["2", "4"]  # items 1..4 (--limit), every 2nd from the 2nd
     summary = json.loads((out / "scores-wise" / "summary.json").read_text())
     assert summary["counts"]["items"] == 2 and summary["slice"]["items"] == 2
+
+
+@pytest.mark.parametrize("command", ["batch", "data generate"])
+def test_ray_without_the_package_is_one_line_naming_the_extra(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "prompt": "draw"}\n')
+    args = [*command.split(), "--input", str(source), "--out", str(tmp_path / "out"), "--preset", "tiny"]
+    judge = ["--judge", "tiny:judge"] if command == "data generate" else []
+    result = CliRunner().invoke(app, [*args, *judge, "--ray", "auto"])
+    assert isinstance(result.exception, ConfigError)  # main() prints it as one line, exit 2
+    assert str(result.exception) == "--ray needs Ray: pip install 'interleave-thinker[ray]'"
+    assert not (tmp_path / "out").exists()  # refused before anything is written

@@ -203,7 +203,7 @@ def test_summary_counts_equal_the_calls_the_servers_saw(run: TeacherOutput) -> N
         assert usage[role]["images_in"] == sum(c["images"] for c in calls)
     edits = sum(1 for g in gens if g["source"] != "t2i")
     made = {"calls": len(gens), "images_in": edits, "images_out": len(gens), "input_tokens": 0}
-    assert usage["generator"] == {**made, "output_tokens": 0}
+    assert usage["generator"] == {**made, "output_tokens": 0, "failed": 0}
     assert usage["judge"]["calls"] == 2 * len(gens)
     cost = summary["estimated_cost"]
     assert cost["roles"]["planner"] == pytest.approx(0.03)
@@ -275,7 +275,9 @@ def test_gemini_token_counts_reach_the_meter() -> None:
     image = Image.new("RGB", (8, 8))
     message = {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "hi"}]}
     assert backend.chat([message]) == "ok" and backend.chat([message]) == "ok"
-    assert usage.as_dict() == dict(calls=2, input_tokens=240, output_tokens=14, images_in=2, images_out=0)
+    assert usage.as_dict() == dict(
+        calls=2, failed=0, input_tokens=240, output_tokens=14, images_in=2, images_out=0
+    )
 
 
 def test_a_plan_without_a_think_block_has_empty_reasoning_and_does_not_fail(
@@ -322,7 +324,7 @@ def test_teacher_presets_are_the_papers_set_ups(
     # Gemini 2.5 Pro plans, criticises and judges; the generator is the preset's own.
     assert (cfg.planner, cfg.critic, cfg.judge) == ("gemini:gemini-2.5-pro",) * 3
     assert cfg.generator == generator
-    assert parse_spec(cfg.generator, IMAGE_BACKENDS).kind == generator.split(":")[0]  # type: ignore[arg-type]
+    assert parse_spec(cfg.generator, IMAGE_BACKENDS).kind == generator.split(":")[0]
     assert parse_spec(cfg.judge, VLM_BACKENDS).kind == "gemini"  # type: ignore[arg-type]
     # The release's data-generation loop: the critic on every attempt (the last too), a budget of 15
     # generator calls per request instead of a limit per step, rewritten_prompt empty on a first attempt,

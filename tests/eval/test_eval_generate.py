@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import signal
@@ -22,8 +24,8 @@ from interleave_thinker.core.types import Plan, PlanStep, Trace
 from interleave_thinker.eval.base_mode import OneStepPlanner
 from interleave_thinker.eval.benchmarks import load_items
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.eval.layouts import release_text_answer
 from interleave_thinker.runtime.batch_inputs import parse_shard, select
+from interleave_thinker.runtime.reports import release_text_answer
 from interleave_thinker.runtime.store import RunStore
 from tests.conftest import REPO, shared_path
 
@@ -300,3 +302,81 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> No
     assert _layout_bytes(killed) == _layout_bytes(tmp_path / "whole")
     assert _calls(killed) == _calls(tmp_path / "whole")
     assert json.loads((killed / "eval.json").read_text())["skipped_already_finished"] == done_before
+
+
+# --- the sequence as shown: a repaired step is what every reader takes ---------------------------
+
+
+def test_repaired_last_step_is_the_layout_results_and_consistency_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`eval generate --repair-budget` whose review flags the last step: the WISE layout image, the
+    `report` rebuild's results.json and `eval score consistency`'s pairs all take the repaired image."""
+    from interleave_thinker.agents.sequence_review import format_review
+    from interleave_thinker.core.prompt_store import builtin_templates
+    from interleave_thinker.core.types import Flag
+    from interleave_thinker.eval.generate import GenerationRun
+    from interleave_thinker.runtime.pipeline import Pipeline
+    from interleave_thinker.testing.doubles.judge import image_urls, judge_server
+    from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+    from tests.helpers.replies import plan_reply, verdict
+
+    record = {"Prompt": "a red cube", "Explanation": "x", "Category": "Space", "Subcategory": "s"}
+    data = tmp_path / "one_verified.json"
+    data.write_text(json.dumps([{**record, "prompt_id": 1}]))
+    flagged = format_review([Flag(step=2, reason="the cube changed colour")])
+    critic = ScriptedVLMBackend([verdict(True), verdict(True), flagged, verdict(True)])
+
+    def scripted(run: GenerationRun) -> Pipeline:
+        planner = ScriptedVLMBackend(
+            [plan_reply(("Draw.", "a red cube", None), ("Turn it.", "turned", None))]
+        )
+        return Pipeline(
+            planner=planner,
+            critic=critic,
+            generator=ScriptedImageBackend(),
+            config=run.config,
+            templates=builtin_templates(),
+        )
+
+    monkeypatch.setattr("interleave_thinker.eval.generate.load_pipeline", scripted)
+    # served specs (never called: the scripted pipeline stands in), so no local engine is imported
+    chat = "openai:http://127.0.0.1:9/v1#scripted"
+    served = ("--planner", chat, "--critic", chat, "--generator", "http:http://127.0.0.1:9")
+    out = tmp_path / "run"
+    cli("eval", "generate", "wise", "--data", str(data), "--out", str(out), *served,
+        "--max-attempts", "2", "--repair-budget", "2", "--quiet")  # fmt: skip
+    trace = RunStore(out).traces()["1"]
+    assert trace.repair is not None and [r.repaired_image for r in trace.repair.steps] == [
+        "step02_repair0.png"
+    ]
+    assert trace.steps[1].accepted_image == "step02_attempt0.png"  # the trace keeps the original
+    images = out / "requests" / "1" / IMAGES_DIR
+    repaired, original = (images / "step02_repair0.png").read_bytes(), (images / "step02_attempt0.png")
+    assert repaired != original.read_bytes()
+    assert (out / "1.png").read_bytes() == repaired  # the layout
+
+    cli("report", str(out))  # results.json, rebuilt from the traces
+    (row,) = json.loads((out / "results.json").read_text())
+    assert row["image_answer"] == [
+        "requests/1/images/step01_attempt0.png",
+        "requests/1/images/step02_repair0.png",
+    ]
+
+    seen: list[object] = []
+
+    def judge(body: dict[str, Any]) -> str:
+        for url in image_urls(body):
+            with Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) as image:
+                seen.append(image.convert("RGB").getpixel((0, 0)))
+        return json.dumps({"identity": 9, "style": 9, "scene": 9, "reason": "scripted"})
+
+    with judge_server(judge) as server:
+        cli("eval", "score", "consistency", "--outputs", str(out), "--judge", f"openai:{server.url}#j",
+            "--judge-attempts", "1", "--quiet")  # fmt: skip
+    (scored,) = [
+        json.loads(line) for line in (out / "scores-consistency" / "scores.jsonl").read_text().splitlines()
+    ]
+    assert scored["pairs"][0]["images"] == ["step01_attempt0.png", "step02_repair0.png"]
+    with Image.open(images / "step02_repair0.png") as shown:
+        assert seen[-1] == shown.convert("RGB").getpixel((0, 0))

@@ -23,6 +23,7 @@ FIRST = (
     "tests/server/test_generator_service.py",
     "tests/tiny/test_reproducibility.py",
     "tests/eval/test_eval_generate.py",
+    "tests/runtime/test_cluster.py",
     "tests/tiny/test_tiny_judge.py",
     "tests/tiny/test_tiny.py",
     "tests/runtime/test_scheduler_green.py",

@@ -25,7 +25,7 @@ print(json.dumps({
     "parsed": [[s.kind, s.target] for s in (planner, generator, critic)],
     "training_variant": TRAINING_VARIANTS.get(tokenizer.CHAT_TEMPLATE) == tokenizer.TRAINING_TEMPLATE,
     "train": sorted(m for m in sys.modules if m.startswith("interleave_thinker.train")),
-    "heavy": sorted(m for m in ("torch", "transformers", "diffusers", "trl", "datasets") if m in sys.modules),
+    "heavy": sorted(m for m in ("torch", "transformers", "diffusers", "trl", "datasets", "ray") if m in sys.modules),
 }))
 """
 

@@ -32,7 +32,7 @@ from interleave_thinker.cli.main import app
 try:
     app(sys.argv[1:], standalone_mode=False)
 finally:
-    heavy = sorted(m for m in ("torch", "transformers", "diffusers") if m in sys.modules)
+    heavy = sorted(m for m in ("torch", "transformers", "diffusers", "ray") if m in sys.modules)
     status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
     peak = re.search(r"VmHWM:\\s+(\\d+)", status)  # not ru_maxrss, which survives exec
     print(json.dumps({"heavy": heavy, "rss_mb": round(int(peak.group(1)) / 1024) if peak else None}))

@@ -8,9 +8,12 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.run_folder import LOCK_FILE
 from interleave_thinker.core.settings_diff import MAX_LINES, MAX_VALUE_CHARS, setting_differences, shown
@@ -119,3 +122,44 @@ def test_a_typo_then_the_corrected_command_then_fresh(servers: dict[str, str], t
     new_manifest = json.loads((out / "batch.json").read_text())
     assert new_manifest["settings"]["loop"]["seed_base"] == 7
     assert json.loads((out / "summary.json").read_text())["requests"]["total"] == 1
+
+
+def test_a_changed_input_is_refused_naming_the_first_difference_or_accepted_and_run_again(
+    servers: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 41, item 10: a rerun into the same --out with a changed input file used to say
+    "2 succeeded (1 already finished)" and go on, mixing two inputs in one folder."""
+    rows = [{"id": "a", "prompt": "Draw a cat"}, {"id": "b", "prompt": "Draw a dog"}]
+    inputs = write(tmp_path / "in.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    args = batch_command(servers, inputs, out)[3:]  # the words after `python -m interleave_thinker`
+
+    def batch(*extra: str) -> Any:
+        return CliRunner().invoke(app, [*args, *extra], env={"COLUMNS": "400"})
+
+    assert batch().exit_code == 0
+    first_b = (out / "requests" / "b" / "trace.json").read_text(encoding="utf-8")
+    rows[0]["prompt"] = "Draw a tiger"
+    rows.append({"id": "c", "prompt": "Draw a cow"})
+    inputs.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    os.utime(out / "batch.json", (0, 0))
+    refused = batch()
+    assert isinstance(refused.exception, InputError)  # `main` turns it into exit 2 with this line
+    message = str(refused.exception)
+    assert (
+        f"{out / 'batch.json'}: request 'a' differs from the one this batch started with: its prompt changed"
+        in message
+    )
+    assert "--accept-changed-input" in message and "--fresh" in message
+    assert not (out / "requests" / "c").exists()  # nothing ran
+
+    accepted = batch("--accept-changed-input")
+    assert accepted.exit_code == 0, accepted.output
+    trace_a = json.loads((out / "requests" / "a" / "trace.json").read_text(encoding="utf-8"))
+    assert trace_a["request"]["text"] == rows[0]["prompt"]
+    assert (out / "requests" / "b" / "trace.json").read_text(encoding="utf-8") == first_b  # kept as it was
+    aside = tmp_path / "out.old-19700101-000000" / "requests" / "a" / "trace.json"
+    assert json.loads(aside.read_text(encoding="utf-8"))["request"]["text"] == "Draw a cat"
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [(r["id"], r["prompt"]) for r in results] == [(r["id"], r["prompt"]) for r in rows]
+    assert batch().exit_code == 0  # the folder now records the new input: a plain resume goes on

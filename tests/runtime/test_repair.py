@@ -20,6 +20,9 @@ from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import read_trace, trace_path
 from interleave_thinker.core.types import Flag, Plan, PlanStep
+from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from tests.helpers.replies import scripted_config, verdict
 
@@ -47,14 +50,19 @@ def review(*steps: int) -> str:
 ACCEPT_ALL = [verdict(True)] * 3
 
 
-def build(critic: list[str], generator: ScriptedImageBackend | None = None, **loop: Any) -> dict[str, Any]:
+def build(
+    critic: list[str],
+    generator: ScriptedImageBackend | None = None,
+    reviewer: ScriptedVLMBackend | None = None,
+    **loop: Any,
+) -> dict[str, Any]:
     config = scripted_config(loop)
     built: dict[str, Any] = {
         "planner": ScriptedVLMBackend([PLAN]),
         "critic": ScriptedVLMBackend(critic),
         "generator": generator or ScriptedImageBackend(),
     }
-    built["pipe"] = Pipeline(**built, config=config, templates=builtin_templates())
+    built["pipe"] = Pipeline(**built, config=config, templates=builtin_templates(), reviewer=reviewer)
     return built
 
 
@@ -141,9 +149,10 @@ def test_an_unparsable_review_repairs_nothing_and_the_run_succeeds(tmp_path: Pat
 
 
 def test_a_reviewer_of_its_own_is_asked_instead_of_the_critic() -> None:
-    built = build([*ACCEPT_ALL, verdict(True)], repair_budget=1, repair_reviewer="scripted:reviewer")
     reviewer = ScriptedVLMBackend([review(3)], name="reviewer")
-    built["pipe"].reviewer = reviewer
+    built = build(
+        [*ACCEPT_ALL, verdict(True)], reviewer=reviewer, repair_budget=1, repair_reviewer="scripted:reviewer"
+    )
     result = built["pipe"](REQUEST, INPUT)
     assert len(reviewer.calls) == 1 and len(built["critic"].calls) == 4
     assert result.trace.repair is not None and result.trace.repair.reviewer == "reviewer"
@@ -221,7 +230,36 @@ def test_a_generator_that_takes_no_references_is_refused_at_load() -> None:
     class NoReferences(ScriptedImageBackend):
         max_references = 0
 
-    built = build(ACCEPT_ALL, NoReferences(), repair_budget=2)
+    from interleave_thinker.runtime.pipeline import _load_opt_in
+
+    config = build(ACCEPT_ALL, NoReferences(), repair_budget=2)["pipe"].config
     with pytest.raises(ConfigError, match=r"loop\.repair_budget .* cannot take"):
-        built["pipe"]._load_opt_in(BackendOptions())
-    build(ACCEPT_ALL, NoReferences())["pipe"]._load_opt_in(BackendOptions())  # no repair: no refusal
+        _load_opt_in(config, NoReferences(), BackendOptions(), builtin_templates())
+    config = build(ACCEPT_ALL, NoReferences())["pipe"].config
+    assert _load_opt_in(config, NoReferences(), BackendOptions(), builtin_templates()) == (
+        None,
+        None,
+    )  # no repair
+
+
+def test_a_reviewer_of_its_own_is_limited_and_counted_in_a_batch(tmp_path: Path) -> None:
+    """The batch puts the opt-in backends behind limiters like the others: the reviewer's calls are in
+    the per-backend statistics, under its own role."""
+    reviewer = ScriptedVLMBackend([review(3)], name="reviewer")
+    built = build(
+        [*ACCEPT_ALL, verdict(True)], reviewer=reviewer, repair_budget=1, repair_reviewer="scripted:r"
+    )
+    store = RunStore(tmp_path)
+    store.open({"input": "in", "ids": ["a"], "settings": {}}, resume=False)
+    runner = BatchRunner(built["pipe"], store, BatchSettings(concurrency=1))
+    INPUT.save(tmp_path / "input.png")
+    outcome = runner.run([BatchItem("a", REQUEST, images=(str(tmp_path / "input.png"),))])
+    assert outcome.finished == {"a": "succeeded"} and len(reviewer.calls) == 1
+    assert {role: s.calls for role, s in outcome.stats.items()} == {
+        "planner": 1,
+        "critic": 4,
+        "generator": 4,
+        "reviewer": 1,
+    }
+    trace = read_trace(trace_path(store.request_dir("a")))
+    assert trace is not None and trace.repair is not None and trace.repair.reviewer == "reviewer"

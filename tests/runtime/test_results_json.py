@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from interleave_thinker.core.types import Plan, PlanStep, Request, StepRecord, Trace
-from interleave_thinker.eval.layouts import release_text_answer
-from interleave_thinker.runtime.reports import ueval_results
+from interleave_thinker.runtime.reports import release_text_answer, ueval_results
 
 
 def _trace() -> Trace:

@@ -141,6 +141,11 @@ def test_an_image_set_on_the_shelf_is_kept_as_it_is() -> None:
 def test_the_journal_is_read_once_but_sees_another_writer(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     assert store.finished() == {}
+    for request_id in ("a", "c"):  # a succeeded request is kept only with its files (the disk check)
+        folder = store.request_dir(request_id)
+        folder.mkdir(parents=True)
+        done = Trace(request=Request(text=request_id), status="succeeded")
+        (folder / "trace.json").write_text(done.model_dump_json(), encoding="utf-8")
     store.mark("a", "succeeded")
     store.mark("b", "failed", "boom")
     assert store.finished() == {"a": "succeeded", "b": "failed"}
@@ -175,9 +180,9 @@ def test_a_large_reply_is_decoded_off_the_loop_and_a_small_one_right_there(
     threads: list[str] = []
     decode = encoding._decode
 
-    def recorded(raw: bytes, max_pixels: int) -> Image.Image:
+    def recorded(raw: bytes, max_pixels: int, asked: encoding.Asked = None) -> Image.Image:
         threads.append(threading.current_thread().name)
-        return decode(raw, max_pixels)
+        return decode(raw, max_pixels, asked)
 
     monkeypatch.setattr(encoding, "_decode", recorded)
     large = png_of(Image.new("RGB", (512, 512), (3, 4, 5)))  # a few KB, but 262,144 pixels to inflate

@@ -43,11 +43,11 @@ def build(critic: list[Any], *, judge: list[str] | None = None, **loop: Any) -> 
         "critic": ScriptedVLMBackend(critic),
         "generator": ScriptedImageBackend(),
     }
-    pipe = Pipeline(**built, config=config, templates=builtin_templates())
-    if judge is not None:
-        built["judge"] = ScriptedVLMBackend(judge)
-        pipe.judge = Judge(built["judge"], builtin_templates())
-    built["pipe"] = pipe
+    backend = ScriptedVLMBackend(judge) if judge is not None else None
+    scorer = Judge(backend, builtin_templates()) if backend is not None else None
+    built["pipe"] = Pipeline(**built, config=config, templates=builtin_templates(), judge=scorer)
+    if backend is not None:
+        built["judge"] = backend
     return built
 
 

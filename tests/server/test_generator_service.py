@@ -34,6 +34,11 @@ from interleave_thinker.server.generator import (
     worker_devices,
 )
 from interleave_thinker.server.generator.openai_protocol import parse_edit_form, parse_generation
+from interleave_thinker.server.generator.protocol import EditJob
+from interleave_thinker.server.generator.worker import job_request
+from interleave_thinker.testing.doubles import hostile
+from tests.helpers import input_errors
+from tests.helpers.memory import needs_proc, peak_growth_mb, reset_peak
 from tests.helpers.served import SMALL, TOKEN, TOKEN_ENV, service_env
 
 SLOW = {"width": 1024, "height": 1024, "num_inference_step": 8}  # ~3 s on 2 CPU cores
@@ -171,6 +176,26 @@ def test_bad_requests_are_refused_with_400(body: bytes, message: str) -> None:
     assert message in info.value.message
 
 
+REFERENCES_BOUND_MB = 32
+"""What refusing 15 references of 2048² to a model taking 3 may add to the worker's peak: not the 190 MB
+of their decoded pixels."""
+
+
+@pytest.mark.slow  # loads the tiny generator (module fixture)
+@needs_proc
+def test_references_over_the_models_cap_are_refused_before_any_is_decoded(local_generator: Any) -> None:
+    png = hostile.bomb_png(2048)  # a valid 2048x2048 PNG of a few KB, never decoded here
+    job = EditJob("a cat", png, 64, 64, 0, 1, None, (png,) * 15).to_message()
+    start = reset_peak()
+    with pytest.raises(RequestError) as info:
+        job_request(local_generator, job, 4096 * 4096)
+    grown = peak_growth_mb(start)
+    print(f"peak grew {grown:.1f} MB refusing 15 references")
+    assert info.value.status == 400
+    assert "takes at most 3 reference images, got 15" in info.value.message
+    assert grown < REFERENCES_BOUND_MB
+
+
 def test_settings_are_checked_before_any_process_starts() -> None:
     assert worker_devices("cpu", 3) == ("cpu", "cpu", "cpu")
     assert worker_devices("cpu", None) == ("cpu",)
@@ -238,6 +263,17 @@ def client(service: GeneratorProcess) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=service.url, headers=headers, timeout=120.0) as session:
         yield session
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("route", "shape", "request_kwargs", "status", "says"), input_errors.rows("generator")
+)
+def test_what_the_model_refuses_is_a_4xx_with_an_error_body(
+    client: httpx.Client, route: str, shape: str, request_kwargs: dict[str, Any], status: int, says: str
+) -> None:
+    """The generator's rows of the input-error table both servers answer (tests/helpers/input_errors.py)."""
+    input_errors.assert_refused(client.post(route, **request_kwargs), shape, status, says)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ subprocess over the tiny planner, always reached over HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -29,9 +31,12 @@ from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
 from interleave_thinker.core.errors import BackendError
 from interleave_thinker.server.limits import read_timeout_protocol
 from interleave_thinker.server.vlm_service import VLMLimits, create_app
+from interleave_thinker.testing.doubles import hostile
 from interleave_thinker.testing.doubles.asgi import AppServer
 from interleave_thinker.testing.doubles.stoppable import ModelBackend
+from tests.helpers import input_errors
 from tests.helpers.common import cli_command
+from tests.helpers.memory import needs_proc, peak_growth_mb, reset_peak
 from tests.helpers.served import (
     Engine,
     InProcessServer,
@@ -348,6 +353,49 @@ def test_tiny_server_reports_usage_and_models(tiny_server: str) -> None:
     assert isinstance(reply["choices"][0]["message"]["content"], str)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("max_tokens", [1, 5])
+def test_usage_counts_the_ids_the_model_read_and_wrote_as_vllm_does(
+    tiny_server: str, max_tokens: int
+) -> None:
+    """Prompt tokens: the chat template and the image tokens included (what the processor gives the
+    model); completion tokens: what it generated, never over max_tokens; "length" only when it hit it."""
+    from transformers import AutoProcessor
+
+    from interleave_thinker.tiny.models import ensure_tiny_model
+
+    image = noise((64, 48), 5)
+    question = "Plan three steps for a red kite."
+    content: list[dict[str, Any]] = [
+        {"type": "image_url", "image_url": {"url": data_url(image)}},
+        {"type": "text", "text": question},
+    ]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0}
+    reply = httpx.post(f"{tiny_server}/v1/chat/completions", json=body, timeout=120).json()
+    processor = AutoProcessor.from_pretrained(ensure_tiny_model("planner"))
+    conversation = [
+        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": question}]}
+    ]
+    ids = processor.apply_chat_template(
+        conversation, tokenize=True, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )["input_ids"]
+    usage, finish = reply["usage"], reply["choices"][0]["finish_reason"]
+    assert usage["prompt_tokens"] == ids.shape[1]
+    assert 1 <= usage["completion_tokens"] <= max_tokens
+    assert finish == ("length" if usage["completion_tokens"] == max_tokens else "stop")
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("route", "shape", "request_kwargs", "status", "says"), input_errors.rows("vlm"))
+def test_what_the_model_refuses_is_a_4xx_with_an_error_body(
+    tiny_server: str, route: str, shape: str, request_kwargs: dict[str, Any], status: int, says: str
+) -> None:
+    """The VLM's rows of the input-error table both servers answer (tests/helpers/input_errors.py)."""
+    reply = httpx.post(f"{tiny_server}{route}", timeout=120, **request_kwargs)
+    input_errors.assert_refused(reply, shape, status, says)
+
+
 # -- limits: max_tokens, body, pixels, slow clients, disconnects ---------------------------------
 
 
@@ -364,6 +412,102 @@ def png_claiming(width: int, height: int) -> bytes:
     data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
     data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
     return bytes(data)
+
+
+class GatedBackend(VLMBatchMixin):
+    """Holds every call until ``release`` is set; records the images each call was given."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.images: list[list[Any]] = []
+
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        self.images.append([p["image"] for m in messages for p in m["content"] if p["type"] == "image"])
+        self.started.set()
+        assert self.release.wait(60)
+        return "done"
+
+
+def chat_with_images(count: int, png: bytes) -> dict[str, Any]:
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url}}] * count
+    return {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "what is it?"}]}]}
+
+
+def test_more_images_than_the_limit_is_a_400_before_any_is_read() -> None:
+    backend = GatedBackend()
+    backend.release.set()
+    with LimitedServer(backend, VLMLimits(max_images=2)) as server:
+        over = httpx.post(
+            f"{server.url}/v1/chat/completions", json=chat_with_images(3, b"not read"), timeout=30
+        )
+        fine = httpx.post(
+            f"{server.url}/v1/chat/completions", json=chat_with_images(2, png_bytes()), timeout=30
+        )
+    assert over.status_code == 400, over.text
+    message = over.json()["error"]["message"]
+    assert "3 images, over this server's limit of 2 per request (serve vlm --max-images)" in message
+    assert fine.status_code == 200 and [len(i) for i in backend.images] == [2]
+    assert all(isinstance(i, Image.Image) and i.size == (8, 8) for i in backend.images[0])
+
+
+def png_bytes() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_requests_beyond_the_wait_queue_get_429_with_a_retry_hint() -> None:
+    """One runs, ``max_waiting`` wait; of two more sent at once, exactly one is turned away, whatever
+    the order they arrive in, before its body is read; the others are answered once the model is free."""
+    backend = GatedBackend()
+    body = {"messages": [{"role": "user", "content": "x"}]}
+    with LimitedServer(backend, VLMLimits(max_waiting=1)) as server, ThreadPoolExecutor(3) as pool:
+        post = functools.partial(httpx.post, f"{server.url}/v1/chat/completions", json=body, timeout=60)
+        running = pool.submit(post)
+        assert backend.started.wait(30)
+        others = [pool.submit(post), pool.submit(post)]
+        first = next(as_completed(others))
+        turned_away = first.result()
+        backend.release.set()
+        answered = [running.result(), *(f.result() for f in others if f is not first)]
+    assert turned_away.status_code == 429, turned_away.text
+    assert int(turned_away.headers["Retry-After"]) >= 1
+    error = turned_away.json()["error"]
+    assert (error["code"], error["type"]) == (429, "rate_limit_error")
+    assert "serve vlm --max-waiting" in error["message"]
+    assert [r.status_code for r in answered] == [200, 200]
+
+
+WAITING_BOUND_MB = 64
+"""What three waiting requests of 8 images of 2048² (a few KB each on the wire) may add to the server's
+peak: their bodies, not the 300 MB of their decoded pixels."""
+
+
+@needs_proc
+def test_waiting_requests_hold_their_bodies_not_their_pixels() -> None:
+    backend = GatedBackend()
+    body = chat_with_images(8, hostile.bomb_png(2048))
+    app = create_app(backend, "rec")
+    with AppServer(app) as server, ThreadPoolExecutor(4) as pool:
+        post = functools.partial(httpx.post, f"{server.url}/v1/chat/completions", json=body, timeout=120)
+        running = pool.submit(post)
+        assert backend.started.wait(60)
+        start = reset_peak()
+        waiting = [pool.submit(post) for _ in range(3)]
+        deadline = time.monotonic() + 60
+        while app.state.gate.waiting < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        grown = peak_growth_mb(start)
+        queued = app.state.gate.waiting
+        backend.release.set()
+        replies = [running.result(), *(f.result() for f in waiting)]
+    print(f"peak grew {grown:.1f} MB with 3 requests of 8 images of 2048x2048 waiting")
+    assert queued == 3
+    assert [r.status_code for r in replies] == [200] * 4
+    assert grown < WAITING_BOUND_MB
 
 
 def test_requests_over_the_limits_get_400_or_413() -> None:

@@ -9,8 +9,9 @@ first and sampled retries) belongs to the retry policy; the seed of each call to
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Self, TypeVar
 
 from interleave_thinker.agents.messages import Message
 from interleave_thinker.agents.retry import Outcome, RetryPolicy
@@ -19,6 +20,7 @@ from interleave_thinker.backends.protocols import VLMBackend, seed_kwargs
 from interleave_thinker.core.prompt_store import TemplateSet
 
 T = TypeVar("T")
+A = TypeVar("A", bound="Agent")
 
 
 class Agent:
@@ -40,6 +42,20 @@ class Agent:
         self.templates = templates
         self.retry = retry or RetryPolicy()
         self.max_new_tokens = self.DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+
+    def on(self, backend: VLMBackend) -> Self:
+        """The same agent (templates, retries, budget) asking ``backend``, e.g. the batch's limiter of
+        its own backend; this one is unchanged."""
+        other = copy.copy(self)
+        other.backend = backend
+        return other
+
+    def sibling(self, kind: type[A], backend: VLMBackend | None = None) -> A:
+        """An agent of ``kind`` with this one's templates, retries and budget, asking ``backend`` (this
+        one's when None): the ranker and the sequence reviewer are made from the critic this way."""
+        return kind(
+            backend or self.backend, self.templates, retry=self.retry, max_new_tokens=self.max_new_tokens
+        )
 
     def ask(self, messages: list[Message], parse: Callable[[str], T], turn: Turn | None = None) -> Outcome[T]:
         """One turn: call the backend, parse, and call again on a bad reply, as the retry policy says.

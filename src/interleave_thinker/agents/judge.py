@@ -26,6 +26,7 @@ from PIL import Image
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.messages import Message, image_part, text_part, user_turn
 from interleave_thinker.agents.reply import prepare_reply, read_answer, show
+from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
 from interleave_thinker.core.sanitize import clean_text
@@ -184,9 +185,13 @@ class Judge(Agent):
         result = Judgement(raw_replies={kind: outcome.raw_replies})
         if outcome.value is None:
             last = outcome.errors[-1] if outcome.errors else "no reply"
-            result.error = (
-                f"{kind.upper()} judgement unparsable after {len(outcome.raw_replies)} replies: {last}"
-            )
+            if last.startswith(BACKEND_ERROR_PREFIX) and not outcome.raw_replies:
+                result.error = (
+                    f"{kind.upper()} judgement got no reply ({last})"  # a connection failure, said so
+                )
+            else:
+                replies = len(outcome.raw_replies)
+                result.error = f"{kind.upper()} judgement unparsable after {replies} replies: {last}"
             return result
         scores, reasoning = outcome.value
         setattr(result, kind, min(scores))

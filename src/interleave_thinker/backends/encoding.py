@@ -116,17 +116,30 @@ CODEC_THREADS = 2
 _codecs = green.lazy_pool(CODEC_THREADS, "image-codec")
 
 
-def decode_image(raw: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+Asked = tuple[int, int] | None
+"""The width and height a served generator was asked for, when it honours the size it is sent."""
+
+
+def reply_bound(asked: tuple[int, int]) -> int:
+    """The most pixels a served reply to a ``width`` x ``height`` request may have: each side at most
+    twice the one asked for, plus 64 (for servers that round sizes up). A server that sends far more is
+    refused before the pixels are decoded, so a batch's memory follows the sizes it asks for."""
+    width, height = asked
+    return (2 * width + 64) * (2 * height + 64)
+
+
+def decode_image(raw: bytes, max_pixels: int = MAX_IMAGE_PIXELS, asked: Asked = None) -> Image.Image:
     """PNG/JPEG/WebP bytes -> a loaded RGB image; ``ValueError`` naming the cause when they are not one,
     :class:`ImageTooLarge` when the header declares more than ``max_pixels`` (nothing decoded then).
 
     A reply that is a plain RGB PNG (:func:`plain_rgb_png`) is kept as the image's encoding, so writing
     it to ``images/``, sending it to the critic and uploading it for the next edit encode nothing: at
     1024² one PNG encode is 0.1-0.3 s of CPU, more than everything else a batch does per call. A
-    large reply is decoded off the batch's loop (:data:`OFF_LOOP_PIXELS`)."""
+    large reply is decoded off the batch's loop (:data:`OFF_LOOP_PIXELS`). With ``asked``, the image is
+    also held to :func:`reply_bound` of that size (:class:`ImageTooLarge` naming it)."""
     if _worth_a_thread(raw[:24], len(raw)):
-        return green.call_blocking(_codecs, lambda: _decode(raw, max_pixels))
-    return _decode(raw, max_pixels)
+        return green.call_blocking(_codecs, lambda: _decode(raw, max_pixels, asked))
+    return _decode(raw, max_pixels, asked)
 
 
 def _worth_a_thread(head: bytes, size: int) -> bool:
@@ -137,7 +150,7 @@ def _worth_a_thread(head: bytes, size: int) -> bool:
     return size >= OFF_LOOP_BYTES
 
 
-def _decode(raw: bytes, max_pixels: int) -> Image.Image:
+def _decode(raw: bytes, max_pixels: int, asked: Asked = None) -> Image.Image:
     try:
         with warnings.catch_warnings():  # PIL's own bomb warning: our bound below is the stricter one
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -148,6 +161,12 @@ def _decode(raw: bytes, max_pixels: int) -> Image.Image:
                 raise ImageTooLarge(
                     f"the image is {width}x{height} = {width * height} pixels, over the limit of "
                     f"{max_pixels} (remote.max_image_pixels); ask for a smaller size or raise the limit"
+                )
+            if asked is not None and width * height > reply_bound(asked):
+                raise ImageTooLarge(
+                    f"the image is {width}x{height}, far larger than the {asked[0]}x{asked[1]} asked for "
+                    f"(over {reply_bound(asked)} pixels: each side at most twice it, plus 64); the server "
+                    "did not honour the size"
                 )
             opened.load()
             # convert() copies even an RGB image (a copy per generator reply, for nothing)
@@ -195,15 +214,15 @@ def plain_rgb_png(raw: bytes) -> bool:
 
 
 def decode_base64_image(
-    data: str, max_chars: int = MAX_REPLY_CHARS, max_pixels: int = MAX_IMAGE_PIXELS
+    data: str, max_chars: int = MAX_REPLY_CHARS, max_pixels: int = MAX_IMAGE_PIXELS, asked: Asked = None
 ) -> Image.Image:
     """Base64 text of an image -> a loaded RGB image; ``ValueError`` when too long, not base64 or not
     an image, :class:`ImageTooLarge` over ``max_pixels`` (see :func:`decode_image`)."""
     if len(data) > max_chars:
         raise ValueError(f"{len(data)} base64 characters, over the limit of {max_chars}")
     if _worth_a_thread(_head(data), len(data) * 3 // 4):  # the base64 step goes too: a few ms per MB
-        return green.call_blocking(_codecs, lambda: _decode(_from_base64(data), max_pixels))
-    return _decode(_from_base64(data), max_pixels)
+        return green.call_blocking(_codecs, lambda: _decode(_from_base64(data), max_pixels, asked))
+    return _decode(_from_base64(data), max_pixels, asked)
 
 
 def _head(data: str) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any
 
 from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend, key_envs
+from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.errors import BackendError
 
 DEFAULT_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
@@ -55,8 +56,8 @@ class GeminiSDKBackend(RemoteBackend):
     def close(self) -> None:
         """Close the SDK client when we created it (an injected client belongs to the caller)."""
         super().close()
-        if self._owns_client and callable(getattr(self.client, "close", None)):
-            self.client.close()
+        if self._owns_client:
+            close_backend(self.client)
 
     def _make_client(self, configured: bool) -> Any:
         """Read the key (a missing one is a :class:`ConfigError`), then import the SDK (only now: it is

@@ -13,6 +13,8 @@ from typing import Any, Protocol, Self, TypedDict, runtime_checkable
 from PIL import Image
 
 Message = dict[str, Any]
+MAX_NEW_TOKENS = 4096
+"""The reply budget of a ``chat`` call that names none: every signature that states a default uses this."""
 
 
 class ChatOptions(TypedDict, total=False):
@@ -35,7 +37,7 @@ class VLMBackend(Protocol):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:
@@ -52,7 +54,7 @@ class VLMBackend(Protocol):
         self,
         conversations: list[list[Message]],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
     ) -> list[str]:
         """Replies to several independent conversations, in order."""
@@ -161,7 +163,7 @@ class VLMBatchMixin(Closeable):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:
@@ -171,7 +173,7 @@ class VLMBatchMixin(Closeable):
         self,
         conversations: list[list[Message]],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
     ) -> list[str]:
         return self._chat_many(conversations, max_new_tokens, temperature)

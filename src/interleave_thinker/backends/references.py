@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from interleave_thinker.backends.wrapping import backend_name, reference_cap
 from interleave_thinker.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,12 +51,6 @@ at most as recommended (BFL's "Reference Images per Model"), the edited image am
 TAKERS = "diffusers FLUX.2, vllm-omni:, openai-images: gpt-image-*, gemini-image:, http: serve generator"
 
 
-def reference_cap(backend: Any) -> int:
-    """The references ``backend`` declares it takes (its ``max_references``), 0 when it declares none."""
-    value = getattr(backend, "max_references", 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def model_reference_cap(name: str) -> int | None:
     """The references a FLUX.2 pipeline class (``Flux2KleinPipeline``) or model id
     (``black-forest-labs/FLUX.2-klein-4B``) takes, or None for a model the table does not know."""
@@ -75,7 +70,12 @@ def file_name(index: int) -> str:
 
 def check_request(name: str, cap: int, request: ImageRequest) -> None:
     """:class:`ConfigError` when ``request`` carries more references than the backend ``name`` takes."""
-    count = len(request.references)
+    check_reference_count(name, cap, len(request.references))
+
+
+def check_reference_count(name: str, cap: int, count: int) -> None:
+    """:class:`ConfigError` when ``count`` references are more than the backend ``name`` takes: a server
+    checks this before it decodes them."""
     if count > cap:
         taken = f"at most {cap} reference images" if cap else "no reference images"
         raise ConfigError(
@@ -90,7 +90,7 @@ KINDS_WITHOUT_REFERENCES = frozenset({"fastvideo"})
 
 def check_references(backend: Any, policy: str) -> None:
     """Refuse, at load time, a ``loop.references`` policy the generator cannot follow (see :data:`POLICY_NEEDS`)."""
-    check_policy(str(getattr(backend, "name", type(backend).__name__)), reference_cap(backend), policy)
+    check_policy(backend_name(backend), reference_cap(backend), policy)
 
 
 def check_policy(name: str, cap: int, policy: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,19 +50,39 @@ class BackendOptions:
         return cls(config.model.device, config.model.dtype, config.model.attn_implementation, config.remote)
 
 
-def parse_spec(spec: str, known: dict[str, object] | None = None) -> BackendSpec:
+def parse_spec(
+    spec: str,
+    known: Mapping[str, object] | None = None,
+    *,
+    source: str | None = None,
+    example: str = "transformers:ID",
+) -> BackendSpec:
+    """The one check of a backend spec: a kind, one of ``known`` (when given). With ``source`` (the flag
+    or key that set it, as the CLI names it), errors start with it and an empty target is refused too,
+    unless the kind takes one (:data:`EMPTY_TARGET_KINDS`)."""
     kind, sep, target = spec.partition(":")
+    kinds = ", ".join(sorted(known)) if known is not None else ""
+    if source is None:
+        if not sep or not kind:
+            raise ConfigError(f"Backend spec {spec!r} has no kind; write KIND:TARGET, e.g. {example!r}.")
+        if known is not None and kind not in known:
+            raise ConfigError(f"Unknown backend kind '{kind}' in {spec!r}; known kinds: {kinds}.")
+        return BackendSpec(kind=kind, target=target)
+    where = f"{source} {spec!r}"
     if not sep or not kind:
-        raise ConfigError(f"Backend spec {spec!r} has no kind; write KIND:TARGET, e.g. 'transformers:ID'.")
+        raise ConfigError(f"{where}: no backend kind; write KIND:TARGET, e.g. {example!r} (kinds: {kinds}).")
     if known is not None and kind not in known:
-        raise ConfigError(
-            f"Unknown backend kind '{kind}' in {spec!r}; known kinds: {', '.join(sorted(known))}."
-        )
+        raise ConfigError(f"{where}: Unknown backend kind '{kind}'; known kinds: {kinds}.")
+    if not target.strip() and kind not in EMPTY_TARGET_KINDS:
+        raise ConfigError(f"{where}: the {kind} backend needs a target after the colon.")
     return BackendSpec(kind=kind, target=target)
 
 
-LOCAL_KINDS = frozenset({"transformers", "diffusers", "fastvideo", "tiny"})
-"""Kinds that load a model into this process (and torch with it); every other kind is served."""
+LOCAL_KINDS = {"transformers", "diffusers", "fastvideo"}
+"""Kinds that load a model into this process (and torch with it); every other kind is served. A kind
+registered later says so itself (``register_kind(..., local=True)``)."""
+EMPTY_TARGET_KINDS: set[str] = set()
+"""Kinds whose target may be empty (``tiny:`` picks the tiny model of the role), as registered."""
 
 
 def is_local(spec: str) -> bool:
@@ -124,8 +144,12 @@ def register_kind(
     vlm: Callable[[BackendSpec, BackendOptions, str], VLMBackend] | None = None,
     image: Callable[[BackendSpec, BackendOptions], ImageBackend] | None = None,
     checkpoint: Callable[[str], Path] | None = None,
+    local: bool = False,
+    empty_target: bool = False,
 ) -> None:
-    """Add a backend kind: its chat loader, image loader and (for local checkpoints) folder resolver.
+    """Add a backend kind: its chat loader, image loader and (for local checkpoints) folder resolver;
+    ``local``: it loads a model into this process (:func:`is_local`); ``empty_target``: ``KIND:`` alone
+    is a complete spec.
 
     Loaders must import heavy libraries inside themselves. Registering the same loader again is a no-op;
     another loader under a taken kind is refused, so two wings cannot silently shadow each other.
@@ -141,23 +165,27 @@ def register_kind(
     for registry, loader in entries:
         if loader is not None:
             registry[kind] = loader
+    if local:
+        LOCAL_KINDS.add(kind)
+    if empty_target:
+        EMPTY_TARGET_KINDS.add(kind)
 
 
 def checkpoint_folder(spec: str) -> Path:
     """The local folder a checkpoint spec such as ``tiny:critic-sft`` names (built when missing)."""
-    parsed = parse_spec(spec, CHECKPOINT_KINDS)  # type: ignore[arg-type]
+    parsed = parse_spec(spec, CHECKPOINT_KINDS)
     return CHECKPOINT_KINDS[parsed.kind](parsed.target)
 
 
 def load_vlm_backend(
     spec: str, options: BackendOptions | None = None, *, role: str = "planner"
 ) -> VLMBackend:
-    parsed = parse_spec(spec, VLM_BACKENDS)  # type: ignore[arg-type]
+    parsed = parse_spec(spec, VLM_BACKENDS)
     return with_spec(VLM_BACKENDS[parsed.kind](parsed, options or BackendOptions(), role), spec)
 
 
 def load_image_backend(spec: str, options: BackendOptions | None = None) -> ImageBackend:
-    parsed = parse_spec(spec, IMAGE_BACKENDS)  # type: ignore[arg-type]
+    parsed = parse_spec(spec, IMAGE_BACKENDS)
     return with_spec(IMAGE_BACKENDS[parsed.kind](parsed, options or BackendOptions()), spec)
 
 

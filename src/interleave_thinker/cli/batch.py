@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -12,13 +13,20 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import (
+    BatchInputOption,
+    ScheduledJob,
+    close_run,
+    run_scheduled,
+    scheduled_runner,
+)
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.core.types import Trace
     from interleave_thinker.runtime.batch_inputs import BatchItem
+    from interleave_thinker.runtime.cluster import ClusterRunner
     from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
     from interleave_thinker.runtime.store import RunStore
 
@@ -69,6 +77,7 @@ def batch(
         f"({outcome.skipped} already finished) in {outcome.wall_s:.1f}s"
     )
     typer.echo(str(out / "report.html"))
+    close_run(summary, outcome.stopped)
 
 
 class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
@@ -81,19 +90,21 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         self.store = RunStore(out)
         self.loading = f"loading models ({cfg.preset or 'custom'} preset)"
         self.generator = cfg.generator
-        self.runner: BatchRunner | None = None
+        self.runner: BatchRunner | ClusterRunner | None = None
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
+        from interleave_thinker.runtime.batch_inputs import batch_manifest
+
         record = {k: self.cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
-        manifest = {"input": self.source, "ids": [i.id for i in self.items], "settings": record}
-        self.store.open(manifest, resume=resume)
+        manifest = batch_manifest(self.source, self.items, record)
+        self.store.open(manifest, resume=resume, accept_changed=self.accept_changed)
         return None  # a batch loads its models even when nothing is left: its outputs need the run's figures
 
     def load(self, settings: BatchSettings) -> None:
-        from interleave_thinker.runtime.pipeline import Pipeline
-        from interleave_thinker.runtime.scheduler import BatchRunner
+        from interleave_thinker.runtime.scheduler import batch_runner
 
-        self.runner = BatchRunner(Pipeline.from_config(self.cfg), self.store, settings)
+        make = functools.partial(batch_runner, self.cfg, self.store.root, settings)
+        self.runner = scheduled_runner(make, self.store, settings, self.cfg)
 
     def pending(self) -> int:
         assert self.runner is not None
@@ -109,7 +120,7 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         try:
             return self.runner.run(self.items), self.store
         finally:
-            self.runner.pipeline.close()
+            self.runner.close()
 
 
 def _write_outputs(store: RunStore, outcome: BatchOutcome) -> dict[str, Any]:
@@ -119,7 +130,10 @@ def _write_outputs(store: RunStore, outcome: BatchOutcome) -> dict[str, Any]:
     ordered = in_order(store.traces(), store.manifest().get("ids", []))
     backends = {role: s.summary(outcome.wall_s) for role, s in outcome.stats.items()}
     totals = accumulate(read_summary(store.root / SUMMARY), backends, outcome.wall_s)
-    return write_reports(store.root, ordered, totals["backends"], totals["wall_s"], totals["runs"])
+    nodes = {"nodes": outcome.nodes} if outcome.nodes else None
+    return write_reports(
+        store.root, ordered, totals["backends"], totals["wall_s"], totals["runs"], extra=nodes
+    )
 
 
 def report(

@@ -12,6 +12,7 @@ from interleave_thinker.cli.data import MaxPixelsOpt, writing_to
 from interleave_thinker.cli.options import renamed
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS, ImageLimits
 from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
 from interleave_thinker.datagen.export_format import DROP_REASONS, Format
@@ -37,6 +38,7 @@ def export(
     if input is None:
         raise InputError(f"Missing option --input: {SOURCE_HELP[0].lower()}{SOURCE_HELP[1:]}")
     source = input
+    check_out_folder(out)
     console = Console(stderr=True)
     runs = find_traces(source)
     progress = counter_bar(console, "reading runs", quiet=quiet)

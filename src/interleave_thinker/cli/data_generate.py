@@ -10,7 +10,13 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import (
+    BatchInputOption,
+    ScheduledJob,
+    close_run,
+    run_scheduled,
+    scheduled_runner,
+)
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
@@ -18,7 +24,9 @@ if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.datagen.generate import GenerateSettings, TeacherRun
     from interleave_thinker.runtime.batch_inputs import BatchItem
-    from interleave_thinker.runtime.scheduler import BatchSettings
+    from interleave_thinker.runtime.cluster import ClusterRunner
+    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+    from interleave_thinker.runtime.store import RunStore
 
 console = Console(stderr=True)
 
@@ -59,6 +67,8 @@ def generate(
     summary, skipped = run_scheduled(out, len(items), scheduling, job)
     _report(summary, skipped)
     typer.echo(str(out / "summary.json"))
+    outcome = job.teachers.outcome if job.teachers is not None else None
+    close_run(summary, outcome.stopped if outcome is not None else None)
 
 
 def _report(summary: dict[str, Any], skipped: int) -> None:
@@ -94,12 +104,22 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.datagen.generate import TeacherRun
 
-        self.teachers = TeacherRun(self.cfg, self.items, self.out, self.source, self._settings(settings))
+        def build(make: Callable[[], BatchRunner], store: RunStore) -> BatchRunner | ClusterRunner:
+            return scheduled_runner(make, store, settings, self.cfg)
+
+        self.teachers = TeacherRun(
+            self.cfg, self.items, self.out, self.source, self._settings(settings), build=build
+        )
 
     def _settings(self, settings: BatchSettings) -> GenerateSettings:
         from interleave_thinker.datagen.generate import GenerateSettings
 
-        return GenerateSettings(settings, resume=self.resume, judge_max_new_tokens=self.judge_tokens)
+        return GenerateSettings(
+            settings,
+            resume=self.resume,
+            judge_max_new_tokens=self.judge_tokens,
+            accept_changed=self.accept_changed,
+        )
 
     def pending(self) -> int:
         assert self.teachers is not None

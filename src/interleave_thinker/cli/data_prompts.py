@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from interleave_thinker.cli.options import SettingsFlags, renamed, with_settings
 from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.storage import check_out_folder
 
 console = Console(stderr=True)
 TaxonomyOption = Annotated[
@@ -61,6 +62,7 @@ def prompts(
     from interleave_thinker.runtime.scheduler import default_limit
 
     check_spec("--llm", llm, "vlm")
+    check_out_folder(out.parent)
     tree, digest = load_taxonomy(taxonomy)
     cfg = settings.resolve()
     work = work_dir or out.with_name(out.name + ".teacher")

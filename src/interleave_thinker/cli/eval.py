@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from interleave_thinker.cli import eval_generate, eval_run, eval_score
+from interleave_thinker.cli import eval_calibrate, eval_generate, eval_run, eval_score
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.eval import benchmarks
 
@@ -26,6 +26,7 @@ app.command("generate")(eval_generate.generate)
 app.command("score")(eval_score.score)
 app.command("run")(eval_run.run)
 app.add_typer(prompts_app, name="prompts")
+app.add_typer(eval_calibrate.app, name="calibrate")
 console = Console(stderr=True)
 
 

@@ -4,6 +4,7 @@ item selection, and generation under the folder lock (a finished run loads no mo
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -13,15 +14,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import ScheduledJob, run_scheduled
+from interleave_thinker.cli.scheduled import ScheduledJob, close_run, run_scheduled, scheduled_runner
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.eval.generate import GenerationRun
-    from interleave_thinker.runtime.pipeline import Pipeline
-    from interleave_thinker.runtime.scheduler import BatchSettings
+    from interleave_thinker.runtime.cluster import ClusterRunner
+    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
     from interleave_thinker.runtime.store import RunStore
 
 console = Console(stderr=True)
@@ -79,6 +80,7 @@ def generate_locked(run: GenerationRun, scheduling: SchedulingFlags) -> dict[str
     finished run writes its layout again and loads no model); say what has an output."""
     record = run_scheduled(run.out, len(run.items), scheduling, EvalJob(run))
     say_generated(record)
+    close_run(record, record.get("stopped"))
     return record
 
 
@@ -109,14 +111,16 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
         self.loading = f"loading models ({run.mode} mode)"
         self.generator = run.config.generator
         self.store: RunStore | None = None
-        self.pipeline: Pipeline | None = None
-        self.settings: BatchSettings | None = None
+        self.runner: BatchRunner | ClusterRunner | None = None
         self.retry_failed = True
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         from interleave_thinker.eval.generate import open_store, unfinished
 
-        self.store, self.retry_failed = open_store(self.gen, resume=resume), retry_failed
+        self.store, self.retry_failed = (
+            open_store(self.gen, resume=resume, accept_changed=self.accept_changed),
+            retry_failed,
+        )
         return unfinished(self.gen, self.store, retry_failed=retry_failed)
 
     def finish_unloaded(self) -> dict[str, Any] | None:
@@ -128,9 +132,11 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
         return finish_without_models(self.gen, self.store)
 
     def load(self, settings: BatchSettings) -> None:
-        from interleave_thinker.eval.generate import load_pipeline
+        from interleave_thinker.eval.generate import eval_runner
 
-        self.pipeline, self.settings = load_pipeline(self.gen), settings
+        assert self.store is not None
+        make = functools.partial(eval_runner, self.gen, self.store.root, settings)
+        self.runner = scheduled_runner(make, self.store, settings, self.gen.effective_config)
 
     def pending(self) -> int:
         from interleave_thinker.eval.generate import unfinished
@@ -141,8 +147,8 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
     def run(self, on_done: Callable[[str, str], None]) -> dict[str, Any]:
         from interleave_thinker.eval.generate import execute
 
-        assert self.store is not None and self.pipeline is not None and self.settings is not None
-        return execute(self.gen, self.store, self.pipeline, self.settings, on_done)
+        assert self.store is not None and self.runner is not None
+        return execute(self.gen, self.store, self.runner, on_done)
 
 
 def say_generated(record: dict[str, Any]) -> None:

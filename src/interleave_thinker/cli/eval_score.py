@@ -17,6 +17,7 @@ from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_sett
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.scheduled import start_fresh
 from interleave_thinker.cli.specs import check_spec
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.eval import benchmarks
 
 if TYPE_CHECKING:
@@ -37,6 +38,19 @@ DataOption = Annotated[
     str | None,
     typer.Option(
         help="The benchmark's official local files, or hf:ID[:split] (consistency: default --outputs)."
+    ),
+]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL (not for an offline --scorer)."
+    ),
+]
+ScorerOption = Annotated[
+    str,
+    typer.Option(
+        help="consistency only: vlm (the judge with our rubric, needs --judge) or an offline scorer that "
+        "needs no model: perceptual (colour hashes, the `perceptual` extra)."
     ),
 ]
 OutOption = Annotated[
@@ -70,7 +84,8 @@ def score(
             "consistency a `batch` or `eval generate` folder of runs."
         ),
     ],
-    judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
+    judge: JudgeOption = None,
+    scorer: ScorerOption = "vlm",
     data: DataOption = None,
     out: OutOption = None,
     scorer_version: Annotated[
@@ -97,9 +112,13 @@ def score(
 
     The judge runs on the settings' device and transport (`model.*`, `remote.*`); the judge prompts are
     the benchmark's own, obtained at run time, so `prompts.*` does not apply."""
+    if scorer != "vlm" or judge is None:
+        _score_offline(protocol.value, scorer, judge, outputs, out)
+        return
     check_spec("--judge", judge, "vlm")
     cfg = settings.resolve()
     options = score_options(protocol.value, outputs, data, judge, out, cfg, scorer_version, judge_concurrency)
+    check_out_folder(options.out)
     options = dataclasses.replace(
         options,
         judge_attempts=judge_attempts,
@@ -112,6 +131,30 @@ def score(
     summary = score_with_progress(options, quiet)
     typer.echo(json.dumps(_headline(summary), indent=2))
     exit_if_nothing_scored(summary, options.out)
+
+
+def _score_offline(protocol: str, scorer: str, judge: str | None, outputs: Path, out: Path | None) -> None:
+    """``--scorer NAME`` other than vlm: the consistency sequences scored here, without a model."""
+    from interleave_thinker.core.errors import ConfigError
+    from interleave_thinker.eval import consistency_scorers
+    from interleave_thinker.eval.score_run import default_out
+
+    if scorer == consistency_scorers.VLM:
+        raise ConfigError(
+            "--judge is required with --scorer vlm (a judge spec, e.g. openai:http://host:8000/v1#MODEL)."
+        )
+    if protocol != "consistency":
+        raise ConfigError(
+            f"--scorer {scorer} scores consistency only; {protocol} is scored by its judge (--judge)."
+        )
+    if judge is not None:
+        raise ConfigError(f"--judge is not used by --scorer {scorer} (it needs no model): leave it out.")
+    out = out or default_out(protocol, outputs)
+    summary = consistency_scorers.score_runs(outputs, out, consistency_scorers.offline_scorer(scorer))
+    console.print(escape(f"scorer {summary['judge']['spec']}: {summary['scorer']}"), highlight=False)
+    console.print(counts_line(summary))
+    typer.echo(json.dumps(_headline(summary), indent=2))
+    exit_if_nothing_scored(summary, out)
 
 
 def score_options(

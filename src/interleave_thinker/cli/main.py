@@ -37,9 +37,11 @@ from interleave_thinker.core.errors import (
     InputError,
     InterleaveThinkerError,
     ModelNotFoundError,
+    StorageError,
     TemplateError,
 )
 from interleave_thinker.core.redact import redact_credentials
+from interleave_thinker.core.storage import check_out_folder, storage_error
 
 app = typer.Typer(
     name="interleave-thinker",
@@ -129,11 +131,13 @@ def run(
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
     from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.cli.progress import LoadingDisplay, RichObserver
+    from interleave_thinker.runtime.fallbacks import fallback_counts, fallback_line
     from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
     from interleave_thinker.runtime.resume import reopen_if_failed
 
     out_dir = run_folder(out, prompt, resume)
+    check_out_folder(out_dir)
     images = list(image or [])
     normalize_request_text(prompt, len(load_input_images(images)))  # fail fast, before loading any model
     cfg = settings.resolve()
@@ -153,6 +157,9 @@ def run(
         raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
     for warning in result.trace.warnings:
         console.print(Text.assemble(("warning:", "yellow"), " ", warning))
+    counted = fallback_line(fallback_counts([result.trace]))
+    if counted is not None:
+        console.print(Text(counted))
     typer.echo(str(out_dir / "index.html"))
 
 
@@ -226,6 +233,9 @@ def main() -> None:
     except USAGE_ERRORS as exc:
         print_error(str(exc))
         sys.exit(2)
+    except StorageError as exc:
+        print_error(str(exc))
+        sys.exit(exc.exit_code)
     except InterleaveThinkerError as exc:
         print_error(str(exc))
         sys.exit(1)
@@ -240,5 +250,6 @@ def main() -> None:
             raise
         from interleave_thinker.runtime.failures import failure_reason
 
-        print_error(failure_reason(exc))
-        sys.exit(1)
+        storage = storage_error(exc)  # a full disk, no permission, ...: the path and the fix
+        print_error(str(storage) if storage is not None else failure_reason(exc))
+        sys.exit(storage.exit_code if storage is not None else 1)

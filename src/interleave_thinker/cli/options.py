@@ -51,6 +51,13 @@ SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
     "retry_failed": flag(
         bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
     ),
+    "accept_changed_input": flag(
+        bool,
+        False,
+        "When resuming, run again the requests whose prompt, images or task changed in the input (their "
+        "earlier outputs move to <out>.old-<time>) instead of refusing.",
+        "--accept-changed-input",
+    ),
     "quiet": flag(bool, False, "Log lines instead of a progress bar."),
     "fresh": flag(
         bool,
@@ -131,6 +138,8 @@ class SettingsFlags:
         if self.pipeline:
             check_pipeline_specs(cfg.model_dump(include={"planner", "critic", "generator"}), flags)
         check_device(cfg.model.device, "--device" if flags.get("device") else "config key 'model.device'")
+        if cfg.scale.ray_address is not None:
+            check_ray()
         return cfg
 
 
@@ -145,6 +154,7 @@ class SchedulingFlags:
     limit: int | None = None
     resume: bool = True
     retry_failed: bool = True
+    accept_changed_input: bool = False
     quiet: bool = False
     fresh: bool = False
 
@@ -196,28 +206,31 @@ EXTRA_KEYS: dict[str, tuple[str, Any]] = {
     "dtype": ("model.dtype", DtypeOption),
     "base_url": ("prompts.base_url", None),
     "folder": ("prompts.folder", None),
+    "max_fallback_share": setting_flag("agents.max_fallback_share"),
+    "ray": setting_flag("scale.ray_address"),  # the commands on the batch scheduler (docs/cluster.md)
 }
 """Settings flags only some commands take, passed to :meth:`SettingsFlags.resolve` by name."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def with_settings(*, pipeline: bool = False) -> Callable[[F], F]:
-    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags) to a command.
+def with_settings(*, pipeline: bool = False, extra: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add the shared settings flags (and with ``pipeline`` the backend and loop flags, and the flags of
+    :data:`EXTRA_KEYS` named in ``extra``) to a command.
 
     The command declares a ``settings: SettingsFlags`` parameter instead of the flags themselves.
     """
-    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {})}
+    flags = {**SETTINGS_FLAGS, **(PIPELINE_FLAGS if pipeline else {}), **{k: EXTRA_KEYS[k] for k in extra}}
     declarations = {name: (declaration, None) for name, (_, declaration) in flags.items()}
     return with_flags(declarations, "settings", lambda given: SettingsFlags(given, pipeline=pipeline))
 
 
 def with_scheduling_flags() -> Callable[[F], F]:
     """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
-    pipeline's (every such command builds a pipeline); it declares ``settings: SettingsFlags`` and
-    ``scheduling: SchedulingFlags`` instead of the flags."""
+    pipeline's (every such command builds a pipeline), ``--max-fallback-share`` and ``--ray``; it declares
+    ``settings: SettingsFlags`` and ``scheduling: SchedulingFlags`` instead of the flags."""
     scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
-    settings = with_settings(pipeline=True)
+    settings = with_settings(pipeline=True, extra=("max_fallback_share", "ray"))
     return lambda func: scheduling(settings(func))
 
 
@@ -248,6 +261,19 @@ def with_flags(
         return command  # type: ignore[return-value]
 
     return decorate
+
+
+def check_ray() -> None:
+    """``--ray`` (``scale.ray_address``) without Ray installed: one line naming the extra, before anything
+    is written or loaded (Ray itself is imported only when the cluster is joined)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except ValueError:  # a module entry without a spec: not an importable Ray
+        found = False
+    if not found:
+        raise ConfigError("--ray needs Ray: pip install 'interleave-thinker[ray]'")
 
 
 def check_device(device: str | None, source: str = "--device") -> None:

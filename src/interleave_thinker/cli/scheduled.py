@@ -9,18 +9,27 @@ builds the scheduler's settings from the same :class:`SchedulingFlags`, and draw
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
 import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, quiet_diffusers
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
+from interleave_thinker.core.errors import RunFailedError
 
 if TYPE_CHECKING:
-    from interleave_thinker.runtime.scheduler import BatchSettings
+    from interleave_thinker.core.config import PipelineConfig
+    from interleave_thinker.runtime.cluster import ClusterRunner
+    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
+    from interleave_thinker.runtime.store import RunStore
 
 console = Console(stderr=True)
 R = TypeVar("R")
@@ -46,6 +55,9 @@ class ScheduledJob(Generic[R]):
     """The logger of ``--quiet``'s failure lines (the command's own name, as users grep for it)."""
     generator: str | None = None
     """The generator spec whose diffusers progress bars are silenced before loading (None: nothing to silence)."""
+    accept_changed = False
+    """``--accept-changed-input``, set from the flags before :meth:`open`: the store runs a request whose
+    input changed again instead of refusing the resume."""
 
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         """Open (or continue) the run store, no model loaded; the items still to run (None: known after load)."""
@@ -74,10 +86,13 @@ class ScheduledJob(Generic[R]):
 
 def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJob[R]) -> R:
     """Run ``job``'s ``total`` items in ``out`` under the folder lock, as the flags say (one process per folder)."""
+    from interleave_thinker.core.storage import check_out_folder
     from interleave_thinker.runtime.outlock import folder_lock
 
-    with folder_lock(out):
+    check_out_folder(out)  # a file in the way, no permission, read-only: exit 2 before anything loads
+    with folder_lock(out), stops_say_what_is_kept(out, job.noun):
         start_fresh(out, flags.fresh)
+        job.accept_changed = flags.accept_changed_input
         left = job.open(flags.resume, flags.retry_failed)
         if left == 0 and (result := job.finish_unloaded()) is not None:
             return result
@@ -108,6 +123,77 @@ def _with_progress(job: ScheduledJob[R], total: int, quiet: bool) -> R:
         return job.run(on_done)
 
 
+def scheduled_runner(
+    make_runner: Callable[[], BatchRunner], store: RunStore, settings: BatchSettings, cfg: PipelineConfig
+) -> BatchRunner | ClusterRunner:
+    """The runner of a command: ``make_runner()`` in this process, or with ``--ray`` (``scale.ray_address``)
+    one built by each worker of the cluster, the driver here (``ray`` imported only then)."""
+    address = cfg.scale.ray_address
+    if address is None:
+        return make_runner()
+    from interleave_thinker.runtime.cluster import ClusterRunner
+
+    specs = [cfg.planner, cfg.critic, cfg.generator, *([cfg.judge] if cfg.judge else [])]
+    runner = ClusterRunner(
+        make_runner,
+        store,
+        settings,
+        address=address,
+        specs=specs,
+        object_store_mb=cfg.scale.object_store_mb,
+        notice=cfg.notice,
+    )
+    shown = runner.dashboard or "none (the head node runs `ray[default]` for one)"
+    console.print(
+        f"Ray cluster {address}: {len(runner.slots)} workers on {len(runner.nodes)} nodes; dashboard {shown}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return runner
+
+
+@contextmanager
+def stops_say_what_is_kept(out: Path, noun: str) -> Iterator[None]:
+    """SIGTERM and Ctrl-C stop at once and say in one line what was kept and how to resume.
+
+    SIGTERM exits at once (143), as SIGKILL would: each finished item is a fsynced journal line and every
+    file is written atomically, so a resume takes up exactly what was done (a torn journal line is cut
+    back then). Ctrl-C unwinds (130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        sys.stderr.write(stop_line(out, noun, "SIGTERM") + "\n")
+        sys.stderr.flush()
+        os._exit(143)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stderr.write(stop_line(out, noun, "Ctrl-C") + "\n")
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_line(out: Path, noun: str, how: str) -> str:
+    """``stopped by SIGTERM: 12 finished requests are kept in OUT; run the same command again to resume.``"""
+    from interleave_thinker.core.run_folder import JOURNAL
+    from interleave_thinker.core.untrusted import rows_by_id
+
+    try:
+        kept = sum(1 for row in rows_by_id(out / JOURNAL).values() if row.get("status") == "succeeded")
+    except OSError:
+        kept = 0
+    return (
+        f"stopped by {how}: {kept} succeeded {noun} kept in {out} (an unfinished one resumes after its last "
+        "complete step); run the same command again to resume."
+    )
+
+
 def start_fresh(out: Path, fresh: bool) -> None:
     """``--fresh``: the earlier work in ``out`` moves aside (never deleted), and the command starts over."""
     from interleave_thinker.runtime.resume import move_aside
@@ -116,3 +202,24 @@ def start_fresh(out: Path, fresh: bool) -> None:
     if moved is not None:
         message = f"--fresh: moved the earlier contents of {out} to {moved}"
         console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def close_run(summary: dict[str, Any], stopped: str | None = None) -> None:
+    """The last lines of a scheduled command: its fallbacks when any; then stop with an error when this run
+    passed ``agents.max_fallback_share`` (``stopped``, the scheduler's word), or when the folder has
+    requests and none succeeded."""
+    from interleave_thinker.runtime.fallbacks import fallback_line
+
+    line = fallback_line(summary.get("fallbacks") or {})
+    if line is not None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if stopped is not None:
+        raise RunFailedError(stopped)
+    requests = summary.get("requests") or {}
+    if requests.get("total") and not requests.get("succeeded"):
+        reasons = summary.get("failure_reasons") or {}
+        first = next(iter(reasons), "see the traces")
+        raise RunFailedError(
+            f"No request succeeded ({requests.get('failed', 0)} failed; most frequent reason: {first}). "
+            "Fix the cause and run the same command again: finished requests are kept."
+        )

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.cli.options import SettingsFlags, renamed, with_settings
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.cli.specs import check_spec
@@ -89,7 +90,7 @@ def answer_missing(
         answer_rows(
             backend, to_answer, base_dir, max_new_tokens=Critic.DEFAULT_MAX_NEW_TOKENS, batch_size=batch
         )
-    getattr(backend, "close", lambda: None)()
+    close_backend(backend)
 
 
 SampleConcurrencyOption = Annotated[
@@ -142,7 +143,7 @@ def reward(
     judged, failed = counts["scored"] + counts["failed"], counts["failed"]
     scorer.close()
     for backend in (scorer.generator, scorer.judge.backend):  # a served judge holds connections
-        getattr(backend, "close", lambda: None)()
+        close_backend(backend)
     write_atomic(out, "\n".join(lines) + ("\n" if lines else ""))
     mean = sum(json.loads(line)["overall"] for line in lines) / max(1, len(lines))
     console.print(escape(f"scored {len(lines)} rollouts, mean overall {mean:.4f} -> {out}"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,6 +12,11 @@ from interleave_thinker.cli.options import DtypeOption, SettingsFlags, with_sett
 from interleave_thinker.cli.serve_options import renamed
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.images import MAX_IMAGE_PIXELS
+
+DEFAULT_MAX_IMAGES = 8
+"""``serve vlm --max-images``: what docs/serving.md has vLLM take for long guidance sequences."""
+DEFAULT_MAX_WAITING = 8
+"""``serve vlm --max-waiting``."""
 
 LOOPBACK_NAMES = ("localhost",)
 SHUTDOWN_GRACE_S = 3
@@ -43,6 +48,20 @@ def command(
     ] = 8192,
     max_body_mb: shared.MaxBodyOption = 64.0,
     max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
+    max_images: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Images one request may carry, as vLLM's --limit-mm-per-prompt '{\"image\": N}'; more: 400.",
+        ),
+    ] = DEFAULT_MAX_IMAGES,
+    max_waiting: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Requests that may wait while one runs (they hold their bodies, not decoded images); more: 429 with Retry-After.",
+        ),
+    ] = DEFAULT_MAX_WAITING,
     read_timeout: shared.ReadTimeoutOption = 30.0,
     log_level: shared.LogLevelOption = "info",
 ) -> None:
@@ -52,38 +71,56 @@ def command(
     """
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
     from interleave_thinker.server.auth import api_key_from_env
-    from interleave_thinker.server.generator.run import signals_end_cleanly
-    from interleave_thinker.server.limits import read_timeout_protocol
     from interleave_thinker.server.vlm_service import VLMLimits, create_app
 
     check_spec("--model", model, "vlm")
     served_model_name = renamed("--served-name", served_name, "--served-model-name", served_model_name)
     cfg = settings.resolve(dtype=dtype)
     key = api_key_from_env(api_key_env, refused_value=api_key)
-    if key is None and not _is_loopback(host):
-        typer.echo(
-            f"warning: binding {host} without a key (--api-key-env or VLLM_API_KEY): anyone who can reach it can use it.",
-            err=True,
-        )
+    _warn_without_key(host, key)
     backend = load_vlm_backend(model, BackendOptions.from_config(cfg))
     limits = VLMLimits(
-        max_tokens=max_tokens, max_body_bytes=int(max_body_mb * 1024 * 1024), max_pixels=max_pixels
+        max_tokens=max_tokens,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_pixels=max_pixels,
+        max_images=max_images,
+        max_waiting=max_waiting,
     )
+    app = create_app(backend, served_model_name or model, limits, key)
+    run_server(app, host=host, port=port, log_level=log_level, read_timeout=read_timeout, api_key=key)
+
+
+def run_server(
+    app: Any, *, host: str, port: int, log_level: str, read_timeout: float, api_key: str | None
+) -> None:
+    """Serve ``app`` under uvicorn until SIGTERM or SIGINT (exit 0), its log lines cleaned of secrets."""
     import uvicorn
 
-    app = create_app(backend, served_model_name or model, limits, key)
+    from interleave_thinker.server.generator.run import signals_end_cleanly
+    from interleave_thinker.server.limits import read_timeout_protocol
+    from interleave_thinker.server.logs import redact_logs
+
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        access_log=log_level == "debug",  # as serve generator: a request line (and its query) only at debug
+        access_log=log_level in ("debug", "trace"),  # as serve generator: request lines at debug and below
         ws="none",
         http=read_timeout_protocol(read_timeout),
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
+    redact_logs(api_key)  # after uvicorn.Config, which sets up the log handlers
     with signals_end_cleanly():  # SIGTERM is a clean stop (exit 0), not a crash
         uvicorn.Server(config).run()
+
+
+def _warn_without_key(host: str, key: str | None) -> None:
+    if key is None and not _is_loopback(host):
+        typer.echo(
+            f"warning: binding {host} without a key (--api-key-env or VLLM_API_KEY): anyone who can reach it can use it.",
+            err=True,
+        )
 
 
 def _is_loopback(host: str) -> bool:

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from interleave_thinker.core.errors import ConfigError
-
 Role = Literal["vlm", "image"]
-EMPTY_TARGET_KINDS = frozenset({"tiny"})
-"""Kinds whose target may be empty (``tiny:`` picks the tiny model of the role)."""
 EXAMPLES = {"vlm": "transformers:Qwen/Qwen3-VL-8B-Instruct", "image": "diffusers:PATH_OR_ID"}
 
 
@@ -25,19 +21,9 @@ def known_kinds(role: Role) -> list[str]:
 
 def check_spec(source: str, spec: str, role: Role) -> None:
     """Refuse a spec whose kind is unknown or whose target is empty; ``source`` names the flag or key."""
-    kind, sep, target = spec.partition(":")
-    kinds = known_kinds(role)
-    if not sep or not kind:
-        raise ConfigError(
-            f"{source} {spec!r}: no backend kind; write KIND:TARGET, e.g. {EXAMPLES[role]!r} "
-            f"(kinds: {', '.join(kinds)})."
-        )
-    if kind not in kinds:
-        raise ConfigError(
-            f"{source} {spec!r}: Unknown backend kind '{kind}'; known kinds: {', '.join(kinds)}."
-        )
-    if not target.strip() and kind not in EMPTY_TARGET_KINDS:
-        raise ConfigError(f"{source} {spec!r}: the {kind} backend needs a target after the colon.")
+    from interleave_thinker.backends.specs import IMAGE_BACKENDS, VLM_BACKENDS, parse_spec
+
+    parse_spec(spec, VLM_BACKENDS if role == "vlm" else IMAGE_BACKENDS, source=source, example=EXAMPLES[role])
 
 
 PIPELINE_ROLES: dict[str, Role] = {"planner": "vlm", "critic": "vlm", "generator": "image"}

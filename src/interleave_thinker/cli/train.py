@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from interleave_thinker.cli.options import deprecated, with_flags
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.train.sft.config import Role
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def sft(
     from interleave_thinker.train.sft.trainer import run_sft
 
     run_config = SFTRunConfig.load(config, sets=config_sets(ctx, flags, SFTRunConfig))
+    check_out_folder(flags.out or run_config.output_dir, "--out" if flags.out else "output_dir")
     training = run_config.training
     if already_finished(
         flags, flags.out or run_config.output_dir, training.max_steps, training.num_train_epochs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,6 +17,7 @@ from interleave_thinker.cli.train import (
     train_phase,
     with_train_flags,
 )
+from interleave_thinker.core.storage import check_out_folder
 
 
 @with_train_flags
@@ -35,6 +36,7 @@ def grpo(
         {"output_dir": str(flags.out) if flags.out else None},
         sets=config_sets(ctx, flags, GRPORunConfig),
     )
+    check_out_folder(run_config.output_dir, "--out" if flags.out else "output_dir")
     training = run_config.training
     if already_finished(flags, run_config.output_dir, training.max_steps, training.num_train_epochs):
         return
@@ -54,4 +56,28 @@ def grpo(
     held_out = [e["eval_reward"] for e in this_run if "eval_reward" in e]
     if held_out:
         typer.echo(f"held-out mean reward {held_out[0]} -> {held_out[-1]} ({len(held_out)} evaluations)")
+    stepwise = stepwise_line(this_run)
+    if stepwise is not None:
+        typer.echo(stepwise)
     echo_saved(result, flags.role or run_config.role or "critic")
+
+
+def stepwise_line(logged: list[dict[str, Any]]) -> str | None:
+    """The step-wise reward's counts over this run's logging steps (``stepwise/<status>``, each a mean per
+    reward call over its window) as one line; None when none was logged or no sample fell back.
+
+    >>> stepwise_line([{"stepwise/scored": 0.0, "stepwise/skipped": 1.0, "stepwise/failed": 3.0}] * 2)
+    'step-wise reward: 0 of 4 samples scored per call, 3 fell back to 0.5 (2 of 2 logged steps with failures; the judge or generator did not answer usably)'
+    """
+    windows = [e for e in logged if "stepwise/failed" in e]
+    failed = [float(e["stepwise/failed"]) for e in windows]
+    if not windows or not any(failed):
+        return None
+    mean = lambda name: sum(float(e.get(f"stepwise/{name}", 0.0)) for e in windows) / len(windows)  # noqa: E731
+    total = mean("scored") + mean("skipped") + mean("failed")
+    hit = sum(1 for f in failed if f)
+    return (
+        f"step-wise reward: {mean('scored'):g} of {total:g} samples scored per call, {mean('failed'):g} fell back "
+        f"to 0.5 ({hit} of {len(windows)} logged steps with failures; the judge or generator did not answer "
+        "usably)"
+    )

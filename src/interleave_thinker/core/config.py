@@ -21,6 +21,7 @@ from interleave_thinker.core.config_sections import (
     PromptOptions,
     RemoteOptions,
     RolePrices,
+    ScaleOptions,
 )
 from interleave_thinker.core.config_sections import (
     Section as _Section,
@@ -81,6 +82,15 @@ class AgentOptions(_Section):
         ge=0.0,
         description="With agents.decoding greedy: sampling temperature of retries after an unparsable reply "
         "(greedy would repeat itself).",
+    )
+    max_fallback_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of one role's judgements (critic verdicts, judge scores, rankings, "
+        "reviews) that may fail, unparsable or unanswered, before `batch`, `data generate` or "
+        "`eval generate` stops (checked once a role has 10, and at the end); finished requests are kept and "
+        "the same command continues them. 1 never stops.",
     )
 
     @model_validator(mode="before")
@@ -234,6 +244,7 @@ class PipelineConfig(_Section):
     prices: PriceOptions = Field(default_factory=PriceOptions)
     notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
     eval: EvalOptions = Field(default_factory=EvalOptions)
+    scale: ScaleOptions = Field(default_factory=ScaleOptions)
 
     @field_serializer("planner", "critic", "generator", "judge", when_used="json")
     def _recorded_spec(self, spec: str | None) -> str | None:
@@ -319,6 +330,7 @@ __all__ = [
     "PromptOptions",
     "RemoteOptions",
     "RolePrices",
+    "ScaleOptions",
     "env_overrides",
     "format_validation_error",
     "load_yaml",

@@ -136,3 +136,18 @@ class EvalOptions(Section):
         ge=1,
         description="`eval score`: judge calls one run may make; then every question left fails, recorded.",
     )
+
+
+class ScaleOptions(Section):
+    """Running a batch command across the nodes of a Ray cluster (docs/cluster.md)."""
+
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster to run on (--ray): 'auto' (the cluster `ray start` joined), 'local' (one "
+        "started in this process) or HOST:PORT; none = this process alone.",
+    )
+    object_store_mb: int = Field(
+        default=128,
+        ge=80,
+        description="Object store of the cluster `--ray local` starts (MB); requests and replies are small.",
+    )

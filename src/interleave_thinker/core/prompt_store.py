@@ -131,6 +131,8 @@ class TemplateStore(PinnedStore):
         self.verify = verify
         self.builtin_fallback = builtin_fallback
         self._resolved: TemplateSet | None = None
+        self.fallback_reason: str | None = None
+        """Why the built-in templates stand in for the released ones (None: they do not)."""
 
     @property
     def commit_cache(self) -> Path:
@@ -160,6 +162,7 @@ class TemplateStore(PinnedStore):
                 "The released templates are unavailable: " + "; ".join(problems) + ". "
                 f"Name a folder with {FOLDER_ENV} or run `interleave-thinker prompts download` online."
             )
+        self.fallback_reason = "; ".join(problems)
         logger.info(
             "Released prompt templates unavailable (%s); using interleave-thinker's own templates. "
             "Released checkpoints expect the released templates: run `interleave-thinker prompts download`.",

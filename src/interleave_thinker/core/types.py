@@ -228,6 +228,23 @@ class RepairRecord(_Model):
     complete: bool = False
 
 
+FallbackRole = Literal["planner", "critic", "judge", "ranking", "review", "generator"]
+FallbackKind = Literal[
+    "forced", "unparsable", "unreachable", "selection_failed", "review_failed", "judgement_failed"
+]
+
+
+class Fallback(_Model):
+    """One place where the run went on without what it asked for (``runtime/fallbacks.py`` names them):
+    which role, what it did instead (``kind``), at which step (None: the whole request) and the error's
+    first line."""
+
+    role: FallbackRole
+    kind: FallbackKind
+    step: int | None = None
+    error: str = ""
+
+
 class Trace(_OmitsAbsent):
     """Everything that happened in one request, enough to audit, resume or build training data."""
 
@@ -245,7 +262,41 @@ class Trace(_OmitsAbsent):
     status: Literal["running", "succeeded", "failed"] = "running"
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    fallbacks: list[Fallback] = Field(
+        default_factory=list,
+        exclude_if=lambda events: not events,
+        description="What the request went on without (read from the trace when it closes, "
+        "``runtime/fallbacks.py``); left out of the JSON when none.",
+    )
     duration_s: float = 0.0
     repair: RepairRecord | None = Field(
         default=None, description="The sequence review and its repairs (absent when loop.repair_budget is 0)."
     )
+
+    # --- the sequence as shown ------------------------------------------------------------------
+    # Every reader of a finished run (pages, documents, benchmark layouts, results.json, consistency
+    # scoring, the demo) asks these, never picks an image itself: the image a step finally shows is its
+    # repaired image when a repair was accepted (``repair``), else its accepted or selected image.
+
+    def shown_image(self, step_number: int) -> str | None:
+        """The image step ``step_number`` (1-based) shows; None for a text step or one without an image."""
+        if self.repair is not None:
+            for fixed in self.repair.steps:
+                if fixed.step_number == step_number and fixed.repaired_image:
+                    return fixed.repaired_image
+        return self.steps[step_number - 1].accepted_image
+
+    def shown_images(self) -> list[tuple[int, str]]:
+        """``(step number, image file)`` of every step that shows an image, in step order."""
+        shown = ((number, self.shown_image(number)) for number in range(1, len(self.steps) + 1))
+        return [(number, name) for number, name in shown if name]
+
+    def shown_steps(self) -> list[StepRecord]:
+        """The steps as shown: copies whose ``accepted_image`` is the shown image (the trace keeps the
+        original in its own ``StepRecord.accepted_image``)."""
+        return [
+            step.model_copy(update={"accepted_image": shown})
+            if (shown := self.shown_image(number)) != step.accepted_image
+            else step
+            for number, step in enumerate(self.steps, start=1)
+        ]

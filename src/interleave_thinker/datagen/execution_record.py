@@ -14,7 +14,8 @@ step's planned prompt, ``refine_prompt``, ``success`` and ``reasoning`` the crit
 paths are relative to the run folder; the "before" image of a text-to-image attempt is a 1024x1024
 white PNG written once as ``images/white_canvas.png``, as the authors use one. Two keys go beyond the
 release's: ``semantics`` and ``quality`` (the judge's SC and PQ of the attempt, when judged), and
-``images`` (the request's input images, when it had any); readers that do not know them skip them.
+``images`` (the request's input images, when it had any), and ``status`` and ``error`` for a request that
+did not succeed; readers that do not know them skip them.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def execution_record(trace: Trace) -> dict[str, Any] | None:
     }
     if trace.input_images:
         record["images"] = [_image(name) for name in trace.input_images]
+    if trace.status != "succeeded":  # a failed request says so (a succeeded one stays the release's format)
+        record.update(status=trace.status, error=trace.error or "")
     return record
 
 

@@ -24,6 +24,7 @@ from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.core.run_folder import TRACE_FILE, run_image
 from interleave_thinker.core.types import Attempt, Plan, StepRecord, Trace, Verdict
 from interleave_thinker.core.untrusted import ImageLimits, Kind
+from interleave_thinker.runtime.fallbacks import FALLBACKS_ONLY
 
 Format = Literal["interleaved-easy", "interleaved-hard"]
 FORMATS: tuple[Format, ...] = ("interleaved-easy", "interleaved-hard")
@@ -36,6 +37,8 @@ DROP_REASONS: dict[str, str] = {
     "its input images do not match its <image> markers",
     "no_plan": "the planner gave no valid plan (planning failed or the single-step fallback was used)",
     "unfinished": "the run did not finish (status not 'succeeded', or fewer steps than planned)",
+    "fallbacks_only": "`data generate` failed the request: the critic gave no verdict on any attempt or the "
+    "judge scored none (trace.json 'error')",
     "step_failed": "an image step kept no image",
     "step_not_approved": "an image step kept an image the critic did not approve (rejected, forced, no verdict)",
     "attempt_without_verdict": "hard only: an attempt's image has no critic verdict to follow it",
@@ -118,6 +121,8 @@ def _usable(trace: Trace) -> Plan | str:
     plan = trace.planner.plan
     if plan is None or plan.fallback:
         return "no_plan"
+    if trace.status == "failed" and (trace.error or "").startswith(FALLBACKS_ONLY):
+        return "fallbacks_only"
     if trace.status != "succeeded" or len(trace.steps) < len(plan.steps):
         return "unfinished"
     if count_image_markers(trace.request.text) != len(trace.input_images):

@@ -12,12 +12,13 @@ calls of a killed run are counted too.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.backends.protocols import VLMBackend
@@ -35,12 +36,16 @@ from interleave_thinker.core.run_folder import SUMMARY, TRACE_FILE, read_trace
 from interleave_thinker.datagen.execution_record import write_execution_record
 from interleave_thinker.datagen.generate_usage import MeteredImage, MeteredVLM, Usage, estimate_cost
 from interleave_thinker.datagen.usage_ledger import UsageLedger, recorded_usage
-from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.batch_inputs import BatchItem, batch_manifest
 from interleave_thinker.runtime.failures import failure_reason, one_line
+from interleave_thinker.runtime.fallbacks import fallbacks_only
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.reports import accumulate, write_reports
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
+
+if TYPE_CHECKING:
+    from interleave_thinker.runtime.cluster import ClusterRunner
 
 logger = logging.getLogger(__name__)
 SETTINGS_KEYS = ("planner", "critic", "generator", "judge", "loop", "generation")
@@ -55,6 +60,8 @@ class GenerateSettings:
     batch: BatchSettings = field(default_factory=BatchSettings)
     resume: bool = True
     judge_max_new_tokens: int = 1024
+    accept_changed: bool = False
+    """Run again a request whose input changed since the batch started, instead of refusing the resume."""
 
 
 def check_judge(cfg: PipelineConfig) -> str:
@@ -64,7 +71,7 @@ def check_judge(cfg: PipelineConfig) -> str:
             "data generate needs a judge: give --judge SPEC (e.g. 'gemini:gemini-2.5-pro') or the config "
             "key 'judge'; every attempt is scored as it is made."
         )
-    parse_spec(cfg.judge, VLM_BACKENDS)  # type: ignore[arg-type]
+    parse_spec(cfg.judge, VLM_BACKENDS)
     return cfg.judge
 
 
@@ -81,15 +88,15 @@ def load_teachers(
     for role, spec in (("planner", cfg.planner), ("critic", cfg.critic), ("judge", judge_spec)):
         if spec not in loaded:
             loaded[spec] = load_vlm_backend(spec, options, role=role)
+    judge_backend = MeteredVLM(loaded[judge_spec], usage["judge"])
     pipe = Pipeline(
         planner=MeteredVLM(loaded[cfg.planner], usage["planner"]),
         critic=MeteredVLM(loaded[cfg.critic], usage["critic"]),
         generator=MeteredImage(load_image_backend(cfg.generator, options), usage["generator"]),
         config=cfg,
         templates=templates,
+        judge=Judge(judge_backend, templates, max_new_tokens=judge_tokens),
     )
-    judge_backend = MeteredVLM(loaded[judge_spec], usage["judge"])
-    pipe.judge = Judge(judge_backend, templates, max_new_tokens=judge_tokens)
     return pipe, judge_backend
 
 
@@ -106,22 +113,47 @@ def write_record(store: RunStore, request_id: str) -> None:
         )
 
 
+class TeacherRunner(BatchRunner):
+    """The teachers' runner of one process: its own usage ledger (the summary sums every ledger of the
+    folder), and the judge closed with the pipeline."""
+
+    def __init__(self, cfg: PipelineConfig, root: Path, settings: GenerateSettings) -> None:
+        self.ledger = UsageLedger.open(root)
+        pipe, self.judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.ledger.roles)
+        super().__init__(pipe, RunStore(root), settings.batch)
+        self.unusable = fallbacks_only  # nothing to train on is no success
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.judge_backend.close()  # type: ignore[attr-defined]
+
+
 class TeacherRun:
-    """One `data generate` invocation over a batch folder: open, run, write records and the summary."""
+    """One `data generate` invocation over a batch folder: open, run, write records and the summary.
+
+    ``build`` turns the runner's recipe into the runner (default: this process's; `--ray`: a cluster's)."""
 
     def __init__(
-        self, cfg: PipelineConfig, items: list[BatchItem], out: Path, source: str, settings: GenerateSettings
+        self,
+        cfg: PipelineConfig,
+        items: list[BatchItem],
+        out: Path,
+        source: str,
+        settings: GenerateSettings,
+        build: Callable[[Callable[[], BatchRunner], RunStore], BatchRunner | ClusterRunner] | None = None,
     ) -> None:
         self.cfg, self.items, self.settings = cfg, items, settings
         self.store = RunStore(out)
         record = {k: cfg.model_dump(mode="json")[k] for k in SETTINGS_KEYS}
         self.store.open(
-            {"input": source, "ids": [i.id for i in items], "settings": record}, resume=settings.resume
+            batch_manifest(source, items, record),
+            resume=settings.resume,
+            accept_changed=settings.accept_changed,
         )
-        self.ledger = UsageLedger.open(self.store.root)
-        self.usage = self.ledger.roles
-        pipe, self._judge_backend = load_teachers(cfg, settings.judge_max_new_tokens, self.usage)
-        self.runner = BatchRunner(pipe, self.store, settings.batch)
+        make = functools.partial(TeacherRunner, cfg, self.store.root, settings)
+        self.runner = build(make, self.store) if build is not None else make()
         self.outcome: BatchOutcome | None = None
 
     def pending(self) -> int:
@@ -139,8 +171,7 @@ class TeacherRun:
         try:
             self.outcome = outcome = self.runner.run(self.items)
         finally:
-            self.runner.pipeline.close()
-            self._judge_backend.close()  # type: ignore[attr-defined]
+            self.runner.close()
         for item in self.items:
             write_record(self.store, item.id)
         return self._summary(outcome)

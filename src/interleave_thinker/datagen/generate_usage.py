@@ -13,22 +13,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
 from interleave_thinker.backends.protocols import (
+    ChatOptions,
     ImageBackend,
     ImageBatchMixin,
     ImageRequest,
     Message,
     VLMBackend,
 )
-from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper, last_usage
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
 ROLES = ("planner", "critic", "judge", "generator")
-COUNTS = ("calls", "input_tokens", "output_tokens", "images_in", "images_out")
+COUNTS = ("calls", "failed", "input_tokens", "output_tokens", "images_in", "images_out")
+"""``failed``: the calls among ``calls`` that got no reply (an error, a refused connection), never an answer."""
 
 
 @dataclass
@@ -71,11 +73,7 @@ def reply_tokens(backend: object) -> dict[str, int]:
     """The input and output tokens of ``backend``'s last reply in this thread, as its server reported them
     (``last_usage()`` of the OpenAI-compatible and Gemini backends); zeros when it reports none. A wrapper
     without ``last_usage`` (the scheduler's limiter) is looked through to the backend it wraps."""
-    last_usage = getattr(backend, "last_usage", None)
-    while not callable(last_usage) and getattr(backend, "inner", None) is not None:
-        backend = backend.inner  # type: ignore[attr-defined]
-        last_usage = getattr(backend, "last_usage", None)
-    tokens = last_usage() if callable(last_usage) else {}
+    tokens = last_usage(backend)
     return {
         "input_tokens": int(tokens.get("prompt_tokens", 0)),
         "output_tokens": int(tokens.get("completion_tokens", 0)),
@@ -90,17 +88,13 @@ class MeteredVLM(VLMWrapper):
         super().__init__(inner, name=inner.name)
         self.usage = usage
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
         self.usage.add(calls=1, images_in=_images_in(messages))
         try:
-            return self.forward_chat(messages, max_new_tokens, temperature, seed)
+            return self.pass_on(messages, options)
+        except Exception:
+            self.usage.add(failed=1)
+            raise
         finally:
             tokens = reply_tokens(self.inner)
             if any(tokens.values()):
@@ -116,7 +110,11 @@ class MeteredImage(Wrapper, ImageBatchMixin):
 
     def generate(self, request: ImageRequest) -> Image.Image:
         self.usage.add(calls=1, images_in=int(request.image is not None))
-        image = self.inner.generate(request)
+        try:
+            image = self.inner.generate(request)
+        except Exception:
+            self.usage.add(failed=1)
+            raise
         self.usage.add(images_out=1)
         return image
 
@@ -160,8 +158,10 @@ def usage_lines(usage: dict[str, dict[str, int]], cost: dict[str, Any] | None) -
         c = usage.get(role)
         if c is None:
             continue
+        failed = c.get("failed", 0)
         line = (
-            f"{role}: {c['calls']} calls, {c['input_tokens']} input / {c['output_tokens']} output tokens, "
+            f"{role}: {c['calls']} calls" + (f" ({failed} failed, no reply)" if failed else "") + ", "
+            f"{c['input_tokens']} input / {c['output_tokens']} output tokens, "
             f"{c['images_in']} images in, {c['images_out']} out"
         )
         if cost is not None:

@@ -9,9 +9,9 @@ critic; so base runs are concurrent, resumable and traced exactly like agentic o
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Unpack
 
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import ChatOptions, Message, VLMBatchMixin
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import BackendError
@@ -32,14 +32,8 @@ class OneStepPlanner(VLMBatchMixin):
 
     name = BASE_PLANNER
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        """The request as a one-step plan; the options change nothing (no model is asked)."""
         text = " ".join(
             part["text"].strip()
             for message in messages

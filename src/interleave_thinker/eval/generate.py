@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from interleave_thinker.core.run_folder import TRACE_FILE, load_trace
 from interleave_thinker.eval.base_mode import base_config, base_pipeline
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.layouts import write_item_image, write_layout
-from interleave_thinker.runtime.batch_inputs import BatchItem
+from interleave_thinker.runtime.batch_inputs import BatchItem, batch_manifest
+from interleave_thinker.runtime.failures import one_line
+from interleave_thinker.runtime.fallbacks import fallback_counts
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.resume import pending, restore_pages
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
@@ -32,6 +35,7 @@ from interleave_thinker.runtime.store import RunStore
 
 if TYPE_CHECKING:
     from interleave_thinker.eval.benchmark import Benchmark
+    from interleave_thinker.runtime.cluster import ClusterRunner
 
 logger = logging.getLogger(__name__)
 EVAL_MANIFEST = "eval.json"
@@ -78,13 +82,13 @@ def settings_record(run: GenerationRun) -> dict[str, Any]:
     return record
 
 
-def open_store(run: GenerationRun, *, resume: bool) -> RunStore:
+def open_store(run: GenerationRun, *, resume: bool, accept_changed: bool = False) -> RunStore:
     """Check the mode and open (or continue) the run store; nothing heavy is loaded yet."""
     if run.mode not in MODES:
         raise InputError(f"--mode {run.mode!r}: choose agentic or base.")
     store = RunStore(run.out)
-    manifest = {"input": run.data, "ids": [i.id for i in run.items], "settings": settings_record(run)}
-    store.open(manifest, resume=resume)
+    manifest = batch_manifest(run.data, batch_items(run.items), settings_record(run))
+    store.open(manifest, resume=resume, accept_changed=accept_changed)
     for leftover in [*run.out.glob(".*.tmp"), *run.out.glob("images/*/.*.tmp")]:
         leftover.unlink()  # a layout file whose write a kill interrupted (the rename never happened)
     return store
@@ -109,14 +113,19 @@ def load_pipeline(run: GenerationRun) -> Pipeline:
     return base_pipeline(run.effective_config) if run.mode == "base" else Pipeline.from_config(run.config)
 
 
+def eval_runner(run: GenerationRun, root: Path, settings: BatchSettings) -> BatchRunner:
+    """The runner of one generation over the run store in ``root`` (a cluster worker builds its own)."""
+    return BatchRunner(load_pipeline(run), RunStore(root), settings)
+
+
 def execute(
     run: GenerationRun,
     store: RunStore,
-    pipeline: Pipeline,
-    settings: BatchSettings,
+    runner: BatchRunner | ClusterRunner,
     on_done: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every item not yet finished, write the official layout, and return the ``eval.json`` record."""
+    """Run every item not yet finished with ``runner`` (this process's, or a cluster's), write the
+    official layout, and return the ``eval.json`` record."""
     by_id = {item.id: item for item in run.items}
 
     def done(item_id: str, status: str) -> None:
@@ -129,17 +138,20 @@ def execute(
         if on_done is not None:
             on_done(item_id, status)
 
-    runner = BatchRunner(pipeline, store, settings, on_done=done)
+    runner.on_done = done
     try:
         outcome = runner.run(batch_items(run.items))
     finally:
-        runner.pipeline.close()
+        runner.close()
     return finish(run, store, outcome)
 
 
 def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = None) -> dict[str, Any]:
     """Write the full layout and ``eval.json`` from the traces on disk (earlier runs' included)."""
     traces = store.traces()
+    mine = [traces[item.id] for item in run.items if item.id in traces]
+    statuses = Counter(trace.status for trace in mine)
+    failures = Counter(one_line(t.error or "unknown", 160) for t in mine if t.status == "failed")
     layout = write_layout(run.benchmark.layout, run.out, store, run.items, traces, mode=run.mode)
     cfg = run.effective_config
     total = run.total if run.total is not None else len(run.items)
@@ -159,6 +171,11 @@ def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = N
         "missing": layout["missing"],
         "wall_s": round(outcome.wall_s, 3) if outcome is not None else None,
         "skipped_already_finished": outcome.skipped if outcome is not None else None,
+        "requests": {"total": len(mine), "succeeded": statuses["succeeded"], "failed": statuses["failed"]},
+        "failure_reasons": dict(failures.most_common(5)),
+        "fallbacks": fallback_counts(mine),
     }
+    if outcome is not None and outcome.stopped is not None:
+        record["stopped"] = outcome.stopped
     write_atomic(run.out / EVAL_MANIFEST, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return record

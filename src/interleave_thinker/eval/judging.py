@@ -25,6 +25,7 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
+from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
@@ -169,9 +170,7 @@ class ChatTransport:
         return str(self.backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature))
 
     def close(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if callable(close):
-            close()
+        close_backend(self.backend)
 
 
 def load_transport(spec: str, concurrency: int, options: BackendOptions | None = None) -> JudgeTransport:

@@ -11,7 +11,9 @@ A :class:`Layout` is one of two shapes; each benchmark module says which, and wh
   ``--outputs OUT/submission.json``; the name is not ``results.json``, which ``interleave-thinker
   report`` rewrites in the batch format).
 
-Single-image benchmarks take the last accepted image of a finished (succeeded) trace; a failed or
+Every image written is one the sequence shows (``Trace.shown_images``): a step repaired by
+``loop.repair_budget`` gives its repaired image, never the original. Single-image benchmarks take the
+last shown image of a finished (succeeded) trace; a failed or
 unfinished item gets no file and is listed as missing, which the scorers count.
 """
 
@@ -27,7 +29,7 @@ from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.types import Trace
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.runtime.reports import release_text_answer
+from interleave_thinker.runtime.reports import ueval_row
 from interleave_thinker.runtime.store import RunStore
 
 SUBMISSION = "submission.json"
@@ -55,11 +57,12 @@ class Layout:
 
 
 def final_image(store: RunStore, item_id: str, trace: Trace) -> Path | None:
-    """The last accepted image of a succeeded trace (the sequence's final picture), or None."""
+    """The last image the sequence of a succeeded trace shows (``Trace.shown_images``: a repaired image
+    in place of its original), or None."""
     if trace.status != "succeeded":
         return None
-    accepted = [step.accepted_image for step in trace.steps if step.accepted_image]
-    return store.request_dir(item_id) / IMAGES_DIR / accepted[-1] if accepted else None
+    shown = trace.shown_images()
+    return store.request_dir(item_id) / IMAGES_DIR / shown[-1][1] if shown else None
 
 
 def layout_path(layout: Layout, out: Path, item: EvalItem) -> Path:
@@ -82,19 +85,17 @@ def write_item_image(layout: Layout, out: Path, store: RunStore, item: EvalItem,
 
 
 def ueval_entry(store: RunStore, item: EvalItem, trace: Trace, *, mode: str) -> dict[str, Any]:
-    """One submission record; in base mode the generator writes no text, so the text answer is empty."""
-    images = [
-        str((store.request_dir(item.id) / IMAGES_DIR / step.accepted_image).resolve())
-        for step in trace.steps
-        if step.accepted_image
-    ]
-    return {
-        "id": item.id,
-        "prompt": item.prompt,
-        "task": item.category,
-        "image_answer": images,
-        "text_answer": release_text_answer(trace) if mode == "agentic" else "",
-    }
+    """One submission record (absolute image paths); in base mode the generator writes no text, so the
+    text answer is empty."""
+    images = (store.request_dir(item.id) / IMAGES_DIR).resolve()
+    return ueval_row(
+        item.id,
+        item.prompt,
+        item.category,
+        trace,
+        lambda name: str(images / name),
+        text_answer=mode == "agentic",
+    )
 
 
 def write_layout(

@@ -5,8 +5,9 @@ This is interleave-thinker's own measure, not a published protocol: the rubric i
 there is no official judge and no published number, so scores compare only runs judged alike.
 
 A sequence is one run folder (``requests/<id>/`` of a `batch` or `eval generate` folder, or a `run`
-folder): its ``trace.json`` and the accepted image of each step, in step order, every file bounded and
-kept inside its folder. Only a succeeded trace with at least two accepted images is judged; any other is
+folder): its ``trace.json`` and the image each step shows (``Trace.shown_images``: the repaired image of a
+step ``loop.repair_budget`` repaired, else the accepted one), in step order, every file bounded and kept
+inside its folder. Only a succeeded trace with at least two accepted images is judged; any other is
 ``missing`` with the reason.
 
 Scale and aggregation: each pair of consecutive accepted images gets ``identity``, ``style`` and
@@ -66,7 +67,8 @@ class Sequence:
     folder: Path
     trace: Trace
     steps: list[tuple[int, StepRecord, Path]]
-    """(1-based position in the trace, the step, its accepted image's path), in step order."""
+    """(1-based position in the trace, the step, the path of the image it shows), in step order: a
+    repaired step's repaired image (``Trace.shown_images``), never its original."""
 
 
 # --- reading run folders -------------------------------------------------------------------------
@@ -101,9 +103,8 @@ def read_sequence(outputs: Path, item_id: str) -> Sequence:
     if trace.status != "succeeded":
         raise Missing(f"{folder}: the request {trace.status}; only a finished sequence is judged.")
     steps = [
-        (position, step, folder / IMAGES_DIR / step.accepted_image)
-        for position, step in enumerate(trace.steps, start=1)
-        if step.accepted_image
+        (position, trace.steps[position - 1], folder / IMAGES_DIR / name)
+        for position, name in trace.shown_images()
     ]
     if len(steps) < 2:
         raise Missing(f"{folder}: {len(steps)} accepted image(s); a sequence needs two to compare.")
@@ -231,14 +232,14 @@ def score_item(
     ]
     judgements = client.ask_all(item.id, questions)
     rows, errors, replies = [], [], {}
-    for index, ((pa, sa, _), (pb, sb, _)), judgement in zip(
+    for index, ((pa, _, image_a), (pb, _, image_b)), judgement in zip(
         range(1, len(pairs) + 1), pairs, judgements, strict=True
     ):
         replies[f"pair {index}"] = judgement.replies
         row: dict[str, Any] = {
             "pair": index,
             "steps": [pa, pb],
-            "images": [sa.accepted_image, sb.accepted_image],
+            "images": [image_a.name, image_b.name],
         }
         if judgement.ok:
             row.update(judgement.value, score=mean(judgement.value[key] for key in CRITERIA))

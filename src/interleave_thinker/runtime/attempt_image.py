@@ -1,19 +1,77 @@
-"""One attempt's image: the generator call that the loop's attempts and the repair calls both make.
+"""One attempt procedure, for the loop's steps and the repair calls alike: the generator call, the image
+written, then the critic's verdict (unless the attempt is forced) and, with a judge, its scores.
 
-Why one function: an attempt records its generation error and its generation time the same way wherever
-it is made, so the trace, the pages and the failure counts read every attempt alike.
+Why one procedure: an attempt records its generation error, its times, its verdict and its scores the same
+way wherever it is made, so the trace, the pages and the failure counts read every attempt alike.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from PIL import Image
 
+from interleave_thinker.agents.critic import Critic
+from interleave_thinker.agents.judge import Judge
+from interleave_thinker.agents.messages import white_canvas
+from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
 from interleave_thinker.core.config import GenerationOptions
 from interleave_thinker.core.errors import InterleaveThinkerError
-from interleave_thinker.core.types import Attempt, Durations
+from interleave_thinker.core.types import Attempt, AttemptScores, Durations
+from interleave_thinker.runtime.recorder import RunRecorder
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """How an attempt is made: with this critic, generator and settings, and (``judge``) scored."""
+
+    critic: Critic
+    generator: ImageBackend
+    generation: GenerationOptions
+    judge: Judge | None = None
+
+    def make(
+        self,
+        recorder: RunRecorder,
+        attempt: Attempt,
+        file_name: str,
+        before: Image.Image | None,
+        references: Sequence[Image.Image] = (),
+        *,
+        planned: str,
+        rewritten: str,
+        turn: Turn,
+        forced: bool = False,
+        critic_references: Sequence[Image.Image] = (),
+    ) -> None:
+        """Generate ``attempt`` (edited from ``before``, with ``references``) into ``file_name``; then
+        accept it unjudged when ``forced``, else record the critic's verdict (``critic_references``: the
+        images it judges consistency against); with a judge, score it (SC/PQ)."""
+        image = generate_attempt(self.generator, self.generation, attempt, before, tuple(references))
+        if image is None:
+            return
+        attempt.image_file = recorder.add_image(file_name, image)
+        shown_before = before if before is not None else white_canvas()
+        if forced:
+            attempt.accepted = attempt.forced = True
+        else:
+            result = self.critic.review(
+                before=shown_before,
+                after=image,
+                original_instruction=planned,
+                rewritten_prompt=rewritten,
+                turn=turn,
+                references=list(critic_references),
+            )
+            result.record(attempt)
+        if self.judge is not None:
+            judged = self.judge.judge(shown_before, image, planned)  # after resized to before's size
+            attempt.scores = AttemptScores(
+                sc=judged.sc, pq=judged.pq, error=judged.error, raw_replies=judged.raw_replies
+            )
 
 
 def generate_attempt(

@@ -11,6 +11,7 @@ does not stop the batch: that request is recorded as failed with the reason and 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,28 @@ class BatchItem:
     where: str = ""
     problem: str | None = None
     """Why this request cannot run (e.g. its id cannot be a folder name); it is recorded as failed."""
+
+
+def fingerprint(item: BatchItem) -> list[str]:
+    """Short digests of a request's prompt, images and task, which a batch folder records per id so a
+    resume can tell (and name) a request that changed in the input since the batch started."""
+    parts = (item.prompt, json.dumps(list(item.images)), item.task or "")
+    return [hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:12] for part in parts]
+
+
+FINGERPRINT_FIELDS = ("prompt", "images", "task")
+"""What each digest of :func:`fingerprint` covers, in order."""
+
+
+def batch_manifest(source: str, items: list[BatchItem], settings: dict[str, Any]) -> dict[str, Any]:
+    """A batch folder's ``batch.json``: the input, the ids in order, each request's fingerprint and the
+    settings a resume must share (``runtime/resume.py::merged_manifest`` compares them)."""
+    return {
+        "input": source,
+        "ids": [i.id for i in items],
+        "requests": {i.id: fingerprint(i) for i in items},
+        "settings": settings,
+    }
 
 
 def _images(value: Any, base: Path | None, where: str) -> tuple[str, ...]:

@@ -12,8 +12,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HTML
 from interleave_thinker.core.types import Trace
+from interleave_thinker.runtime.fallbacks import FALLBACK_WARNING
 from interleave_thinker.runtime.file_writes import off_loop
-from interleave_thinker.runtime.repair import shown_steps
 
 TEMPLATES_DIR = "templates"
 """The package data folder of the page templates (``runtime/templates/*.j2``), shared with ``reports``."""
@@ -42,6 +42,8 @@ def notices(trace: Trace, notice: str | None = None) -> list[str]:
         found.append(
             "The planner gave no valid plan, so the request ran as a single step (planner fallback)."
         )
+    # forced steps, failed selections, reviews and judgements: the page says what the run went on without
+    found.extend(w for w in trace.warnings if w.startswith(FALLBACK_WARNING))
     if trace.templates is not None and trace.templates.kind != "released":
         found.append(
             f"Prompt templates: {trace.templates.kind} ({trace.templates.origin}), not the released ones."
@@ -101,7 +103,7 @@ def render_markdown(trace: Trace, notice: str | None = None) -> str:
             title=trace.request.text,
             notices=notices(trace, notice),
             input_images=trace.input_images,
-            steps=shown_steps(trace),
+            steps=trace.shown_steps(),
             images_dir=IMAGES_DIR,
         )
     )
@@ -125,7 +127,7 @@ def render_html(trace: Trace, notice: str | None = None) -> str:
             title=trace.request.text.strip(),
             notices=notices(trace, notice),
             input_images=trace.input_images,
-            steps=shown_steps(trace),
+            steps=trace.shown_steps(),
             reasoning=plan.reasoning if plan is not None else None,
             backends=trace.backends,
             status=trace.status,

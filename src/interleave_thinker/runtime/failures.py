@@ -39,13 +39,18 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def backend_errors(trace: Trace) -> Counter[str]:
-    """Backend errors a request met, per role (planner, critic, generator), read from its trace."""
+    """Backend errors a request met, per role (planner, critic, generator, judge, ranking, review), read
+    from its trace."""
     counts: Counter[str] = Counter()
     counts["planner"] += sum(1 for e in trace.planner.errors if e.startswith(BACKEND_ERROR_PREFIX))
     for step in trace.steps:
         for attempt in step.attempts:
             counts["generator"] += attempt.generation_error is not None
             counts["critic"] += (attempt.critic_error or "").count(BACKEND_ERROR_PREFIX)
+            counts["judge"] += ((attempt.scores and attempt.scores.error) or "").count(BACKEND_ERROR_PREFIX)
+        counts["ranking"] += ((step.selected and step.selected.error) or "").count(BACKEND_ERROR_PREFIX)
+    if trace.repair is not None:
+        counts["review"] += sum(1 for e in trace.repair.errors if e.startswith(BACKEND_ERROR_PREFIX))
     return +counts
 
 

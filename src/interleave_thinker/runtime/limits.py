@@ -33,13 +33,20 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends.protocols import (
+    MAX_NEW_TOKENS,
     ImageBackend,
     ImageBatchMixin,
     ImageRequest,
     Message,
     VLMBackend,
 )
-from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
+from interleave_thinker.backends.wrapping import (
+    VLMWrapper,
+    Wrapper,
+    concurrency_setter,
+    innermost,
+    is_cooperative,
+)
 from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
 
@@ -49,6 +56,8 @@ class BackendStats:
     role: str
     limit: int
     calls: int = 0
+    failed: int = 0
+    """Calls among ``calls`` that raised (no reply, an error): counted apart, never as answers."""
     batches: int = 0
     busy_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
@@ -61,9 +70,41 @@ class BackendStats:
             self.busy_s += seconds
             self.latencies.extend([seconds] * calls)
 
+    def record_failure(self, seconds: float, calls: int = 1) -> None:
+        with self._lock:
+            self.calls += calls
+            self.failed += calls
+            self.busy_s += seconds
+
+    def since(
+        self, mark: tuple[int, int, int, float, int]
+    ) -> tuple[dict[str, Any], tuple[int, int, int, float, int]]:
+        """What was recorded after ``mark`` (``(0, 0, 0, 0.0, 0)`` at first) and the mark of now: a cluster
+        worker sends these deltas with each finished request, so a lost node's calls are still counted."""
+        with self._lock:
+            now = (self.calls, self.failed, self.batches, self.busy_s, len(self.latencies))
+            delta = {
+                "calls": now[0] - mark[0],
+                "failed": now[1] - mark[1],
+                "batches": now[2] - mark[2],
+                "busy_s": now[3] - mark[3],
+                "latencies": self.latencies[mark[4] :],
+            }
+        return delta, now
+
+    def add(self, delta: dict[str, Any]) -> None:
+        """Count a delta of :meth:`since` (from another process) in."""
+        with self._lock:
+            self.calls += int(delta["calls"])
+            self.failed += int(delta["failed"])
+            self.batches += int(delta["batches"])
+            self.busy_s += float(delta["busy_s"])
+            self.latencies.extend(float(x) for x in delta["latencies"])
+
     def summary(self, wall: float) -> dict[str, Any]:
         return {
             "calls": self.calls,
+            "failed": self.failed,
             "batched_calls": self.batches,
             "limit": self.limit,
             **latency_percentiles(self.latencies, "latency_"),
@@ -120,14 +161,6 @@ class MicroBatcher:
                         future.set_exception(exc)
 
 
-def _transport_of(backend: Any) -> Any:
-    """The innermost backend under a chain of wrappers: the one whose transport the limits share."""
-    seen = 0
-    while getattr(backend, "inner", None) is not None and seen < 32:
-        backend, seen = backend.inner, seen + 1
-    return backend
-
-
 _SHARES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[_Limited]] = weakref.WeakKeyDictionary()
 """The live limiters over each transport. Why: `data generate` meters planner and critic apart, so one
 loaded backend gets two limiters; its transport takes the sum of their limits, not the last one set
@@ -144,7 +177,7 @@ class _Limited(Wrapper):
         super().__init__(inner, name=inner.name)
         self.stats = stats
         self._slots = green.Semaphore(stats.limit)
-        self._cooperative = bool(getattr(inner, "cooperative", False))
+        self._cooperative = is_cooperative(inner)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._share_transport()
@@ -156,7 +189,11 @@ class _Limited(Wrapper):
         """One call within a slot, timed; a blocking one off the event loop (see the module doc)."""
         with self._slots:
             start = time.perf_counter()
-            result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
+            try:
+                result = fn() if self._cooperative else green.call_blocking(self._threads, fn)
+            except Exception:
+                self.stats.record_failure(time.perf_counter() - start)
+                raise
             self.stats.record(time.perf_counter() - start)
         return result
 
@@ -170,7 +207,11 @@ class _Limited(Wrapper):
 
     def _timed_batch(self, fn: Callable[[], list[Any]], calls: int) -> list[Any]:
         start = time.perf_counter()
-        results = fn()
+        try:
+            results = fn()
+        except Exception:
+            self.stats.record_failure(time.perf_counter() - start, calls)
+            raise
         self.stats.record(time.perf_counter() - start, calls)
         return results
 
@@ -180,10 +221,10 @@ class _Limited(Wrapper):
     def _share_transport(self, leaving: bool = False) -> None:
         """Give a served backend's transport the sum of the limits of the live limiters over it (one
         limiter: its limit, one number end to end)."""
-        resize = getattr(self.inner, "set_concurrency", None)
-        if not callable(resize):
+        resize = concurrency_setter(self.inner)
+        if resize is None:
             return
-        transport = _transport_of(self.inner)
+        transport = innermost(self.inner)
         with _SHARES_LOCK:
             try:
                 limiters = _SHARES.setdefault(transport, weakref.WeakSet())
@@ -214,7 +255,7 @@ class LimitedVLM(_Limited, VLMWrapper):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

@@ -13,35 +13,35 @@ every attempt, a budget of generator calls per request instead of a limit per st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from PIL import Image
 
 from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.judge import Judge
-from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.planner import Planner, single_step_plan
+from interleave_thinker.agents.ranking import Ranker
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.agents.seeds import Turn
-from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
-from interleave_thinker.backends.references import reference_cap
+from interleave_thinker.agents.sequence_review import SequenceReviewer
+from interleave_thinker.backends.protocols import ImageBackend
+from interleave_thinker.backends.wrapping import reference_cap
 from interleave_thinker.core.config import GenerationOptions, LoopOptions
 from interleave_thinker.core.errors import PlanningError
 from interleave_thinker.core.types import (
     WHITE_CANVAS,
     Attempt,
-    AttemptScores,
     PlanStep,
     StepRecord,
     Trace,
 )
-from interleave_thinker.runtime.attempt_image import generate_attempt
+from interleave_thinker.runtime.attempt_image import Attempts
 from interleave_thinker.runtime.candidates import keep_first_accepted, next_prompt, run_round
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
-from interleave_thinker.runtime.references import Named, References
-from interleave_thinker.runtime.repair import repair_sequence
+from interleave_thinker.runtime.references import References
+from interleave_thinker.runtime.repair import Repairer, repair_sequence
 from interleave_thinker.runtime.selection import keep_best
 
 
@@ -55,11 +55,18 @@ class StepLoop:
     loop: LoopOptions
     generation: GenerationOptions
     observer: Observer = field(default_factory=Observer)
+    ranker: Ranker
+    """Ranks a step's attempts for ``loop.select_best: critic`` (made once by the pipeline)."""
+    sequence_reviewer: SequenceReviewer
+    """Reviews the finished sequence for ``loop.repair_budget`` (made once by the pipeline)."""
     judge: Judge | None = None
-    reviewer: VLMBackend | None = None
-    """The sequence review's backend (``loop.repair_reviewer``); None: the critic's."""
     references: References | None = field(default=None, init=False)
     """Each attempt's reference images (``loop.references``), set for the request :meth:`run` runs."""
+    attempts: Attempts = field(init=False)
+    """How an attempt is made (steps and repairs alike: ``runtime/attempt_image.py``)."""
+
+    def __post_init__(self) -> None:
+        self.attempts = Attempts(self.critic, self.generator, self.generation, self.judge)
 
     def seed(self, step_index: int, attempt: int) -> int:
         return self.loop.seed_base + step_index * self.loop.seed_stride + attempt
@@ -106,7 +113,8 @@ class StepLoop:
                     self._fail_step(trace, index, step_record)
                     return
                 latest = (recorder.images[step_record.accepted_image], step_record.accepted_image)
-        repair_sequence(self, recorder, input_images)
+        repairer = Repairer(self.sequence_reviewer, replace(self.attempts, judge=None), self.loop)
+        repair_sequence(repairer, recorder, input_images)
         trace.status = "succeeded"  # written by the caller's closing checkpoint (``Pipeline._close_trace``)
 
     def _references(
@@ -212,7 +220,7 @@ class StepLoop:
             if last is not None:
                 last.accepted = last.forced = True
                 record.accepted_image = last.image_file
-        keep_best(self, recorder, index, record, latest)
+        keep_best(self.ranker, self.loop, recorder, index, record, latest)
 
     def _attempt(
         self,
@@ -225,7 +233,8 @@ class StepLoop:
         *,
         last: bool,
     ) -> Attempt:
-        """One generator call, then (unless forced) the critic's verdict and (with a judge) the scores."""
+        """One attempt (``runtime/attempt_image.py``): the generator call, then (unless forced) the
+        critic's verdict and (with a judge) the scores."""
         references = self.references.for_attempt(latest) if self.references else []
         attempt = Attempt(
             step_number=index,
@@ -236,54 +245,21 @@ class StepLoop:
             references=[name for _, name in references],
         )
         self.observer.on_attempt_start(index, attempt_index, prompt)
-        image = generate_attempt(
-            self.generator,
-            self.generation,
+        images = [ref for ref, _ in references]
+        first_empty = attempt_index == 0 and self.loop.first_rewritten_prompt == "empty"
+        self.attempts.make(
+            recorder,
             attempt,
+            f"step{index:02d}_attempt{attempt_index}.png",
             latest[0] if latest else None,
-            tuple(ref for ref, _ in references),
+            images,
+            planned=planned,
+            rewritten="" if first_empty else prompt,
+            turn=Turn(self.loop.seed_base, index, attempt_index),
+            forced=last and not self.loop.critic_on_last_attempt,
+            critic_references=images,  # judged for consistency with them too, when there are some
         )
-        if image is None:
-            return attempt
-        attempt.image_file = recorder.add_image(f"step{index:02d}_attempt{attempt_index}.png", image)
-        before = latest[0] if latest else white_canvas()
-        if last and not self.loop.critic_on_last_attempt:
-            attempt.accepted = attempt.forced = True
-        else:
-            first_empty = attempt_index == 0 and self.loop.first_rewritten_prompt == "empty"
-            turn = Turn(self.loop.seed_base, index, attempt_index)
-            self._review(attempt, before, image, planned, "" if first_empty else prompt, turn, references)
-        if self.judge is not None:
-            attempt.scores = _scores(self.judge, before, image, planned)
         return attempt
-
-    def _review(
-        self,
-        attempt: Attempt,
-        before: Image.Image,
-        image: Image.Image,
-        planned: str,
-        rewritten: str,
-        turn: Turn,
-        references: list[Named],
-    ) -> None:
-        """The critic's verdict on the attempt (judged for consistency with ``references`` too, when there
-        are some); no verdict leaves it not accepted, with the errors."""
-        result = self.critic.review(
-            before=before,
-            after=image,
-            original_instruction=planned,
-            rewritten_prompt=rewritten,
-            turn=turn,
-            references=[ref for ref, _ in references],
-        )
-        result.record(attempt)
-
-
-def _scores(judge: Judge, before: Image.Image, image: Image.Image, planned: str) -> AttemptScores:
-    """SC and PQ of one attempt, as the critic reward judges them (after resized to before's size)."""
-    result = judge.judge(before, image, planned)
-    return AttemptScores(sc=result.sc, pq=result.pq, error=result.error, raw_replies=result.raw_replies)
 
 
 def _planner_unreachable(error: str) -> str:

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -15,7 +16,9 @@ from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.judge import Judge
 from interleave_thinker.agents.messages import count_image_markers
 from interleave_thinker.agents.planner import Planner
+from interleave_thinker.agents.ranking import Ranker
 from interleave_thinker.agents.retry import RetryPolicy
+from interleave_thinker.agents.sequence_review import SequenceReviewer
 from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
 from interleave_thinker.backends.references import check_references
 from interleave_thinker.backends.specs import (
@@ -24,6 +27,7 @@ from interleave_thinker.backends.specs import (
     load_image_backend,
     load_vlm_backend,
 )
+from interleave_thinker.backends.wrapping import close_backend, reference_cap
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import TemplateSet
@@ -39,11 +43,11 @@ from interleave_thinker.runtime.call_overrides import (
 )
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import note_backend_errors
+from interleave_thinker.runtime.fallbacks import note_fallbacks
 from interleave_thinker.runtime.input_images import InputImages, open_image_file, read_input_images
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
-from interleave_thinker.runtime.repair import shown_steps
 from interleave_thinker.runtime.resume import is_finished, restore_pages, resume_recorder
 from interleave_thinker.runtime.used_backends import backend_description
 
@@ -72,7 +76,9 @@ class Result:
 
     @property
     def steps(self) -> list[StepOutput]:
-        return [_step_output(s, self.images) for s in shown_steps(self.trace)]
+        """Each step as shown: its text and the image it shows (``Trace.shown_image``: a repair's)."""
+        shown = (self.trace.shown_image(n) for n in range(1, len(self.trace.steps) + 1))
+        return [_step_output(s, name, self.images) for s, name in zip(self.trace.steps, shown, strict=True)]
 
     def save(self, out_dir: str | Path) -> Path:
         """Write ``trace.json``, ``images/``, ``document.md`` and ``index.html`` into ``out_dir``."""
@@ -84,9 +90,29 @@ class Result:
         return out
 
 
-def _step_output(step: StepRecord, images: Mapping[str, Image.Image]) -> StepOutput:
-    image = images.get(step.accepted_image) if step.accepted_image else None
-    return StepOutput(text=step.text, image=image, image_file=step.accepted_image)
+def _load_opt_in(
+    config: PipelineConfig, generator: ImageBackend, options: BackendOptions, templates: TemplateSet
+) -> tuple[Judge | None, VLMBackend | None]:
+    """The backends of opt-in settings: the judge that scores every attempt for ``loop.select_best:
+    judge`` and the sequence review's (``loop.repair_reviewer``, when it is not the critic's)."""
+    if config.loop.repair_budget > 0 and reference_cap(generator) == 0:
+        raise ConfigError(
+            f"loop.repair_budget regenerates steps with reference images, which the generator "
+            f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
+        )
+    reviewer = config.loop.repair_reviewer
+    review = None
+    if config.loop.repair_budget > 0 and reviewer and reviewer != config.critic:
+        review = load_vlm_backend(reviewer, options, role="critic")
+    judge = None
+    if config.loop.select_best == "judge" and config.judge:
+        backend = load_vlm_backend(config.judge, options, role="critic")
+        judge = Judge(backend, templates, max_new_tokens=config.agents.max_new_tokens)
+    return judge, review
+
+
+def _step_output(step: StepRecord, name: str | None, images: Mapping[str, Image.Image]) -> StepOutput:
+    return StepOutput(text=step.text, image=images.get(name) if name else None, image_file=name)
 
 
 def load_input_images(paths: Sequence[str | Path]) -> list[Image.Image]:
@@ -115,7 +141,12 @@ def normalize_request_text(
 
 
 class Pipeline:
-    """Planner, critic and generator wired to the step loop, with one config."""
+    """Planner, critic and generator wired to the step loop, with one config: the composition root of
+    the loop's agents (the ranker and the sequence reviewer are made here once, from the critic).
+
+    ``judge``: every attempt is scored (SC/PQ) as it is made (`data generate`, ``loop.select_best:
+    judge``). ``reviewer``: the sequence review's backend (``loop.repair_reviewer``; None: the critic's).
+    The pipeline closes every backend it was given."""
 
     def __init__(
         self,
@@ -125,6 +156,8 @@ class Pipeline:
         generator: ImageBackend,
         config: PipelineConfig,
         templates: TemplateSet,
+        judge: Judge | None = None,
+        reviewer: VLMBackend | None = None,
     ) -> None:
         check_references(generator, config.loop.references)  # a generator that cannot: refused here
         self.config = config
@@ -136,14 +169,11 @@ class Pipeline:
         self.planner = Planner(planner, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
         self.planner.many_images_max_pixels = agents.many_images_max_pixels
         self.critic = Critic(critic, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
-        self.judge: Judge | None = None
-        """Set by `data generate`: every attempt is then scored (SC/PQ) as it is made."""
+        self.judge, self.reviewer = judge, reviewer
+        self.ranker = self.critic.sibling(Ranker)
+        self.sequence_reviewer = self.critic.sibling(SequenceReviewer, reviewer)
         self.call_overrides: dict[str, Any] = {}
         """The per-call settings this copy runs with (``runtime/call_overrides.for_call``)."""
-        self.reviewer: VLMBackend | None = None
-        """The sequence review's backend (``loop.repair_reviewer``); None: the critic's."""
-        self._loaded: list[VLMBackend] = []
-        """Backends :meth:`from_config` loaded for opt-in settings, closed with the pipeline."""
 
     @classmethod
     def from_preset(
@@ -158,6 +188,14 @@ class Pipeline:
         store = config.prompts.store()
         check_specs(config)  # every spec's kind, before a model (or a tiny-model build) is loaded
         templates = store.load()
+        if (
+            store.fallback_reason is not None and config.preset != "tiny"
+        ):  # the tiny agents learnt the built-in ones
+            logger.warning(
+                "Released prompt templates unavailable (%s); the agents get interleave-thinker's built-in "
+                "templates. Run `interleave-thinker prompts download` or set prompts.folder.",
+                store.fallback_reason,
+            )
         options = BackendOptions.from_config(config)
         planner = load_vlm_backend(config.planner, options, role="planner")
         critic = (
@@ -166,27 +204,9 @@ class Pipeline:
             else load_vlm_backend(config.critic, options, role="critic")
         )
         generator = load_image_backend(config.generator, options)
-        pipe = cls(planner=planner, critic=critic, generator=generator, config=config, templates=templates)
-        pipe._load_opt_in(options)
-        return pipe
-
-    def _load_opt_in(self, options: BackendOptions) -> None:
-        """The backends of opt-in settings: the sequence review's (``loop.repair_reviewer``, when it is
-        not the critic's) and the judge that scores every attempt for ``loop.select_best: judge``."""
-        config = self.config
-        if config.loop.repair_budget > 0 and getattr(self.generator, "max_references", None) == 0:
-            raise ConfigError(
-                f"loop.repair_budget regenerates steps with reference images, which the generator "
-                f"{config.generator} cannot take; set loop.repair_budget 0 or use a generator that takes them."
-            )
-        reviewer = config.loop.repair_reviewer
-        if config.loop.repair_budget > 0 and reviewer and reviewer != config.critic:
-            self.reviewer = load_vlm_backend(reviewer, options, role="critic")
-            self._loaded.append(self.reviewer)
-        if config.loop.select_best == "judge" and config.judge:
-            backend = load_vlm_backend(config.judge, options, role="critic")
-            self._loaded.append(backend)
-            self.judge = Judge(backend, self.templates, max_new_tokens=config.agents.max_new_tokens)
+        judge, reviewer = _load_opt_in(config, generator, options, templates)
+        built = partial(cls, config=config, templates=templates, judge=judge, reviewer=reviewer)
+        return built(planner=planner, critic=critic, generator=generator)
 
     def __call__(
         self,
@@ -278,15 +298,18 @@ class Pipeline:
             generation=self.config.generation,
             observer=observer or Observer(),
             judge=self.judge,
-            reviewer=self.reviewer,
+            ranker=self.ranker,
+            sequence_reviewer=self.sequence_reviewer,
         )
         loop.run(recorder, input_images, recorder.trace.input_images)
 
     def _close_trace(self, recorder: RunRecorder, start: float) -> None:
-        """Add this run's time (a resumed run adds to the earlier ones'), count backend errors, write the trace."""
+        """Add this run's time (a resumed run adds to the earlier ones'), count backend errors and fallbacks, write
+        the trace."""
         trace = recorder.trace
         trace.duration_s = round(trace.duration_s + time.perf_counter() - start, 3)
         note_backend_errors(trace)
+        note_fallbacks(trace)
         recorder.checkpoint()
 
     def _write_pages(self, recorder: RunRecorder, *, only_missing: bool = False) -> None:
@@ -336,11 +359,11 @@ class Pipeline:
     def close(self) -> None:
         """Release the backends' connections (served backends hold HTTP clients)."""
         seen: set[int] = set()
-        for backend in (self.planner_backend, self.critic_backend, self.generator, *self._loaded):
-            close = getattr(backend, "close", None)
-            if callable(close) and id(backend) not in seen:
+        judge = self.judge.backend if self.judge is not None else None
+        for backend in (self.planner_backend, self.critic_backend, self.generator, judge, self.reviewer):
+            if backend is not None and id(backend) not in seen:
                 seen.add(id(backend))
-                close()
+                close_backend(backend)
 
     def __enter__(self) -> Pipeline:
         return self

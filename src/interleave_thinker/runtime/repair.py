@@ -7,9 +7,10 @@ the template's digest). An unusable reply repairs nothing: the error is recorded
 succeeds. Each flagged step, in step order, is regenerated from the image it edited (the previous step's
 image, repaired when that step was), with the step's last prompt, and as references
 (``ImageRequest.references``) the first image of the sequence (unless it is this step's) and the request's
-input images, capped at the generator's ``max_references`` when it declares one. Each repair call is
+input images, capped at the generator's ``max_references`` (none when it declares none, as the load-time
+check of ``loop.repair_budget`` refuses). Each repair call is
 judged by the critic as an attempt is; a rejection refines the prompt; the first accepted image becomes
-the step's repaired image, shown on the pages in place of the original (:func:`shown_steps`), which the
+the step's repaired image, shown in place of the original (``Trace.shown_image``), which the
 trace keeps in ``StepRecord.accepted_image``. A step whose repairs were all rejected keeps its image.
 Calls: at most ``loop.max_attempts`` per step and ``loop.repair_budget`` in all.
 
@@ -24,54 +25,51 @@ most the step repair in flight; a rerun keeps the review and the finished repair
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
 
 from PIL import Image
 
-from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.loop_templates import loop_template_digest
-from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.seeds import Turn, call_seed
 from interleave_thinker.agents.sequence_review import TEMPLATE, SequenceReviewer, ShownStep
-from interleave_thinker.backends.protocols import ImageBackend, VLMBackend
-from interleave_thinker.core.config import GenerationOptions, LoopOptions
+from interleave_thinker.backends.wrapping import reference_cap
+from interleave_thinker.core.config import LoopOptions
 from interleave_thinker.core.types import (
     WHITE_CANVAS,
     Attempt,
     Flag,
     RepairRecord,
-    StepRecord,
     StepRepair,
     Trace,
 )
-from interleave_thinker.runtime.attempt_image import generate_attempt
+from interleave_thinker.runtime.attempt_image import Attempts
 from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.used_backends import backend_description
 
 
-class StepLoop(Protocol):
-    """What repair uses of the step loop (``runtime/loop.py``), named here so neither imports the other."""
+@dataclass(frozen=True)
+class Repairer:
+    """What repair uses: the sequence reviewer (made once by the pipeline), the attempt procedure of the
+    loop's steps (its critic judges each repair call; no judge scores them) and the run's settings."""
 
-    critic: Critic
-    generator: ImageBackend
-    loop: LoopOptions
-    generation: GenerationOptions
-    reviewer: VLMBackend | None
+    reviewer: SequenceReviewer
+    attempts: Attempts
+    options: LoopOptions
 
 
 REPAIR_ROLE = "repair"
 """Names the repair calls' generator seeds (``agents/seeds.py``)."""
 
 
-def repair_sequence(loop: StepLoop, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
+def repair_sequence(repairer: Repairer, recorder: RunRecorder, input_images: list[Image.Image]) -> None:
     """Review the finished sequence and repair the steps it flags, within ``loop.repair_budget`` calls."""
-    budget = loop.loop.repair_budget
+    budget = repairer.options.repair_budget
     trace = recorder.trace
     if budget <= 0 or not any(s.kind == "image" and s.accepted_image for s in trace.steps):
         return
     record = trace.repair
     if record is None:
-        record = trace.repair = review(loop, recorder)
+        record = trace.repair = review(repairer, recorder)
         recorder.checkpoint()
     record.steps = [r for r in record.steps if r.complete]  # a repair a kill cut short runs again
     done = {r.step_number for r in record.steps}
@@ -79,32 +77,27 @@ def repair_sequence(loop: StepLoop, recorder: RunRecorder, input_images: list[Im
         left = budget - sum(len(r.attempts) for r in record.steps)
         if flag.step in done or left <= 0:
             continue
-        record.steps.append(repair_step(loop, recorder, flag, left))
+        record.steps.append(repair_step(repairer, recorder, flag, left))
         recorder.checkpoint()
     record.complete = True
 
 
-def review(loop: StepLoop, recorder: RunRecorder) -> RepairRecord:
+def review(repairer: Repairer, recorder: RunRecorder) -> RepairRecord:
     """The review of the sequence as it stands: the reviewer's turn, parsed, recorded."""
-    critic = loop.critic
-    backend = loop.reviewer or critic.backend
-    reviewer = SequenceReviewer(
-        backend, critic.templates, retry=critic.retry, max_new_tokens=critic.max_new_tokens
-    )
     shown = [
         ShownStep(index, step.planned_prompt or "", recorder.images[step.accepted_image])
         for index, step in enumerate(recorder.trace.steps, start=1)
         if step.kind == "image" and step.accepted_image
     ]
-    result = reviewer.review(shown, Turn(loop.loop.seed_base))
+    result = repairer.reviewer.review(shown, Turn(repairer.options.seed_base))
     error = None
     if result.flags is None:
         detail = "; ".join(result.errors) or "no reply"
         error = f"The sequence review gave no usable verdict ({detail}); no step was repaired."
     return RepairRecord(
-        reviewer=backend_description(backend),
+        reviewer=backend_description(repairer.reviewer.backend),
         template=loop_template_digest(TEMPLATE),
-        budget=loop.loop.repair_budget,
+        budget=repairer.options.repair_budget,
         raw_replies=result.raw_replies,
         seeds=result.seeds,
         errors=result.errors,
@@ -121,7 +114,7 @@ def repair_seed(seed_base: int, step: int, repair: int, taken: set[int]) -> int:
     return seed
 
 
-def repair_step(loop: StepLoop, recorder: RunRecorder, flag: Flag, left: int) -> StepRepair:
+def repair_step(repairer: Repairer, recorder: RunRecorder, flag: Flag, left: int) -> StepRepair:
     """Up to ``min(loop.max_attempts, left)`` repair calls of step ``flag.step``, until the critic accepts one."""
     trace = recorder.trace
     step = trace.steps[flag.step - 1]
@@ -131,31 +124,30 @@ def repair_step(loop: StepLoop, recorder: RunRecorder, flag: Flag, left: int) ->
     prompt = kept.prompt if kept is not None else planned
     before_name = _shown_name(trace, kept.before_image if kept is not None else WHITE_CANVAS)
     before = None if before_name == WHITE_CANVAS else recorder.images[before_name]
-    cap = getattr(loop.generator, "max_references", None)
-    names = reference_names(trace, flag.step, cap if isinstance(cap, int) else None)
+    names = reference_names(trace, flag.step, reference_cap(repairer.attempts.generator))
     references = tuple(recorder.images[name] for name in names)
     repair = StepRepair(
         step_number=flag.step, reason=flag.reason, original_image=step.accepted_image, references=names
     )
     taken = {a.seed for a in step.attempts}
-    for k in range(min(loop.loop.max_attempts, left)):
-        seed = repair_seed(loop.loop.seed_base, flag.step, k, taken)
+    for k in range(min(repairer.options.max_attempts, left)):
+        seed = repair_seed(repairer.options.seed_base, flag.step, k, taken)
         attempt = Attempt(
             step_number=flag.step, attempt=k, prompt=prompt, seed=seed, before_image=before_name
         )
         repair.attempts.append(attempt)
-        image = generate_attempt(loop.generator, loop.generation, attempt, before, references)
-        if image is None:
-            continue
-        attempt.image_file = recorder.add_image(f"step{flag.step:02d}_repair{k}.png", image)
-        _judge(
-            loop,
+        repairer.attempts.make(
+            recorder,
             attempt,
-            before or white_canvas(),
-            image,
-            planned,
-            Turn(loop.loop.seed_base, flag.step, -(k + 1)),
+            f"step{flag.step:02d}_repair{k}.png",
+            before,
+            references,
+            planned=planned,
+            rewritten=attempt.prompt,
+            turn=Turn(repairer.options.seed_base, flag.step, -(k + 1)),
         )
+        if attempt.image_file is None:
+            continue
         if attempt.accepted:
             repair.repaired_image = attempt.image_file
             break
@@ -165,14 +157,11 @@ def repair_step(loop: StepLoop, recorder: RunRecorder, flag: Flag, left: int) ->
     return repair
 
 
-def reference_names(trace: Trace, step: int, cap: int | None) -> list[str]:
+def reference_names(trace: Trace, step: int, cap: int) -> list[str]:
     """The first image of the sequence as shown (unless it is ``step``'s) and the request's inputs, capped."""
-    shown = [
-        (i, s) for i, s in enumerate(shown_steps(trace), start=1) if s.kind == "image" and s.accepted_image
-    ]
-    first = [s.accepted_image for i, s in shown[:1] if i != step and s.accepted_image]
+    first = [name for number, name in trace.shown_images()[:1] if number != step]
     names = first + list(trace.input_images)
-    return names if cap is None else names[: max(0, cap)]
+    return names[:cap]
 
 
 def _shown_name(trace: Trace, name: str) -> str:
@@ -183,29 +172,6 @@ def _shown_name(trace: Trace, name: str) -> str:
         else {}
     )
     return repaired.get(name, name)
-
-
-def _judge(
-    loop: StepLoop, attempt: Attempt, before: Image.Image, image: Image.Image, planned: str, turn: Turn
-) -> None:
-    """The critic's verdict on a repair call, recorded as an attempt's is."""
-    result = loop.critic.review(
-        before=before, after=image, original_instruction=planned, rewritten_prompt=attempt.prompt, turn=turn
-    )
-    result.record(attempt)
-
-
-def shown_steps(trace: Trace) -> list[StepRecord]:
-    """The steps as the pages show them: a repaired step with its repaired image as its image."""
-    repaired = (
-        {r.step_number: r.repaired_image for r in trace.repair.steps if r.repaired_image}
-        if trace.repair
-        else {}
-    )
-    return [
-        step.model_copy(update={"accepted_image": repaired[i]}) if i in repaired else step
-        for i, step in enumerate(trace.steps, start=1)
-    ]
 
 
 def repair_images(trace: Trace) -> set[str]:

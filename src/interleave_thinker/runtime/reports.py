@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from interleave_thinker.core.stats import latency_percentiles
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.documents import page_templates
 from interleave_thinker.runtime.failures import backend_errors
+from interleave_thinker.runtime.fallbacks import fallback_counts
 
 _WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
 """The input location that starts a failed request's error (``in.jsonl:3: ``), left out when grouping."""
@@ -40,26 +43,40 @@ def release_text_answer(trace: Trace) -> str:
     return "".join(parts)
 
 
+def ueval_row(
+    request_id: str,
+    prompt: str,
+    task: str | None,
+    trace: Trace,
+    image_path: Callable[[str], str],
+    *,
+    text_answer: bool = True,
+) -> dict[str, Any]:
+    """One UEval submission row (``batch``'s ``results.json`` and ``eval generate``'s submission alike):
+    id, prompt, task, the paths (``image_path(file)``) of the images the sequence shows
+    (``Trace.shown_images``: repaired ones included) and the text answer joined as the release joins it
+    (:func:`release_text_answer`; empty when ``text_answer`` is off, as in base mode)."""
+    return {
+        "id": request_id,
+        "prompt": prompt,
+        "task": task,
+        "image_answer": [image_path(name) for _, name in trace.shown_images()],
+        "text_answer": release_text_answer(trace) if text_answer else "",
+    }
+
+
 def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The UEval submission: id, prompt, task, accepted image paths (relative to the batch folder) and
-    the text answer joined as the release joins it (:func:`release_text_answer`, as ``eval generate``)."""
-    rows = []
-    for request_id, trace in traces.items():
-        images = [
-            f"{request_folder(request_id, folders)}/{IMAGES_DIR}/{s.accepted_image}"
-            for s in trace.steps
-            if s.accepted_image
-        ]
-        rows.append(
-            {
-                "id": request_id,
-                "prompt": trace.request.text,
-                "task": trace.request.task,
-                "image_answer": images,
-                "text_answer": release_text_answer(trace),
-            }
+    """``results.json``: a :func:`ueval_row` per request, image paths relative to the batch folder."""
+    return [
+        ueval_row(
+            request_id,
+            trace.request.text,
+            trace.request.task,
+            trace,
+            partial("{}/{}/{}".format, request_folder(request_id, folders), IMAGES_DIR),
         )
-    return rows
+        for request_id, trace in traces.items()
+    ]
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
@@ -115,6 +132,7 @@ def summarize(
             ),
         },
         "backend_errors": _backend_errors(traces),
+        "fallbacks": fallback_counts(traces.values()),
         "backends": backends or {},
         "wall_s": round(wall_s, 3) if wall_s is not None else None,
         "failure_reasons": dict(failures.most_common(20)),
@@ -151,8 +169,9 @@ def accumulate(previous: dict[str, Any] | None, backends: dict[str, Any], wall_s
         for role, figures in (run.get("backends") or {}).items():
             merged = total.setdefault(role, {})
             calls = merged.get("calls", 0) + figures.get("calls", 0)
+            failed = merged.get("failed", 0) + figures.get("failed", 0)
             batched = merged.get("batched_calls", 0) + figures.get("batched_calls", 0)
-            merged.update(figures, calls=calls, batched_calls=batched)
+            merged.update(figures, calls=calls, failed=failed, batched_calls=batched)
     return {"runs": runs, "wall_s": sum(r.get("wall_s") or 0.0 for r in runs), "backends": total}
 
 

@@ -18,11 +18,9 @@ approval), so pages, resume and training data read the step as before.
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 from PIL import Image
 
-from interleave_thinker.agents.critic import Critic
 from interleave_thinker.agents.messages import white_canvas
 from interleave_thinker.agents.ranking import Ranker
 from interleave_thinker.agents.seeds import Turn
@@ -31,22 +29,17 @@ from interleave_thinker.core.types import Attempt, Selection, StepRecord
 from interleave_thinker.runtime.recorder import RunRecorder
 
 
-class StepLoop(Protocol):
-    """What selection uses of the step loop (``runtime/loop.py``), named here so neither imports the other."""
-
-    critic: Critic
-    loop: LoopOptions
-
-
 def keep_best(
-    loop: StepLoop,
+    ranker: Ranker,
+    options: LoopOptions,
     recorder: RunRecorder,
     index: int,
     record: StepRecord,
     latest: tuple[Image.Image, str] | None,
 ) -> None:
-    """With ``loop.select_best`` on and no attempt of step ``index`` accepted, keep the best one."""
-    mode = loop.loop.select_best
+    """With ``loop.select_best`` on and no attempt of step ``index`` accepted, keep the best one
+    (``ranker``: the critic's model asked to rank, made once by the pipeline)."""
+    mode = options.select_best
     kept = record.accepted_attempt
     if mode == "off" or kept is None or not kept.forced:
         return
@@ -57,7 +50,7 @@ def keep_best(
         selection = by_judge(candidates)
     else:
         before = latest[0] if latest else white_canvas()
-        selection = by_critic(loop, recorder, index, record, candidates, before)
+        selection = by_critic(ranker, Turn(options.seed_base, index), recorder, record, candidates, before)
     chosen = next(a for a in candidates if a.attempt == selection.attempt)
     kept.accepted = kept.forced = False
     chosen.accepted = chosen.forced = True
@@ -92,23 +85,19 @@ def by_judge(candidates: list[Attempt]) -> Selection:
 
 
 def by_critic(
-    loop: StepLoop,
+    ranker: Ranker,
+    turn: Turn,
     recorder: RunRecorder,
-    index: int,
     record: StepRecord,
     candidates: list[Attempt],
     before: Image.Image,
 ) -> Selection:
     """The attempt the critic's model ranks first (one turn); the last when no ranking was usable."""
-    critic = loop.critic
-    ranker = Ranker(
-        critic.backend, critic.templates, retry=critic.retry, max_new_tokens=critic.max_new_tokens
-    )
     result = ranker.rank(
         before=before,
         attempts=[recorder.images[a.image_file] for a in candidates if a.image_file],
         instruction=record.planned_prompt or "",
-        turn=Turn(loop.loop.seed_base, index),
+        turn=turn,
     )
     if result.ranking is None:
         error = "; ".join(result.errors) or "the critic gave no ranking"

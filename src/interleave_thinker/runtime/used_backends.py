@@ -9,24 +9,14 @@ the wrapped backend as ``inner`` (limiters, meters, the demo's reporters) are lo
 
 from __future__ import annotations
 
+from interleave_thinker.backends.wrapping import backend_name, backend_spec, chain
 from interleave_thinker.runtime.failures import one_line
 
 MAX_DESCRIPTION = 300
-MAX_WRAPPERS = 16
 
 
 def backend_description(backend: object) -> str:
     """``spec`` of the backend (or of the backend it wraps), else its ``name``, else its class name."""
-    current = backend
-    for _ in range(MAX_WRAPPERS):
-        spec = getattr(current, "spec", None)
-        if isinstance(spec, str) and spec:
-            return one_line(spec, MAX_DESCRIPTION)
-        inner = getattr(current, "inner", None)
-        if inner is None or inner is current:
-            break
-        current = inner
-    name = getattr(current, "name", None)
-    if isinstance(name, str) and name:
-        return one_line(name, MAX_DESCRIPTION)
-    return type(current).__name__
+    layers = chain(backend)
+    spec = next((s for layer in layers if (s := backend_spec(layer)) is not None), None)
+    return one_line(spec if spec is not None else backend_name(layers[-1]), MAX_DESCRIPTION)

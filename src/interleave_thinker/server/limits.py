@@ -116,3 +116,28 @@ class BodyLimit(HTTPMiddleware):
             await self.app(scope, counted_receive, guarded_send)
         if state["over"] and not state["started"]:
             await self.reply(size)(scope, receive, send)
+
+
+@dataclass
+class Admission(HTTPMiddleware):
+    """ASGI middleware: at most ``capacity`` requests to ``path`` in the app at once (running or waiting
+    for the one-at-a-time model); one more gets ``reply()`` (a 429) before its body is read, so the
+    requests held, and the memory they hold, stay bounded however many clients send at once."""
+
+    path: str
+    capacity: int
+    reply: Any
+    inside: int = 0
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("path") != self.path:
+            await self.app(scope, receive, send)
+            return
+        if self.inside >= self.capacity:
+            await self.reply()(scope, receive, send)
+            return
+        self.inside += 1  # one event loop: no lock needed between the check and the count
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.inside -= 1

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.errors import BackendError, InputError, RequestError
+
+__all__ = ["RequestError", "error_body", "failure_body"]
+"""``RequestError`` (``core/errors.py``, shared with ``serve generator``) becomes an OpenAI-shaped 4xx
+(an error event once a streamed reply has started: an image whose pixels do not decode is found in the call)."""
 
 
 def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
@@ -15,7 +19,12 @@ def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
 
 
 def failure_body(exc: BaseException) -> dict[str, Any]:
-    """A failed generation as an OpenAI error body: a 500 reply, or a streamed reply's error event."""
+    """A failed generation as an OpenAI error body: a 500 reply, or a streamed reply's error event; a 400
+    for an :class:`InputError` (what the model's own processor refuses)."""
+    if isinstance(exc, RequestError):
+        return error_body(exc.status, str(exc), "invalid_request_error")
+    if isinstance(exc, InputError):  # the model's processor refused the request: the client's to fix
+        return error_body(400, str(exc), "invalid_request_error")
     if isinstance(exc, BackendError):
         return error_body(500, str(exc), "server_error")
     return error_body(500, f"The model failed: {type(exc).__name__}: {str(exc)[:300]}", "server_error")

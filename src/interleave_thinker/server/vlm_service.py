@@ -11,37 +11,42 @@ an API key (``--api-key-env``) every route but ``/health`` wants ``Authorization
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
-import io
+import math
 import threading
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from PIL import Image, UnidentifiedImageError
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from interleave_thinker.backends.protocols import Message, VLMBackend
-from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.errors import BackendError, InputError
 from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.server.auth import UNAUTHORIZED, BearerAuth
-from interleave_thinker.server.cancel import CallGate, install_stop_check
-from interleave_thinker.server.limits import BodyLimit
+from interleave_thinker.server.cancel import CallGate, Generated, install_stop_check, take_generated
+from interleave_thinker.server.limits import Admission, BodyLimit
 from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
-from interleave_thinker.server.vlm_errors import error_body, failure_body
+from interleave_thinker.server.vlm_errors import RequestError, error_body, failure_body
+from interleave_thinker.server.vlm_messages import (
+    DEFAULT_MAX_IMAGES,
+    ChatMessage,
+    decode_images,
+    to_project_messages,
+)
 from interleave_thinker.server.vlm_stream import StreamJob, events, token_streamer, tokenizer_of
 
 DEFAULT_MAX_TOKENS = 4096
 """Reply length when a request names none (the agents' own default)."""
 DISCONNECT_POLL_S = 0.25
+DEFAULT_MAX_WAITING = 8
+"""Waiting requests hold their bodies (64 MB each at most), never their decoded pixels."""
+CHAT_PATH = "/v1/chat/completions"
 OPEN_PATHS = frozenset({"/health"})
 """Routes answered without the bearer token: a load balancer's probe carries none."""
 
@@ -56,27 +61,10 @@ class VLMLimits:
     """Largest request body; more is a 413."""
     max_pixels: int = MAX_IMAGE_PIXELS
     """Largest image (width x height, read from its header before decoding); more is a 400."""
-
-
-class ImageURL(BaseModel):
-    url: str
-
-
-class ContentPart(BaseModel):
-    """``{"type": "text", "text"}`` or ``{"type": "image_url", "image_url": {"url"}}`` (or a bare url)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    text: str | None = None
-    image_url: ImageURL | str | None = None
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
+    max_images: int = DEFAULT_MAX_IMAGES
+    """Images one request may carry (vLLM's ``--limit-mm-per-prompt '{"image": N}'``); more is a 400."""
+    max_waiting: int = DEFAULT_MAX_WAITING
+    """Chat requests that may wait for the one running; more get 429 with ``Retry-After``."""
 
 
 class StreamOptions(BaseModel):
@@ -98,19 +86,12 @@ class ChatRequest(BaseModel):
     temperature: float | None = Field(
         default=None,
         ge=0.0,
+        allow_inf_nan=False,
         description="Omitted means the checkpoint's own generation config, as vLLM and the local backend do.",
     )
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-
-
-class RequestError(Exception):
-    """A request we understand but refuse; becomes an OpenAI-shaped 4xx."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def create_app(
@@ -120,16 +101,11 @@ def create_app(
     with ``api_key``, every route but ``/health`` answers 401 without ``Authorization: Bearer api_key``."""
     limits = limits or VLMLimits()
     app = FastAPI(title="interleave-thinker VLM server", version="1")
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
-    if api_key is not None:  # outside the body limit (no body read), inside the metrics (401s counted)
-        app.add_middleware(BearerAuth, api_key=api_key, reply=_unauthorized, open_paths=OPEN_PATHS)
     gate = CallGate()
-    tokens = _add_metrics(app, gate)
+    tokens = _add_guards(app, gate, limits, api_key)
     app.state.gate = gate
     app.state.cancellable = install_stop_check(backend, gate.should_stop, gate.streamer)
     created = int(time.time())
-
-    _add_error_handlers(app)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -140,18 +116,26 @@ def create_app(
         card = {"id": served_name, "object": "model", "created": created, "owned_by": "interleave-thinker"}
         return {"object": "list", "data": [card]}
 
-    @app.post("/v1/chat/completions", response_model=None)
+    @app.post(CHAT_PATH, response_model=None)
     async def chat_completions(
         body: ChatRequest, request: Request
     ) -> dict[str, Any] | JSONResponse | StreamingResponse:
         max_tokens = _checked_max_tokens(body, served_name, limits)
-        messages = await asyncio.to_thread(to_project_messages, body.messages, limits.max_pixels)
+        # Headers only here (count, size, format); the pixels are decoded in the call, one call at a time.
+        messages = await asyncio.to_thread(
+            to_project_messages, body.messages, limits.max_pixels, limits.max_images
+        )
         temperature = body.temperature
+        counted: list[Generated | None] = [None]
 
         def call() -> str:
-            return backend.chat(messages, max_new_tokens=max_tokens, temperature=temperature)
+            take_generated()  # a count left on this worker thread by an earlier call is not this one's
+            decoded = decode_images(messages)
+            text = backend.chat(decoded, max_new_tokens=max_tokens, temperature=temperature)
+            counted[0] = take_generated()
+            return text
 
-        settle = functools.partial(_settle, backend, messages, tokens, max_tokens)
+        settle = functools.partial(_settle, backend, messages, tokens, max_tokens, counted)
 
         if body.stream:  # the checks above answered in JSON; from here on, errors go in the stream
             job = StreamJob(
@@ -172,30 +156,56 @@ def create_app(
     return app
 
 
+def _add_guards(app: FastAPI, gate: CallGate, limits: VLMLimits, api_key: str | None) -> Counter:
+    """The middleware, outermost last: metrics, the bearer token, admission, the body limit; the error
+    handlers. Returns the token counter the chat route feeds."""
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, reply=lambda size: _too_large(size, limits))
+    # before the body is read: a refused request costs its headers only
+    app.add_middleware(Admission, path=CHAT_PATH, capacity=1 + limits.max_waiting, reply=lambda: _busy(gate))
+    if api_key is not None:  # outside the body limit (no body read), inside the metrics (401s counted)
+        app.add_middleware(BearerAuth, api_key=api_key, reply=_unauthorized, open_paths=OPEN_PATHS)
+    _add_error_handlers(app)
+    return _add_metrics(app, gate)
+
+
 def _settle(
-    backend: VLMBackend, messages: list[Message], tokens: Counter, max_tokens: int, text: str
+    backend: VLMBackend,
+    messages: list[Message],
+    tokens: Counter,
+    max_tokens: int,
+    counted: list[Generated | None],
+    text: str,
 ) -> tuple[dict[str, int] | None, str]:
-    """A finished reply's usage (counted into the token metric) and finish reason."""
-    usage = _usage(backend, messages, text)
+    """A finished reply's usage (counted into the token metric) and finish reason: from the ids a local
+    model read and wrote (``counted``), as vLLM counts them; else (a backend without a local model) a
+    best-effort count of the texts."""
+    generated = counted[0]
+    if generated is not None:
+        usage: dict[str, int] | None = _usage_of(generated.prompt_tokens, generated.completion_tokens)
+        finish = "stop" if generated.ended or generated.completion_tokens < max_tokens else "length"
+    else:
+        usage = _usage(backend, messages, text)
+        finish = _finish_reason(usage, max_tokens)
     if usage is not None:
         tokens.labels("prompt").inc(usage["prompt_tokens"])
         tokens.labels("completion").inc(usage["completion_tokens"])
-    return usage, _finish_reason(usage, max_tokens)
+    return usage, finish
 
 
 def _checked_max_tokens(body: ChatRequest, served_name: str, limits: VLMLimits) -> int:
     """The request's token budget, after the checks that answer in JSON whether or not it streams."""
     if body.model is not None and body.model != served_name:
         raise RequestError(
-            f"The model `{body.model}` does not exist; this server serves `{served_name}`.", 404
+            404, f"The model `{body.model}` does not exist; this server serves `{served_name}`."
         )
     if body.stream_options is not None and not body.stream:
-        raise RequestError("stream_options: only allowed with stream=true; drop it or set stream.")
+        raise RequestError(400, "stream_options: only allowed with stream=true; drop it or set stream.")
     max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
     if max_tokens > limits.max_tokens:
         raise RequestError(
+            400,
             f"max_tokens: {max_tokens} is over this server's limit of {limits.max_tokens} "
-            "(serve vlm --max-tokens); ask for fewer."
+            "(serve vlm --max-tokens); ask for fewer.",
         )
     return max_tokens
 
@@ -223,7 +233,10 @@ def _add_metrics(app: FastAPI, gate: CallGate) -> Counter:
         return metrics_reply(registry)
 
     return Counter(
-        f"{PREFIX}vlm_tokens", "Tokens of answered chat completions (text only).", ["kind"], registry=registry
+        f"{PREFIX}vlm_tokens",
+        "Tokens of answered chat completions (prompts with their template and image tokens).",
+        ["kind"],
+        registry=registry,
     )
 
 
@@ -240,6 +253,10 @@ def _add_error_handlers(app: FastAPI) -> None:
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
         )
         return _error(400, f"Invalid request: {problems}", "invalid_request_error")
+
+    @app.exception_handler(InputError)
+    async def _input(request: Request, exc: InputError) -> JSONResponse:
+        return JSONResponse(status_code=400, content=failure_body(exc))
 
     @app.exception_handler(BackendError)
     async def _failed(request: Request, exc: BackendError) -> JSONResponse:
@@ -268,71 +285,6 @@ async def _run_while_connected(gate: CallGate, call: Any, request: Request) -> s
     return None if text is None or (gone.is_set() and await request.is_disconnected()) else text
 
 
-def to_project_messages(messages: list[ChatMessage], max_pixels: int = VLMLimits.max_pixels) -> list[Message]:
-    """Chat-completions messages -> the project's parts, with data-URL images decoded to PIL."""
-    result: list[Message] = []
-    for index, message in enumerate(messages):
-        content = message.content
-        parts: list[dict[str, Any]] = []
-        if isinstance(content, str):
-            parts.append({"type": "text", "text": _text(content, f"messages[{index}].content")})
-        for part in content if isinstance(content, list) else []:
-            if part.type == "text":
-                parts.append({"type": "text", "text": _text(part.text or "", f"messages[{index}].content")})
-            elif part.type == "image_url" and part.image_url is not None:
-                url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
-                image = decode_data_url(url, where=f"messages[{index}]", max_pixels=max_pixels)
-                parts.append({"type": "image", "image": image})
-            else:
-                raise RequestError(
-                    f"messages[{index}]: unsupported content part type {part.type!r}; "
-                    "use 'text' or 'image_url'."
-                )
-        role = "system" if message.role == "developer" else message.role  # OpenAI's newer name for it
-        result.append({"role": role, "content": parts})
-    return result
-
-
-def _text(value: str, where: str) -> str:
-    """``value``, or a 400 when it holds a lone UTF-16 surrogate (a cut-off emoji escaped in JSON as
-    ``\\ud83d``): no tokenizer takes it. The message does not quote the text."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RequestError(
-            f"{where}: a lone surrogate (U+{ord(value[exc.start]):04X} at character {exc.start}) is not "
-            "text; send valid UTF-8 (a whole emoji, or none)."
-        ) from None
-    return value
-
-
-def decode_data_url(
-    url: str, *, where: str = "image_url", max_pixels: int = VLMLimits.max_pixels
-) -> Image.Image:
-    """``data:image/...;base64,...`` -> an RGB PIL image; anything else is a 400, and so is an image
-    whose header declares more than ``max_pixels`` (checked before the pixels are decoded)."""
-    header, sep, payload = url.partition(",")
-    if not (url.startswith("data:image/") and sep and header.endswith(";base64")):
-        raise RequestError(
-            f"{where}: only base64 data URLs (data:image/png;base64,...) are accepted; "
-            "this server does not fetch remote images."
-        )
-    try:
-        raw = base64.b64decode(payload, validate=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(raw)) as image:  # lazy: reads the header only
-                width, height = image.size
-                if width * height > max_pixels:
-                    raise RequestError(
-                        f"{where}: the image is {width}x{height} = {width * height} pixels, over this "
-                        f"server's limit of {max_pixels} (serve vlm --max-pixels); send a smaller one."
-                    )
-                return image.convert("RGB")
-    except (binascii.Error, ValueError, UnidentifiedImageError, Image.DecompressionBombError, OSError) as exc:
-        raise RequestError(f"{where}: the data URL is not a readable image ({exc}).") from None
-
-
 def _finish_reason(usage: dict[str, int] | None, max_tokens: int) -> str:
     return "length" if usage is not None and usage["completion_tokens"] >= max_tokens else "stop"
 
@@ -348,8 +300,17 @@ def _completion(served_name: str, text: str, usage: dict[str, int] | None, finis
     }
 
 
+def _usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
 def _usage(backend: VLMBackend, messages: list[Message], text: str) -> dict[str, int] | None:
-    """Best effort: token counts from the backend's tokenizer, text only (image tokens not counted)."""
+    """Best effort, for a backend without a local model: the texts' tokens by the backend's tokenizer
+    (neither the chat template nor images counted)."""
     tokenizer = tokenizer_of(backend)
     if tokenizer is None:
         return None
@@ -359,11 +320,7 @@ def _usage(backend: VLMBackend, messages: list[Message], text: str) -> dict[str,
         completion_tokens = len(tokenizer(text)["input_ids"])
     except Exception:  # usage is informative only; never fail a reply over it
         return None
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+    return _usage_of(prompt_tokens, completion_tokens)
 
 
 def _too_large(size: int, limits: VLMLimits) -> JSONResponse:
@@ -373,6 +330,18 @@ def _too_large(size: int, limits: VLMLimits) -> JSONResponse:
         "bytes (serve vlm --max-body-mb).",
         "invalid_request_error",
     )
+
+
+def _busy(gate: CallGate) -> JSONResponse:
+    """429 with a retry hint, as vLLM answers when it cannot take more (the last call's seconds)."""
+    reply = _error(
+        429,
+        "The server is busy: a request is running and the wait queue is full (serve vlm --max-waiting); "
+        "retry after the Retry-After seconds.",
+        "rate_limit_error",
+    )
+    reply.headers["Retry-After"] = str(max(1, math.ceil(gate.last_seconds)))
+    return reply
 
 
 def _unauthorized() -> JSONResponse:

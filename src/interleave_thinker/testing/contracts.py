@@ -32,8 +32,8 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest, Message, VLMBackend
-from interleave_thinker.backends.references import reference_cap
 from interleave_thinker.backends.specs import BackendOptions, load_image_backend, load_vlm_backend
+from interleave_thinker.backends.wrapping import reference_cap
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request

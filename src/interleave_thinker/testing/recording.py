@@ -9,7 +9,7 @@ from typing import Any
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, ImageBatchMixin, ImageRequest, Message
 from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
@@ -53,7 +53,7 @@ class ScriptedOverTiny(ScriptedVLMBackend):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

@@ -11,7 +11,13 @@ from collections.abc import Callable, Iterable
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import (
+    MAX_NEW_TOKENS,
+    ImageBatchMixin,
+    ImageRequest,
+    Message,
+    VLMBatchMixin,
+)
 from interleave_thinker.backends.references import check_request
 from interleave_thinker.core.errors import BackendError
 
@@ -35,7 +41,7 @@ class ScriptedVLMBackend(VLMBatchMixin):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

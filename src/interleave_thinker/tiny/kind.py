@@ -65,5 +65,7 @@ def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
 
 def register_tiny_kind() -> None:
     """Register ``tiny:`` with the backend specs and the tiny chat template's training variant with SFT."""
-    register_kind("tiny", vlm=_tiny_vlm, image=_tiny_image, checkpoint=tiny_vlm_folder)
+    register_kind(
+        "tiny", vlm=_tiny_vlm, image=_tiny_image, checkpoint=tiny_vlm_folder, local=True, empty_target=True
+    )
     register_training_template(CHAT_TEMPLATE, TRAINING_TEMPLATE)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.train.saves import guard_saves, newest_complete
 
 if TYPE_CHECKING:
     from interleave_thinker.train.sft.config import FinetuneSection, ModelSection
@@ -113,17 +114,16 @@ def report_targets(report_to: list[str] | str) -> list[str]:
     return list(report_to)
 
 
-def last_checkpoint(output_dir: Path) -> Path | None:
-    """The newest ``checkpoint-N`` folder in ``output_dir`` (what ``--resume`` continues), or None."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    found = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-    return Path(found) if found else None
+def last_checkpoint(output_dir: Path, *, warn: bool = False) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder in ``output_dir`` (what ``--resume`` continues), or
+    None; newer incomplete ones (a save a full disk cut short) are passed over (``train/saves.py``)."""
+    return newest_complete(output_dir, warn=warn)
 
 
 def resume_checkpoint(output_dir: Path, resume: bool) -> Path | None:
-    """The checkpoint ``--resume`` continues (None without ``--resume``); none to continue is an error."""
-    checkpoint = last_checkpoint(output_dir) if resume else None
+    """The checkpoint ``--resume`` continues (None without ``--resume``), the incomplete newer ones named in
+    a warning; none to continue is an error."""
+    checkpoint = last_checkpoint(output_dir, warn=True) if resume else None
     if resume and checkpoint is None:
         raise ConfigError(f"--resume: no checkpoint-N folder in {output_dir}; train without --resume first.")
     return checkpoint
@@ -197,14 +197,18 @@ def finished_at(output_dir: Path, max_steps: int, num_train_epochs: float) -> in
 
     Why: a Trainer resumed from the checkpoint of its last step still trains one step more (and
     overwrites the final model), so ``--resume`` of a finished run must stop before building a trainer.
-    Finished means the checkpoint reached ``max_steps`` (when > 0) or else ``num_train_epochs``.
+    Finished means the checkpoint reached ``max_steps`` (when > 0) or else ``num_train_epochs``. The
+    newest complete checkpoint counts, as for ``--resume``: a newer one a full disk cut short is not the
+    run's end.
     """
-    checkpoint = last_checkpoint(output_dir)
-    state_file = checkpoint / "trainer_state.json" if checkpoint else None
-    if state_file is None or not state_file.is_file():
+    try:
+        checkpoint = last_checkpoint(output_dir)
+    except ConfigError:  # only incomplete checkpoints: --resume says so
+        return None
+    if checkpoint is None:
         return None
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         step, epoch = int(state.get("global_step", 0)), float(state.get("epoch") or 0.0)
     except (OSError, ValueError, TypeError):
         return None  # an unreadable state: let the trainer say what is wrong with the checkpoint
@@ -332,7 +336,9 @@ def trl_trainer(
         "peft_config": lora_config(run.finetune, run.model),
     }
     data = {"train_dataset": datasets[0], "eval_dataset": datasets[1]}
-    return trainer_class(**pieces, **data, callbacks=chosen or None, **extra)
+    trainer = trainer_class(**pieces, **data, callbacks=chosen or None, **extra)
+    guard_saves(trainer)  # a failed save leaves no complete-looking checkpoint, and says why in one line
+    return trainer
 
 
 def leave_process_group() -> None:

@@ -88,7 +88,8 @@ class RunView:
 
     def gallery(self) -> list[tuple[str, str]]:
         """The run's result, each image once: the inputs, then each finished step's accepted image,
-        as (file in the run folder, caption). Steps are added as they are accepted."""
+        as (file in the run folder, caption). Steps are added as they are accepted; once the run has
+        finished, each step's image is the one its trace shows (``Trace.shown_image``: a repair's)."""
         if self.run_dir is None:
             return []
         items: list[tuple[str, str]] = []
@@ -96,10 +97,13 @@ class RunView:
         for number, name in enumerate(inputs, start=1):
             items.append((str(image_path(self.run_dir, name)), f"input {number} ({name})"))
         for index, record in sorted(self.steps.items()):
-            path = image_path(self.run_dir, record.accepted_image) if record.accepted_image else None
+            shown = record.accepted_image
+            if self.result is not None and index <= len(self.result.trace.steps):
+                shown = self.result.trace.shown_image(index)
+            path = image_path(self.run_dir, shown) if shown else None
             if path is None or not path.is_file():
                 continue
             text = f": {record.text}" if record.text else ""
             caption = _clip(f"{index}. {self.step_title(index)}{text}")
-            items.append((str(path), f"{caption} ({record.accepted_image})"))
+            items.append((str(path), f"{caption} ({shown})"))
         return items

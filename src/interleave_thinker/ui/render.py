@@ -143,7 +143,7 @@ def render_final(view: RunView) -> str:
     if trace.input_images:
         names = ", ".join(esc(n) for n in trace.input_images)
         parts.append(f'<p class="it-meta" data-role="inputs">input images (in the gallery): {names}</p>')
-    for index, step in enumerate(trace.steps, start=1):
+    for index, step in enumerate(trace.shown_steps(), start=1):
         parts.append(f"<h3>{index}. {esc(step.step.step_name or f'Step {index}')}</h3>")
         if step.text:
             parts.append(f"<p>{esc(step.text)}</p>")

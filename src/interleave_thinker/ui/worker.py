@@ -14,12 +14,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
 from interleave_thinker.backends import protocols as proto
-from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper
+from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper, backend_name
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
@@ -111,7 +111,7 @@ class ReportingGenerator(_Reporting, proto.ImageBatchMixin):
     """Forwards to the shared generator and reports each image as soon as it is made."""
 
     def __init__(self, inner: proto.ImageBackend, sink: EventSink) -> None:
-        super().__init__(inner, name=getattr(inner, "name", "generator"))
+        super().__init__(inner, name=backend_name(inner, "generator"))
         self.sink = sink
 
     def generate(self, request: proto.ImageRequest) -> Image.Image:
@@ -125,22 +125,15 @@ class ReportingVLM(_Reporting, VLMWrapper):
     """Forwards to a shared planner/critic; checks Stop before each call and reports critic calls."""
 
     def __init__(self, inner: proto.VLMBackend, sink: EventSink, event: str | None) -> None:
-        super().__init__(inner, name=getattr(inner, "name", "vlm"))
+        super().__init__(inner, name=backend_name(inner, "vlm"))
         self.sink, self.event = sink, event
 
-    def chat(
-        self,
-        messages: list[proto.Message],
-        *,
-        max_new_tokens: int = 4096,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[proto.Message], **options: Unpack[proto.ChatOptions]) -> str:
         if self.event:
             self.sink.emit(self.event)
         else:
             self.sink.check()
-        return self.forward_chat(messages, max_new_tokens, temperature, seed)
+        return self.pass_on(messages, options)
 
 
 def run_pipeline(base: Pipeline, config: PipelineConfig) -> tuple[Pipeline, EventSink]:

@@ -17,7 +17,7 @@ from interleave_thinker.backends._loading import not_found, pick_device, pick_dt
 from interleave_thinker.backends.model_defaults import model_defaults
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
 from interleave_thinker.backends.references import check_request, model_reference_cap, wire_images
-from interleave_thinker.core.errors import BackendError
+from interleave_thinker.core.errors import BackendError, InputError
 
 
 class DiffusersImageBackend(ImageBatchMixin):
@@ -59,6 +59,7 @@ class DiffusersImageBackend(ImageBatchMixin):
                     f"{self.name}: {type(self.pipe).__name__} cannot edit images (no 'image' input)."
                 )
             check_request(self.name, self.max_references, request)
+            self._check_inputs(images)
             kwargs["image"] = images if request.references else images[0]
         result = self._run(kwargs)[0]
         if not isinstance(result, Image.Image):
@@ -66,6 +67,22 @@ class DiffusersImageBackend(ImageBatchMixin):
                 f"{self.name}: the pipeline returned {type(result).__name__}, not a PIL image."
             )
         return result
+
+    def _check_inputs(self, images: list[Image.Image]) -> None:
+        """:class:`InputError` for an input image the pipeline's own image processor refuses (FLUX.2:
+        sides under 64 px, an aspect ratio over 8:1), before the pipeline runs: a bad request, not a
+        failed generation (``serve generator`` answers it 400, not 500)."""
+        check = getattr(getattr(self.pipe, "image_processor", None), "check_image_input", None)
+        if not callable(check):
+            return
+        for index, image in enumerate(images):
+            try:
+                check(image)
+            except ValueError as exc:
+                which = "the input image" if index == 0 else f"reference image {index}"
+                raise InputError(
+                    f"{self.name}: {which} is refused by {type(self.pipe).__name__}: {exc}; resize it to fit."
+                ) from None
 
     def generate_batch(self, requests: list[ImageRequest]) -> list[Image.Image]:
         """Text-to-image requests with equal size, steps and guidance run as one pipeline call; the rest

@@ -173,12 +173,15 @@ class HTTPImageBackend(PooledImageBackend):
         check_request(self.name, self.max_references, request)
         body = self.payload(request)
         result: Image.Image = self.caller.call(
-            lambda client, base, timeout: self._post(client, base, timeout, body)
+            lambda client, base, timeout: self._post(client, base, timeout, body, request)
         )
         return result
 
-    def _post(self, client: httpx.Client, base: str, timeout: float, body: dict[str, Any]) -> Image.Image:
-        """One try: retryable failures raise :class:`RetryableError`, others :class:`BackendError`."""
+    def _post(
+        self, client: httpx.Client, base: str, timeout: float, body: dict[str, Any], asked: ImageRequest
+    ) -> Image.Image:
+        """One try: retryable failures raise :class:`RetryableError`, others :class:`BackendError`; the
+        image is held to the size ``asked`` for (the server generates at the width and height sent)."""
         response = client.post(f"{base}/edit", json=body, timeout=timeout)
         scrub = self.caller.scrub
         self.check_reply(response)
@@ -194,8 +197,9 @@ class HTTPImageBackend(PooledImageBackend):
         edited = reply.get("edited_image")
         if not isinstance(edited, str):
             raise RetryableError("reply has no 'edited_image' string")
+        max_pixels, size = self.caller.retry.max_image_pixels, (asked.width, asked.height)
         try:
-            return decode_base64_image(edited, max_pixels=self.caller.retry.max_image_pixels)
+            return decode_base64_image(edited, max_pixels=max_pixels, asked=size)
         except ImageTooLarge as exc:
             raise BackendError(f"{self.name}: 'edited_image' from {base}/edit: {exc}.") from None
         except ValueError as exc:

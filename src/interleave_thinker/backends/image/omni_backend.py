@@ -31,6 +31,7 @@ local backend makes. Without ``#MODEL`` the served model's name is read once fro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -41,7 +42,7 @@ from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.image.http_backend import normalize_endpoint, pool_items
 from interleave_thinker.backends.image.omni_errors import advice
 from interleave_thinker.backends.image.pooled import PooledImageBackend, PoolKeywords, endpoint_list
-from interleave_thinker.backends.model_defaults import model_defaults
+from interleave_thinker.backends.model_defaults import find_defaults, model_defaults
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.backends.references import (
     WIRE_MAX_REFERENCES,
@@ -57,6 +58,7 @@ from interleave_thinker.core.errors import BackendError, ConfigError
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
 
+logger = logging.getLogger(__name__)
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 """``vllm serve --api-key`` and ``sglang serve --api-key`` check a bearer token; optional here."""
 
@@ -125,10 +127,21 @@ class OmniImagesBackend(PooledImageBackend):
     def served_model(self) -> str:
         """``#MODEL``, else what a server lists first at ``/v1/models`` (id, root, and SGLang's
         ``pipeline_class``), read once; "" when it does not say (the fallback defaults then apply, as
-        they would locally for an unknown model)."""
+        they would locally for an unknown model, said once at warning level)."""
         with self._served_lock:
             if self._served is None:
                 self._served = self.caller.call(self._read_models)
+                if find_defaults(self._served) is None:
+                    fallback = model_defaults("")
+                    logger.warning(
+                        "%s: the served model %s is not in the model-defaults table; requests without "
+                        "generation.steps / generation.guidance use %d steps and guidance %s. Set them, or "
+                        "name the model with #MODEL in the spec.",
+                        self.name,
+                        repr(self._served) if self._served else "(unnamed at /v1/models)",
+                        fallback.steps,
+                        fallback.guidance,
+                    )
             return self._served
 
     def _read_models(self, client: httpx.Client, base: str, timeout: float) -> str:
@@ -178,7 +191,7 @@ class OmniImagesBackend(PooledImageBackend):
             ]
             path, kwargs = "/v1/images/edits", {"data": form, "files": files}
         result: Image.Image = self.caller.call(
-            lambda client, base, timeout: self._post(client, base, timeout, path, kwargs)
+            lambda client, base, timeout: self._post(client, base, timeout, path, kwargs, request)
         )
         return result
 
@@ -186,9 +199,16 @@ class OmniImagesBackend(PooledImageBackend):
         return advice(self.key_envs[0], self.model, status, detail, path)
 
     def _post(
-        self, client: httpx.Client, base: str, timeout: float, path: str, kwargs: dict[str, Any]
+        self,
+        client: httpx.Client,
+        base: str,
+        timeout: float,
+        path: str,
+        kwargs: dict[str, Any],
+        asked: ImageRequest,
     ) -> Image.Image:
-        """One try: the status is classified by :meth:`check_reply`, then the first image decoded."""
+        """One try: the status is classified by :meth:`check_reply`, then the first image decoded, held
+        to the size ``asked`` for (these engines honour ``size``)."""
         response = client.post(f"{base}{path}", timeout=timeout, **kwargs)
         self.check_reply(response)
         try:
@@ -203,7 +223,7 @@ class OmniImagesBackend(PooledImageBackend):
                 f"{self.name}: {base}{path} answered without data[0].b64_json (a URL-only reply?); "
                 "this client asks for response_format=b64_json, which the server must support."
             )
-        return self.reply_image(data, f"data[0].b64_json from {base}{path}")
+        return self.reply_image(data, f"data[0].b64_json from {base}{path}", (asked.width, asked.height))
 
 
 class SGLangDiffusionBackend(OmniImagesBackend):

@@ -185,7 +185,8 @@ class OpenAIImagesBackend(PooledImageBackend):
                 f"{self.name}: dall-e-3 cannot edit images (no /images/edits support); "
                 "use a GPT image model such as 'openai-images:gpt-image-1'."
             )
-        size = "{}x{}".format(*api_size(self.model, request.width, request.height))
+        asked = api_size(self.model, request.width, request.height)
+        size = "{}x{}".format(*asked)
         fields = {
             "model": self.model,
             "prompt": request.prompt,
@@ -196,14 +197,14 @@ class OpenAIImagesBackend(PooledImageBackend):
         # 2. Send the request (retried by the caller) and decode the reply.
         if not images:
             result = self.caller.call(
-                lambda c, url, t: self._post(c, f"{url}/images/generations", t, json=fields)
+                lambda c, url, t: self._post(c, f"{url}/images/generations", t, asked, json=fields)
             )
         else:
             form = {k: str(v) for k, v in fields.items()}
             field = "image[]" if request.references else "image"  # a list, as openai-python sends one
             files = [(field, (file_name(i), png_bytes(image), "image/png")) for i, image in enumerate(images)]
             result = self.caller.call(
-                lambda c, url, t: self._post(c, f"{url}/images/edits", t, data=form, files=files)
+                lambda c, url, t: self._post(c, f"{url}/images/edits", t, asked, data=form, files=files)
             )
         # 3. Fit the result to the requested size.
         return fit_to_size(result, request.width, request.height)
@@ -214,8 +215,11 @@ class OpenAIImagesBackend(PooledImageBackend):
             return {}
         return {"response_format": "b64_json"}
 
-    def _post(self, client: httpx.Client, url: str, timeout: float, **kwargs: Any) -> Image.Image:
-        """One try: POST, check the status, and read the first image of the reply (fetching a ``url``)."""
+    def _post(
+        self, client: httpx.Client, url: str, timeout: float, asked: tuple[int, int], **kwargs: Any
+    ) -> Image.Image:
+        """One try: POST, check the status, and read the first image of the reply (fetching a ``url``),
+        held to the size ``asked`` for (these models answer at the size they are sent)."""
         response = client.post(url, timeout=timeout, **kwargs)
         self.check_reply(response, _error_detail(response))
         try:
@@ -236,7 +240,7 @@ class OpenAIImagesBackend(PooledImageBackend):
             raw = fetched.content
         else:
             raise BackendError(f"{self.name}: data[0] from {url} has neither b64_json nor url.")
-        return self.reply_image(raw, f"the image returned by {url}")
+        return self.reply_image(raw, f"the image returned by {url}", asked)
 
     def _download_request(self, client: httpx.Client, url: str, timeout: float) -> httpx.Request:
         """A GET for an image ``url``; the bearer key goes only to the API's own host, never to storage."""

@@ -67,13 +67,16 @@ class PooledImageBackend(RemoteBackend, ImageBatchMixin):
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as executor:
             return list(executor.map(self.generate, requests))
 
-    def reply_image(self, data: bytes | str, what: str) -> Image.Image:
-        """A returned image (its bytes, or base64 text), decoded within ``remote.max_image_pixels``; one
-        over the bound or not an image is a :class:`BackendError` naming ``what`` (where it came from)."""
+    def reply_image(self, data: bytes | str, what: str, asked: tuple[int, int] | None = None) -> Image.Image:
+        """A returned image (its bytes, or base64 text), decoded within ``remote.max_image_pixels`` and,
+        from a server that honours the size (width, height) it is ``asked`` for, within
+        ``encoding.reply_bound`` of it; one over a bound or not an image is a :class:`BackendError`
+        naming ``what`` (where it came from)."""
+        max_pixels = self.caller.retry.max_image_pixels
         try:
             if isinstance(data, str):
-                return decode_base64_image(data, max_pixels=self.caller.retry.max_image_pixels)
-            return decode_image(data, max_pixels=self.caller.retry.max_image_pixels)
+                return decode_base64_image(data, max_pixels=max_pixels, asked=asked)
+            return decode_image(data, max_pixels=max_pixels, asked=asked)
         except ImageTooLarge as exc:
             raise BackendError(f"{self.name}: {what}: {exc}.") from None
         except ValueError as exc:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.gemini_sdk import GeminiSDKBackend
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
 from interleave_thinker.backends.remote_backend import caller_settings
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -69,7 +69,7 @@ class GeminiVLMBackend(GeminiSDKBackend, VLMBatchMixin):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

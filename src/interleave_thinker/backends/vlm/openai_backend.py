@@ -24,7 +24,7 @@ import httpx
 
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_data_url
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend, caller_settings, key_envs
 from interleave_thinker.core import green
@@ -93,7 +93,7 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

@@ -15,8 +15,8 @@ from typing import Any
 
 from interleave_thinker.backends._images import apply_max_pixels
 from interleave_thinker.backends._loading import not_found, pick_device, pick_dtype, resolve_checkpoint
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
-from interleave_thinker.core.errors import BackendError
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
+from interleave_thinker.core.errors import BackendError, InputError
 
 _SAMPLING_LOCK = threading.Lock()
 """Held by a seeded sampled call from seeding to its last draw (``TransformersVLMBackend._seeded``)."""
@@ -69,7 +69,7 @@ class TransformersVLMBackend(VLMBatchMixin):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:
@@ -100,6 +100,9 @@ class TransformersVLMBackend(VLMBatchMixin):
                 return_tensors="pt",
                 processor_kwargs={"padding": len(prepared) > 1},
             ).to(self.model.device)
+        except ValueError as exc:  # the processor's own rules on its inputs (Qwen3-VL: aspect under 200:1)
+            raise InputError(f"{self.name}: the processor refused the conversation: {exc}") from exc
+        try:
             generation = {"max_new_tokens": max_new_tokens, **decoding_kwargs(temperature)}
             with torch.inference_mode(), self._seeded(seed if self._samples(temperature) else None):
                 output = self.model.generate(**inputs, **generation)
@@ -135,13 +138,19 @@ class TransformersVLMBackend(VLMBatchMixin):
             yield
 
 
+MIN_SAMPLING_TEMPERATURE = 0.01
+"""The lowest temperature sampled at; lower positive ones are raised to it, as vLLM's ``SamplingParams``
+raises them (its ``_MAX_TEMP``), so that the softmax of the scaled logits stays finite."""
+
+
 def decoding_kwargs(temperature: float | None) -> dict[str, Any]:
     """``generate`` keywords over the checkpoint's generation config: none for None (the config decides,
     as the release calls ``generate(**inputs, max_new_tokens=...)``), greedy for 0 (sampling knobs
     cleared so transformers does not warn about them), else sampling at ``temperature`` with the
-    config's other knobs (top-p, top-k)."""
+    config's other knobs (top-p, top-k). A temperature under :data:`MIN_SAMPLING_TEMPERATURE` samples at
+    that one, as vLLM raises it (``1e-300`` would divide the logits into inf and NaN)."""
     if temperature is None:
         return {}
     if temperature > 0:
-        return {"do_sample": True, "temperature": temperature}
+        return {"do_sample": True, "temperature": max(temperature, MIN_SAMPLING_TEMPERATURE)}
     return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}

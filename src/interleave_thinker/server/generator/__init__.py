@@ -14,11 +14,12 @@ each loading the backend with :func:`~interleave_thinker.backends.specs.load_ima
                              └──────── reply or 500 (worker died: restarted) ◄──┘
 """
 
+from interleave_thinker.core.errors import RequestError
 from interleave_thinker.server.auth import api_key_from_env
 from interleave_thinker.server.generator.app import create_app
 from interleave_thinker.server.generator.launcher import GeneratorProcess, free_port
 from interleave_thinker.server.generator.pool import WorkerPool
-from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
+from interleave_thinker.server.generator.protocol import EditJob, parse_edit_request
 from interleave_thinker.server.generator.run import serve
 from interleave_thinker.server.generator.settings import ServiceSettings, worker_devices
 

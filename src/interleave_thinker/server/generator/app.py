@@ -22,11 +22,12 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.responses import Response
 
+from interleave_thinker.core.errors import RequestError
 from interleave_thinker.server.generator.guards import admit, check_token
 from interleave_thinker.server.generator.metrics import PoolCollector, ServiceMetrics
 from interleave_thinker.server.generator.openai_routes import RunJob, add_openai_routes
 from interleave_thinker.server.generator.pool import ClientGone, JobTimeout, QueueFull, WorkerPool
-from interleave_thinker.server.generator.protocol import EditJob, RequestError, parse_edit_request
+from interleave_thinker.server.generator.protocol import EditJob, parse_edit_request
 from interleave_thinker.server.generator.settings import ServiceSettings
 from interleave_thinker.server.prometheus import HTTPMetrics, RequestMetrics, metrics_reply
 

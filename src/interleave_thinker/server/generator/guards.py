@@ -8,8 +8,9 @@ from typing import Any
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
+from interleave_thinker.core.errors import RequestError
 from interleave_thinker.server.auth import UNAUTHORIZED, bearer_ok
-from interleave_thinker.server.generator.protocol import EditJob, RequestError
+from interleave_thinker.server.generator.protocol import EditJob
 
 
 def check_token(request: Request, api_key: str | None) -> None:

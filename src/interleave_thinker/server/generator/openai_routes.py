@@ -19,9 +19,10 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from interleave_thinker.core.errors import RequestError
 from interleave_thinker.server.generator.guards import admit, check_token
 from interleave_thinker.server.generator.openai_protocol import error_body, parse_edit_form, parse_generation
-from interleave_thinker.server.generator.protocol import MAX_REFERENCES, EditJob, RequestError
+from interleave_thinker.server.generator.protocol import MAX_REFERENCES, EditJob
 
 RunJob = Callable[[EditJob, float, Request], Awaitable[tuple[str, dict[str, Any]]]]
 MAX_FORM_FIELDS = 64

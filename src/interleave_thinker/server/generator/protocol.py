@@ -19,6 +19,7 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.backends.references import WIRE_MAX_REFERENCES
+from interleave_thinker.core.errors import RequestError
 
 DEFAULT_MAX_PROMPT_CHARS = 16_384
 """Far above any prompt an image model reads (FLUX.2's text encoder takes 512 tokens), far below what
@@ -32,17 +33,6 @@ MAX_REFERENCES = WIRE_MAX_REFERENCES
 """Reference images a request may carry beside the edited one (the most any client here sends); the
 worker then refuses (400) more than its backend takes. Each is bounded like ``image``: its bytes by
 the body limit, its pixels by --max-pixels, read from its header here."""
-
-
-class RequestError(Exception):
-    """A request the service refuses; ``status`` is the HTTP status of the reply."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        message = message.encode("utf-8", "replace").decode("utf-8")  # it may quote the request's text
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from interleave_thinker.server.generator.app import create_app
 from interleave_thinker.server.generator.pool import WorkerPool
 from interleave_thinker.server.generator.settings import ServiceSettings
 from interleave_thinker.server.limits import read_timeout_protocol
+from interleave_thinker.server.logs import redact_logs
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ def serve(settings: ServiceSettings) -> None:
                 ws="none",
                 http=read_timeout_protocol(settings.read_timeout),
             )
+            redact_logs(settings.api_key)  # after uvicorn.Config, which sets up the log handlers
             logger.info(
                 "generator service on http://%s:%d (%d workers)",
                 settings.host,

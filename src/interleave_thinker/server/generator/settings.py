@@ -42,7 +42,7 @@ class ServiceSettings:
     log_level: str = "info"
 
     def __post_init__(self) -> None:
-        parse_spec(self.generator, IMAGE_BACKENDS)  # type: ignore[arg-type]
+        parse_spec(self.generator, IMAGE_BACKENDS)
         if self.generator.startswith("http:"):
             raise ConfigError(
                 "serve generator cannot serve an http: backend; give a local one (tiny:, diffusers:)."

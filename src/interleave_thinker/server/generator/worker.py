@@ -22,8 +22,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
-from interleave_thinker.backends.references import check_request, reference_cap
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.backends.references import check_reference_count
+from interleave_thinker.backends.wrapping import reference_cap
+from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.server.generator.protocol import (
     RequestError,
     decode_image,
@@ -57,13 +58,17 @@ def load_backend(spec: str, device: str, threads: int | None, dtype: str = "auto
 
 def job_request(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> ImageRequest:
     """The decoded request of a job; :class:`RequestError` (400) for an image that does not decode or
-    more references than the backend takes (its ``max_references``)."""
+    more references than the backend takes (its ``max_references``), counted before any is decoded."""
+    try:
+        check_reference_count(backend.name, reference_cap(backend), len(job.get("reference_pngs", ())))
+    except ConfigError as exc:
+        raise RequestError(400, str(exc)) from None
     image = decode_image(job["image_png"], max_pixels) if job["image_png"] is not None else None
     references = tuple(
         decode_image(png, max_pixels, reference_field(i))
         for i, png in enumerate(job.get("reference_pngs", ()))
     )
-    request = ImageRequest(
+    return ImageRequest(
         job["prompt"],
         image=image,
         width=job["width"],
@@ -73,11 +78,6 @@ def job_request(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> 
         guidance=job["guidance"],
         references=references,
     )
-    try:
-        check_request(backend.name, reference_cap(backend), request)
-    except ConfigError as exc:
-        raise RequestError(400, str(exc)) from None
-    return request
 
 
 def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict[str, Any]:
@@ -90,6 +90,8 @@ def run_job(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> dict
     decoded = time.perf_counter()
     try:
         result = backend.generate(request)
+    except InputError as exc:  # the model's own rules on its inputs (FLUX.2: sides of 64 px at least)
+        return {"ok": False, "kind": "input", "error": str(exc)}
     except Exception as exc:
         return {"ok": False, "kind": "backend", "error": f"{type(exc).__name__}: {exc}"}
     generated = time.perf_counter()

@@ -6,6 +6,8 @@ Shapes (:data:`SHAPES`):
 
 - ``bomb``: a valid PNG of 12000² black pixels, a few hundred KB on the wire and 432 MB once decoded
   (images routes; a chat reply is answered normally);
+- ``oversized``: a valid PNG of 4096² black pixels whatever size was asked for: within
+  ``remote.max_image_pixels``, far over any small request (48 MB once decoded);
 - ``drip``: a normal reply sent one byte at a time, status line and headers included;
 - ``huge``: a JSON reply of ``huge_bytes`` streamed in chunks, without a Content-Length;
 - ``inflating``: a small gzip-encoded reply that inflates to ``huge_bytes``;
@@ -30,8 +32,9 @@ from PIL import Image
 
 from interleave_thinker.testing.doubles.server import Handle, Reply, Request
 
-SHAPES = ("bomb", "drip", "huge", "inflating", "surrogate")
+SHAPES = ("bomb", "oversized", "drip", "huge", "inflating", "surrogate")
 BOMB_SIDE = 12000
+OVERSIZED_SIDE = 4096
 HUGE_BYTES = 200 * 1024 * 1024
 DRIP_SECONDS = 0.05
 LONE_SURROGATE = "\ud83d"
@@ -149,6 +152,10 @@ def handler(shape: str, *, huge_bytes: int = HUGE_BYTES, drip: float = DRIP_SECO
         normal = _chat_reply("ok") if protocol == "chat" else _image_reply(protocol, small_png())
         if shape == "bomb":
             return Reply(body=normal if protocol == "chat" else _image_reply(protocol, bomb_png()))
+        if shape == "oversized":
+            return Reply(
+                body=normal if protocol == "chat" else _image_reply(protocol, bomb_png(OVERSIZED_SIDE))
+            )
         if shape == "drip":
             return Reply(body=normal, drip=drip)
         if shape == "huge":

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from interleave_thinker.backends.protocols import Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
 
 
 class CountingModel:
@@ -48,7 +48,7 @@ class ModelBackend(VLMBatchMixin):
         self,
         messages: list[Message],
         *,
-        max_new_tokens: int = 4096,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
     ) -> str:

@@ -1,0 +1,58 @@
+"""A stop of a scheduled command (issue 48, item 5): SIGTERM ends it at once with one line saying what was
+kept and how to resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
+from tests.helpers.common import REPO
+
+RELEASE = threading.Event()
+
+
+def stuck(request: Request) -> Reply:
+    """A server that answers health checks but no call (until the test ends): the batch stays in flight."""
+    if request.method == "GET":
+        return Reply(body={"status": "ok", "data": []})
+    RELEASE.wait(60)
+    return Reply(503, b"")
+
+
+def test_sigterm_stops_a_batch_at_once_with_one_line_saying_what_is_kept(tmp_path: Path) -> None:
+    RELEASE.clear()
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "prompt": "a cat"}\n')
+    out = tmp_path / "out"
+    with LocalServer(stuck) as server:
+        spec = f"openai:{server.url}/v1#x"
+        command = [
+            sys.executable, "-m", "interleave_thinker", "batch", "--input", str(tmp_path / "in.jsonl"),
+            "--out", str(out), "--planner", spec, "--critic", spec, "--generator", f"http:{server.url}", "--quiet",
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "COLUMNS": "400"}
+        proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (out / "batch.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            # batch.json is written after the stop handler is in place, before the models load
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            RELEASE.set()
+            assert proc.stderr is not None
+            proc.stderr.close()
+    assert proc.returncode == 143, stderr
+    lines = [line for line in stderr.splitlines() if "stopped by" in line]
+    assert lines == [
+        f"stopped by SIGTERM: 0 succeeded requests kept in {out} (an unfinished one resumes after its last "
+        "complete step); run the same command again to resume."
+    ]
+    assert "Traceback" not in stderr
