@@ -59,13 +59,16 @@ def test_guidance_message_splits_on_image_markers(released: TemplateSet, prompts
 
 
 def test_guidance_with_five_or_more_images_bounds_each(released: TemplateSet) -> None:
+    """When asked (``agents.many_images_max_pixels``); by default not, as the release's transformers runs it."""
     for n in (5, 6):
         text = "".join(f"frame {i} <image> " for i in range(n)) + "continue"
-        content = planner_messages(released, text, images(n))[0]["content"]
+        unbounded = planner_messages(released, text, images(n))[0]["content"]
+        assert all("max_pixels" not in p for p in unbounded)
+        content = planner_messages(released, text, images(n), MANY_IMAGES_MAX_PIXELS)[0]["content"]
         image_parts = [p for p in content if p["type"] == "image"]
         assert len(image_parts) == n
         assert all(p["max_pixels"] == MANY_IMAGES_MAX_PIXELS == 147456 for p in image_parts)
-    four = planner_messages(released, "<image>" * 4 + "go", images(4))[0]["content"]
+    four = planner_messages(released, "<image>" * 4 + "go", images(4), MANY_IMAGES_MAX_PIXELS)[0]["content"]
     assert all("max_pixels" not in p for p in four)
     # a leading marker yields an image first (the empty text piece is dropped)
     assert four[0]["type"] == "text" and four[1]["type"] == "image" and four[4]["type"] == "image"

@@ -174,6 +174,164 @@ def test_sft_resume_from_a_two_process_checkpoint_continues_the_step_count(
     assert digests[6][0] == digests[6][1] != digests[4][0]
 
 
+# --- Two machines ------------------------------------------------------------------------------------
+
+
+def machine_command(rank: int, port: int, cli: list[str], rendezvous_timeout: int) -> list[str]:
+    """``accelerate launch`` of machine ``rank`` of two, one process each, meeting on 127.0.0.1:``port``."""
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "2",
+        "--machine_rank",
+        str(rank),
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(port),
+        "--rdzv_conf",
+        f"timeout={rendezvous_timeout}",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "interleave_thinker",
+        *cli,
+    ]
+
+
+def launch_machines(ranks: list[int], cli: list[str], cwd: Path, rendezvous_timeout: int = 120) -> list[Any]:
+    """Start the given machine ranks of a two-machine run at once and wait for each."""
+    port = free_port()
+    started = [
+        subprocess.Popen(
+            machine_command(rank, port, cli, rendezvous_timeout),
+            cwd=cwd,
+            env=dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in ranks
+    ]
+    done = []
+    for process in started:
+        out, _ = process.communicate(timeout=TIMEOUT)
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, ""))
+    return done
+
+
+@pytest.mark.slow
+def test_sft_on_two_machines_follows_the_two_process_loss_curve(
+    sft_work: Path, sft_two: tuple[Path, str]
+) -> None:
+    """``accelerate launch --num_machines 2`` (machine ranks 0 and 1 on 127.0.0.1, gloo, one process each)
+    trains as two processes of one machine do: the same losses, equal replicas, one report."""
+    two, _ = sft_two
+    config = sft_config(sft_work, "machines", 2, 4)
+    done = launch_machines([0, 1], ["train", "sft", "--config", str(config)], sft_work)
+    for result in done:
+        assert result.returncode == 0, failure_report(result.stdout)
+
+    def losses(folder: Path) -> list[float]:
+        return [e["loss"] for e in trainer_state(folder / "checkpoint-4")["log_history"] if "loss" in e]
+
+    assert losses(sft_work / "machines") == pytest.approx(losses(two), rel=1e-4)
+    digests = replica_digests(sft_work / "machines")
+    assert all(len(d) == 2 and d[0] == d[1] for d in digests.values())
+    assert sum(r.stdout.count("trained 4 steps") for r in done) == 1  # the main process of machine 0 reports
+    assert (sft_work / "machines" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_two_machine_run_missing_a_machine_rank_is_refused(sft_work: Path) -> None:
+    """Machine rank 1 never starts: machine 0 does not train alone as a one-machine run; it stops when the
+    rendezvous times out, non-zero, and writes no model."""
+    config = sft_config(sft_work, "alone", 2, 2)
+    (result,) = launch_machines(
+        [0], ["train", "sft", "--config", str(config)], sft_work, rendezvous_timeout=5
+    )
+    assert result.returncode != 0
+    assert "trained" not in result.stdout
+    assert not (sft_work / "alone" / "model.safetensors").exists()
+
+
+def test_the_slurm_script_launches_one_machine_rank_per_node(tmp_path: Path) -> None:
+    """``examples/slurm/train.sbatch`` run with a stand-in ``srun`` / ``scontrol`` / ``accelerate`` on PATH:
+    each node's task gets its machine rank from ``SLURM_NODEID``, the first node's name as the meeting point
+    and the process count of all nodes; accelerate's own parser reads that command line."""
+    from accelerate.commands.launch import launch_command_parser
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stubs = {
+        # srun runs its command once per node, as SLURM does with one task per node
+        "srun": 'shift; for n in 0 1; do SLURM_NODEID=$n "$@"; done',
+        "scontrol": "printf 'node-a\\nnode-b\\n'",
+        "accelerate": 'printf "%s\\n" "$@" > "$OUT/node-$SLURM_NODEID.args"',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n", encoding="utf-8")
+        (bin_dir / name).chmod(0o755)
+    env = dict(
+        os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", OUT=str(tmp_path), SLURM_JOB_NODELIST="node-[a-b]"
+    )
+    env |= {
+        "SLURM_NNODES": "2",
+        "COMMAND": "grpo",
+        "CONFIG": "configs/grpo_critic.yaml",
+        "GPUS_PER_NODE": "4",
+    }
+    script = REPO / "examples" / "slurm" / "train.sbatch"
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        argv = (tmp_path / f"node-{rank}.args").read_text(encoding="utf-8").splitlines()
+        assert argv[0] == "launch"
+        args = launch_command_parser().parse_args(argv[1:])
+        assert (args.num_machines, args.num_processes, args.machine_rank) == (2, 8, rank)
+        assert (args.main_process_ip, args.main_process_port) == ("node-a", 29500)
+        assert args.config_file == "configs/accelerate/deepspeed_zero3.yaml"
+        assert args.module and args.training_script == "interleave_thinker"
+        assert args.training_script_args == [
+            "train",
+            "grpo",
+            "--role",
+            "critic",
+            "--config",
+            "configs/grpo_critic.yaml",
+        ]
+
+
+def test_grpo_use_vllm_reaches_trl_as_server_mode(tmp_path: Path) -> None:
+    """Config only: a run needs a GPU and ``trl vllm-serve`` (docs/training-gpus.md)."""
+    from interleave_thinker.train.grpo import GRPORunConfig
+    from interleave_thinker.train.grpo.trainer import trl_config
+
+    sets = (
+        "training.use_vllm=true",
+        "training.vllm_server_base_url=http://node-a:8000",
+        "training.bf16=false",
+        "training.use_cpu=true",
+        "training.report_to=none",
+    )
+    config = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=sets)
+    args = trl_config(config, tmp_path, [1.0])
+    assert (args.use_vllm, args.vllm_mode, args.vllm_server_base_url) == (
+        True,
+        "server",
+        "http://node-a:8000",
+    )
+
+
 # --- GRPO -------------------------------------------------------------------------------------------
 
 

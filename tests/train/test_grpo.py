@@ -41,6 +41,7 @@ def critic_config(tmp_path: Path, model: str, max_steps: int, *, synthetic: bool
             "output_dir": str(tmp_path / "grpo"),
             "model": {"name_or_path": model, "image_max_pixels": 16384},
             "data": data,
+            "reward": {"regenerate_size": None},  # the "before" size: the release's 1024x1024 is slow here
             "training": {
                 "learning_rate": 1e-3,
                 "num_generations": 4,
@@ -128,21 +129,36 @@ def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(released_critic: Path,
         if v.requires_grad and not torch.equal(before[k], v.detach())
     ]
     assert changed, "no weight moved"
+    assert [k for k in changed if "visual" in k], (
+        "the vision tower did not train (the release's GRPO trains it)"
+    )
 
     # Resume from the step-2 checkpoint and continue the step count.
     resumed = run_grpo(critic_config(tmp_path, str(released_critic), max_steps=3), resume=True)
     assert resumed.global_step == 3 and (resumed.final_model / "config.json").is_file()
+    # The saved critic carries the tower's change: loaded for inference, its vision weights are not the start's.
+    from safetensors.torch import load_file
+
+    start = load_file(str(released_critic / "model.safetensors"))
+    saved = load_file(str(resumed.final_model / "model.safetensors"))
+    tower = [k for k in start if "visual" in k and k in saved]
+    assert tower and any(not torch.equal(start[k], saved[k].to(start[k].dtype)) for k in tower)
 
 
 def planner_config(
-    model: Path, output_dir: Path, steps: int, completion: int, **sections: Any
+    model: Path,
+    output_dir: Path,
+    steps: int,
+    completion: int,
+    model_keys: dict[str, Any] | None = None,
+    **sections: Any,
 ) -> GRPORunConfig:
     """A tiny planner run on ``2 * steps`` synthetic prompts, two rollouts each, on the CPU."""
     return GRPORunConfig.model_validate(
         {
             "role": "planner",
             "output_dir": str(output_dir),
-            "model": {"name_or_path": str(model)},
+            "model": {"name_or_path": str(model), **(model_keys or {})},
             "data": {"synthetic": 2 * steps},
             "training": {
                 "num_generations": 2,
@@ -175,8 +191,12 @@ def test_grpo_lora_adapts_the_named_projections_in_the_language_model_only(
     from safetensors import safe_open
 
     lora = {"r": 4, "target_modules": ["q_proj", "linear_fc1"], "merge": True}
+    frozen = {
+        "freeze_vision_tower": True,
+        "freeze_projector": True,
+    }  # no tower to save whole beside the adapter
     config = planner_config(
-        format_trained.planner, tmp_path / "lora", 1, 16, finetune={"method": "lora", "lora": lora}
+        format_trained.planner, tmp_path / "lora", 1, 16, frozen, finetune={"method": "lora", "lora": lora}
     )
     result = run_grpo(config)
     assert result.global_step == 1

@@ -172,3 +172,142 @@ def test_the_critic_reward_mix_is_the_releases_and_stated_once() -> None:
     assert config.reward.weights().overall(1.0, 1.0, 0.5, 0.0) == pytest.approx(0.5 + 0.5 * (0.2 + 0.3))
     changed = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=("reward.semantic_weight=0.7",))
     assert changed.reward.weights().semantic == 0.7
+
+
+# --- GRPO and its reward as released (issue 40) ------------------------------------------------------
+
+GRPO_MINIMAL = {
+    "role": "critic",
+    "output_dir": "out",
+    "model": {"name_or_path": "tiny:critic"},
+    "data": {"synthetic": 2},
+}
+RELEASE_ROWS = [
+    # key, the release's effective value (the default now), the value that restores the earlier behaviour
+    ("model.freeze_vision_tower", False, True),
+    ("model.freeze_projector", False, True),
+    ("training.epsilon_high", 0.3, None),
+    ("training.delta", 3.0, None),
+    ("training.advantage_epsilon", 1e-6, 1e-4),
+    ("data.critic_prompt", "template", "problem"),
+    ("reward.judge_text_first", True, False),
+    ("reward.judge_decoding", "checkpoint", "greedy"),
+    ("reward.judge_max_new_tokens", 4096, 1024),
+    ("reward.judge_max_attempts", 5, 3),
+    ("reward.regenerate_size", 1024, None),
+]
+
+
+@pytest.mark.parametrize(("key", "release", "before"), RELEASE_ROWS, ids=[r[0] for r in RELEASE_ROWS])
+def test_grpo_defaults_are_the_releases_and_a_key_restores_the_earlier_behaviour(
+    key: str, release: Any, before: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(GRPO_MINIMAL), encoding="utf-8")
+    assert value_at(GRPORunConfig.load(path), key) == release
+    assert value_at(GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml"), key) == release
+    restored = GRPORunConfig.load(path, sets=[f"{key}={'null' if before is None else before}"])
+    assert value_at(restored, key) == before
+    table = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    rows = [row for row in table.splitlines() if row.startswith("|") and f"`{key}`" in row]
+    assert rows and (".py:" in rows[0] or ".yaml:" in rows[0]), (
+        f"docs/training.md has no release row for {key}"
+    )
+
+
+def test_grpo_clip_ratios_and_dual_clip_reach_trl(tmp_path: Path) -> None:
+    config = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=CPU)
+    args = grpo_trl_config(config, tmp_path, [1.0])
+    assert (args.epsilon, args.epsilon_high, args.delta, args.loss_type) == (0.2, 0.3, 3.0, "dapo")
+    off = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=(*CPU, "training.delta=null"))
+    assert grpo_trl_config(off, tmp_path, [1.0]).delta is None
+
+
+def test_trls_delta_gives_easyr1s_dual_clip_loss() -> None:
+    """EasyR1's dual-clip: -A * ratio clipped to [1-0.2, 1+0.3] (the pessimistic one), and for A < 0 at most
+    -A * 3; TRL's: the ratio clamped at delta before the same clipped minimum. Equal on a grid."""
+    ratio = torch.tensor([0.1, 0.5, 0.8, 1.0, 1.2, 1.3, 2.0, 2.9, 3.0, 3.5, 10.0]).repeat_interleave(5)
+    adv = torch.tensor([-2.47, -1.0, -0.1, 0.5, 2.0]).repeat(11)
+    clipped = ratio.clamp(0.8, 1.3)
+    easyr1 = torch.maximum(-adv * ratio, -adv * clipped)
+    easyr1 = torch.where(adv < 0, torch.minimum(easyr1, -adv * 3.0), easyr1)
+    capped = ratio.clamp(max=3.0)
+    trl = -torch.minimum(capped * adv, clipped * adv)
+    assert torch.allclose(easyr1, trl)
+    assert not torch.allclose(easyr1, -torch.minimum(ratio * adv, clipped * adv))  # without delta it differs
+
+
+def test_the_advantage_epsilon_gives_easyr1s_advantages_from_trls() -> None:
+    from interleave_thinker.train.grpo.advantages import epsilon_factors
+
+    rewards = torch.tensor(
+        [0.5, 0.5, 0.5, 0.5, 0.1, 0.9, 0.3, 0.3, 0.50001, 0.5, 0.5, 0.5], dtype=torch.float64
+    )
+    groups = rewards.view(-1, 4)
+    centred = (groups - groups.mean(dim=1, keepdim=True)).flatten()
+    std = groups.std(dim=1).repeat_interleave(4)
+    trl, easyr1 = centred / (std + 1e-4), centred / (std + 1e-6)
+    rescaled = trl * epsilon_factors(trl, 4, 1e-6)
+    assert torch.allclose(rescaled, easyr1, rtol=1e-9, atol=1e-12)
+    assert not torch.allclose(trl, easyr1, rtol=1e-3)  # the tiny-std group differs most
+
+
+def test_the_critic_prompt_is_rebuilt_from_the_template_as_released() -> None:
+    from interleave_thinker.core.prompt_store import TemplateStore
+    from interleave_thinker.train.grpo.data import critic_dataset
+    from tests.conftest import shared_path
+
+    rows = shared_path("fixtures", "train-data", "critic_rl.jsonl")
+    templates = TemplateStore(folder=shared_path("reference", "prompts"), download=False).load()
+    first = json_line(rows)
+    rebuilt, verbatim = critic_dataset([rows], None, templates=templates)[0], critic_dataset([rows], None)[0]
+    parts = rebuilt["prompt"][0]["content"]
+    assert [p["type"] for p in parts] == ["image", "image", "text"]
+    expected = "\n" + templates.get("critic").strip()
+    expected = expected.replace("{original_instruction}", first["origin_prompt"])
+    previous = first.get("rewritten_prompt", first["previous_prompt"])  # the fixture names it previous_prompt
+    assert parts[2]["text"] == expected.replace("{rewritten_prompt}", previous)
+    assert rebuilt["images"] is not None and len(rebuilt["images"]) == 2
+    assert verbatim["prompt"][0]["content"][2]["text"] == first["problem"].split("<image>")[-1]
+    assert verbatim["prompt"][0]["content"][2]["text"] != parts[2]["text"]  # the row's own differs
+
+
+def json_line(path: Path) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads(path.read_text(encoding="utf-8").splitlines()[0]))
+
+
+def test_lora_saves_a_trained_vision_tower_whole() -> None:
+    from interleave_thinker.train.common import lora_config
+    from interleave_thinker.train.grpo.config import GRPOModelSection
+    from interleave_thinker.train.sft.config import FinetuneSection
+
+    lora = FinetuneSection(method="lora")
+    assert lora_config(lora, GRPOModelSection(name_or_path="x")).modules_to_save == ["visual"]
+    frozen = GRPOModelSection(name_or_path="x", freeze_vision_tower=True, freeze_projector=True)
+    assert lora_config(lora, frozen).modules_to_save is None
+
+
+def test_grpo_trains_the_tower_and_bounds_its_images(tmp_path: Path) -> None:
+    from interleave_thinker.train.common import load_policy
+
+    path = tmp_path / "grpo.yaml"
+    path.write_text(
+        yaml.safe_dump(GRPO_MINIMAL | {"model": {"name_or_path": "tiny:critic", "image_max_pixels": 4096}})
+    )
+    config = GRPORunConfig.load(path)
+    model, processor = load_policy(config.model, bf16=False)
+    tower = [p.requires_grad for n, p in model.named_parameters() if "visual" in n]
+    assert tower and all(tower)
+    assert processor.image_processor.size["longest_edge"] == 4096
+
+
+def test_the_planner_sees_many_images_unreduced_as_released() -> None:
+    """Five or more images: the release writes max_pixels 384x384 into each part, which its transformers
+    ignores; ours applies it only when ``agents.many_images_max_pixels`` asks."""
+    from interleave_thinker.core.config import AgentOptions
+
+    assert AgentOptions().many_images_max_pixels is None
+    table = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "`agents.many_images_max_pixels`" in table and "processing_utils.py:1633-1653" in table

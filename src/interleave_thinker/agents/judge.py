@@ -38,22 +38,33 @@ QUALITY_TEMPLATES = ("judge_context", "judge_pq")
 
 
 def judge_semantic_messages(
-    templates: TemplateSet, *, before: Image.Image, after: Image.Image, instruction: str
+    templates: TemplateSet,
+    *,
+    before: Image.Image,
+    after: Image.Image,
+    instruction: str,
+    text_first: bool = False,
 ) -> list[Message]:
-    """SC: context + rule + SC texts joined by newlines, ``<instruction>`` filled; images ``[before, after]``.
+    """SC: context + rule + SC texts joined by newlines, ``<instruction>`` filled; images ``[before, after]``
+    after the text with ``text_first`` (the release's GRPO reward: ``interleave_thinker_reward.py:338-353``),
+    else before it.
 
     The "after" image is resized to the "before" image's size, as the release's judge does.
     """
     text = "\n".join(templates.get(name) for name in SEMANTIC_TEMPLATES).replace("<instruction>", instruction)
     if after.size != before.size:
         after = after.resize(before.size, Image.Resampling.BICUBIC)
-    return user_turn(image_part(before), image_part(after), text_part(text))
+    images = [image_part(before), image_part(after)]
+    return user_turn(*([text_part(text), *images] if text_first else [*images, text_part(text)]))
 
 
-def judge_quality_messages(templates: TemplateSet, *, after: Image.Image) -> list[Message]:
-    """PQ: context + PQ texts joined by a newline; image ``[after]``."""
+def judge_quality_messages(
+    templates: TemplateSet, *, after: Image.Image, text_first: bool = False
+) -> list[Message]:
+    """PQ: context + PQ texts joined by a newline; image ``[after]`` (after the text with ``text_first``)."""
     text = "\n".join(templates.get(name) for name in QUALITY_TEMPLATES)
-    return user_turn(image_part(after), text_part(text))
+    parts = [text_part(text), image_part(after)]
+    return user_turn(*(parts if text_first else parts[::-1]))
 
 
 # -- the reply ----------------------------------------------------------------------------------------
@@ -165,6 +176,10 @@ class Judge(Agent):
     DEFAULT_MAX_NEW_TOKENS = 1024
     ROLE = "judge"
 
+    text_first: bool = False
+    """True: the turn holds the text before the images, as the release's GRPO reward asks its judge
+    (``reward.judge_text_first``); the images come first otherwise."""
+
     def _judgement(self, kind: Literal["sc", "pq"], messages: list[Message]) -> Judgement:
         """One judgement: the lowest of its scores, or an error carried in the result after the retries."""
         outcome = self.ask(messages, parse_judgement)
@@ -191,13 +206,14 @@ class Judge(Agent):
         if not instruction:
             return Judgement(raw_replies={"sc": []}, error=EMPTY_INSTRUCTION)
         messages = judge_semantic_messages(
-            self.templates, before=before, after=after, instruction=instruction
+            self.templates, before=before, after=after, instruction=instruction, text_first=self.text_first
         )
         return self._judgement("sc", messages)
 
     def quality(self, after: Image.Image) -> Judgement:
         """PQ of ``after`` as given: callers that judge an edit pass it through :func:`judge_inputs` first."""
-        return self._judgement("pq", judge_quality_messages(self.templates, after=after))
+        messages = judge_quality_messages(self.templates, after=after, text_first=self.text_first)
+        return self._judgement("pq", messages)
 
     def judge(self, before: Image.Image, after: Image.Image, instruction: str) -> Judgement:
         """Both judgements on the release's inputs; the result carries an error when either failed."""

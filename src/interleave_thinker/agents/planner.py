@@ -41,7 +41,10 @@ GUIDANCE_TEMPLATE = "planner_guidance"
 
 UEVAL_SUFFIX = " both visually and textually"
 MANY_IMAGES = 5
-"""From this many images in one turn on, every image part is bounded to ``MANY_IMAGES_MAX_PIXELS``."""
+"""From this many images in one turn on, the release's demo writes ``max_pixels = MANY_IMAGES_MAX_PIXELS``
+into every image part (``demo_klein.py:59-67``). Its pinned transformers (4.57.1) ignores that key
+(``ProcessorMixin.apply_chat_template`` keeps only the image), so the released checkpoints see such images
+unreduced: the bound is applied only when asked (``agents.many_images_max_pixels``)."""
 MANY_IMAGES_MAX_PIXELS = 384 * 384
 
 
@@ -51,9 +54,13 @@ def narrative_planner_messages(templates: TemplateSet, request_text: str) -> lis
 
 
 def guidance_planner_messages(
-    templates: TemplateSet, request_text: str, images: list[Image.Image]
+    templates: TemplateSet,
+    request_text: str,
+    images: list[Image.Image],
+    many_images_max_pixels: int | None = None,
 ) -> list[Message]:
-    """Split the filled template on ``<image>`` and put image *i* after text piece *i*."""
+    """Split the filled template on ``<image>`` and put image *i* after text piece *i*; with
+    ``many_images_max_pixels``, a turn of :data:`MANY_IMAGES` or more images bounds each to it."""
     markers = count_image_markers(request_text)
     if markers != len(images):
         raise InputError(
@@ -61,7 +68,7 @@ def guidance_planner_messages(
             "put one <image> where each image belongs, in order."
         )
     filled = fill(templates.get(GUIDANCE_TEMPLATE), text_input=request_text)
-    max_pixels = MANY_IMAGES_MAX_PIXELS if len(images) >= MANY_IMAGES else None
+    max_pixels = many_images_max_pixels if len(images) >= MANY_IMAGES else None
     content: list[dict[str, Any]] = []
     remaining = list(images)
     for piece in IMAGE_MARKER.split(filled):
@@ -72,9 +79,14 @@ def guidance_planner_messages(
     return user_turn(*content)
 
 
-def planner_messages(templates: TemplateSet, request_text: str, images: list[Image.Image]) -> list[Message]:
+def planner_messages(
+    templates: TemplateSet,
+    request_text: str,
+    images: list[Image.Image],
+    many_images_max_pixels: int | None = None,
+) -> list[Message]:
     if images:
-        return guidance_planner_messages(templates, request_text, images)
+        return guidance_planner_messages(templates, request_text, images, many_images_max_pixels)
     return narrative_planner_messages(templates, request_text)
 
 
@@ -190,10 +202,15 @@ def format_plan(plan: Plan) -> str:
 class Planner(Agent):
     ROLE = "planner"
 
+    many_images_max_pixels: int | None = None
+    """The pixel bound of each image in a turn of five or more (``agents.many_images_max_pixels``); None:
+    none, as the released checkpoints were run."""
+
     def plan(self, request_text: str, images: list[Image.Image], turn: Turn | None = None) -> PlannerRecord:
         """Ask for a plan; the record holds the plan or, after all retries, only the raw replies and errors
         (and, with ``turn``, every call's seed)."""
-        outcome = self.ask(planner_messages(self.templates, request_text, images), parse_plan, turn)
+        messages = planner_messages(self.templates, request_text, images, self.many_images_max_pixels)
+        outcome = self.ask(messages, parse_plan, turn)
         return PlannerRecord(
             raw_replies=outcome.raw_replies,
             errors=outcome.errors,

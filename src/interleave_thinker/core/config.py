@@ -64,6 +64,12 @@ class AgentOptions(_Section):
         default=3, ge=1, description="Model calls per planner/critic turn until a reply parses."
     )
     max_new_tokens: int = Field(default=4096, ge=1, description="Reply length bound for planner and critic.")
+    many_images_max_pixels: int | None = Field(
+        default=None,
+        ge=1,
+        description="Pixel bound of each image when the planner's turn holds five or more (147456 = 384x384, "
+        "the key the release's demo writes, which its transformers ignores); none: images as given, as released.",
+    )
     decoding: Decoding = Field(
         default="checkpoint",
         description="How planner and critic replies are decoded: 'checkpoint' (as released: the checkpoint's "

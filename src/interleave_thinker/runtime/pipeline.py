@@ -167,6 +167,7 @@ class Pipeline:
         first = None if agents.decoding == "checkpoint" else 0.0  # None: the model's own decoding
         retry = RetryPolicy(agents.max_parse_attempts, first, agents.retry_temperature)
         self.planner = Planner(planner, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
+        self.planner.many_images_max_pixels = agents.many_images_max_pixels
         self.critic = Critic(critic, templates, retry=retry, max_new_tokens=agents.max_new_tokens)
         self.judge, self.reviewer = judge, reviewer
         self.ranker = self.critic.sibling(Ranker)

@@ -82,7 +82,27 @@ def load_policy(section: ModelSection, *, bf16: bool) -> tuple[Any, Any]:
         raise not_found(ref, exc) from exc
     counts = freeze_vision(model, tower=section.freeze_vision_tower, projector=section.freeze_projector)
     logger.info("parameters: %d trainable, %d frozen", counts["trainable"], counts["frozen"])
+    bound_image_pixels(processor, section.image_max_pixels)
     return model, processor
+
+
+def bound_image_pixels(processor: Any, max_pixels: int | None) -> None:
+    """``model.image_max_pixels`` as the processor's ``longest_edge`` (Qwen-VL processors read it as a pixel
+    count), for SFT and GRPO alike; None keeps the processor's own bound. transformers 5 holds ``size`` as
+    a ``SizeDict`` (not a dict), which the earlier ``isinstance(size, dict)`` check skipped silently."""
+    image_processor = getattr(processor, "image_processor", None)
+    size = getattr(image_processor, "size", None)
+    if not max_pixels or size is None:
+        return
+    if isinstance(size, dict):
+        processor.image_processor.size = {**size, "longest_edge": max_pixels}
+    elif hasattr(size, "longest_edge"):
+        size.longest_edge = max_pixels
+    else:
+        raise ConfigError(
+            f"model.image_max_pixels: this processor's image size ({type(size).__name__}) has no longest_edge; "
+            "set model.image_max_pixels: null."
+        )
 
 
 def report_targets(report_to: list[str] | str) -> list[str]:
@@ -126,6 +146,9 @@ class TrainingRun(Protocol):
 
     @property
     def finetune(self) -> FinetuneSection: ...
+
+    @property
+    def model(self) -> ModelSection: ...
 
     @property
     def training(self) -> ReplicaCheck: ...
@@ -264,12 +287,14 @@ def training_callbacks(
     return chosen
 
 
-def lora_config(finetune: FinetuneSection) -> Any:
+def lora_config(finetune: FinetuneSection, model: ModelSection | None = None) -> Any:
     """PEFT's ``LoraConfig`` from ``finetune.lora`` (None for a full fine-tune).
 
     The targets are ``finetune.lora.target_modules`` in the language model only (:data:`LANGUAGE_ONLY`),
     as that key promises, for SFT and GRPO alike: a bare name list would also adapt vision-tower layers
-    of the same name (Qwen2.5-VL's vision MLP has ``gate_proj``/``up_proj``/``down_proj``).
+    of the same name (Qwen2.5-VL's vision MLP has ``gate_proj``/``up_proj``/``down_proj``). When ``model``
+    leaves the vision tower or projector trainable (GRPO's default, as released), the vision module is
+    trained whole and saved beside the adapter (``modules_to_save``): PEFT would otherwise freeze it.
     """
     if finetune.method != "lora":
         return None
@@ -281,8 +306,14 @@ def lora_config(finetune: FinetuneSection) -> Any:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=LANGUAGE_ONLY.format(names="|".join(lora.target_modules)),
+        modules_to_save=["visual"] if trains_vision(model) else None,
         task_type="CAUSAL_LM",
     )
+
+
+def trains_vision(model: ModelSection | None) -> bool:
+    """True when ``model.*`` leaves the vision tower or the projector trainable."""
+    return model is not None and not (model.freeze_vision_tower and model.freeze_projector)
 
 
 def trl_trainer(
@@ -302,7 +333,7 @@ def trl_trainer(
         "model": model,
         "args": args,
         "processing_class": processor,
-        "peft_config": lora_config(run.finetune),
+        "peft_config": lora_config(run.finetune, run.model),
     }
     data = {"train_dataset": datasets[0], "eval_dataset": datasets[1]}
     trainer = trainer_class(**pieces, **data, callbacks=chosen or None, **extra)

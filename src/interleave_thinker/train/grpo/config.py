@@ -4,8 +4,15 @@ to 4096 tokens, grad clip 1.0, bf16. The release's whole recipe (rollout and upd
 decay, constant schedule, no KL term) is ``configs/grpo_critic.yaml``; docs/notes/release-settings.md tabulates each
 value with its line in the release.
 
-``global_batch_size`` and ``advantage_clip`` are our two extensions of TRL's options: an update batch
-counted over all processes (EasyR1's unit) and the FastVideo branch's advantage clip."""
+What is trained and how follows the release's effective behaviour by default (docs/training.md, "GRPO as
+released"): the vision tower and projector train (``freeze_vision_tower: false``), ``model.image_max_pixels``
+bounds the images, EasyR1's clip ratios 0.2 / 0.3 with its dual-clip 3.0 (TRL's ``delta``), advantages
+divided by the group's standard deviation + 1e-6, the critic's prompt rebuilt from the critic template.
+Each has a key that restores the earlier behaviour.
+
+``global_batch_size``, ``advantage_epsilon`` and ``advantage_clip`` are our extensions of TRL's options: an
+update batch counted over all processes (EasyR1's unit), EasyR1's advantage epsilon and the FastVideo
+branch's advantage clip."""
 
 from __future__ import annotations
 
@@ -20,10 +27,30 @@ from interleave_thinker.train.overrides import load_run_config
 from interleave_thinker.train.rewards.critic import CriticRewardWeights
 from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, OutputDir, _Section
 
+RELEASE_ADVANTAGE_EPSILON = 1e-6
+"""EasyR1's GRPO advantage: (reward - group mean) / (group Bessel std + 1e-6) (``core_algos.py:194-208``)."""
+TRL_ADVANTAGE_EPSILON = 1e-4
+"""What TRL 1.16's ``GRPOTrainer`` adds to the group's std (hard-coded)."""
+
 RELEASE_MIX = CriticRewardWeights()
 """The ``reward.*_weight`` defaults: the release's mix, stated once, in the reward itself."""
 
 Role = Literal["planner", "critic"]
+
+
+class GRPOModelSection(ModelSection):
+    """``model.*`` of GRPO: as SFT's, but the vision tower and projector train, as in the release's GRPO
+    (``freeze_vision_tower: false``, ``interleave_thinker_config.yaml:47``: every parameter is trained)."""
+
+    freeze_vision_tower: bool = Field(
+        default=False,
+        description="Keep the vision encoder's weights fixed (the release's GRPO trains it: false). Under "
+        "LoRA a trained tower is saved whole beside the adapter (PEFT modules_to_save).",
+    )
+    freeze_projector: bool = Field(
+        default=False,
+        description="Keep the vision-to-text merger fixed (the release's GRPO trains it: false).",
+    )
 
 
 class GRPODataSection(_Section):
@@ -48,6 +75,12 @@ class GRPODataSection(_Section):
         ge=1,
         description="Generate this many held-out synthetic prompts (other subjects and images than the train set).",
     )
+    critic_prompt: Literal["template", "problem"] = Field(
+        default="template",
+        description="template: rebuild each critic_rl row's prompt from the critic template with its "
+        "origin_prompt and previous (rewritten) prompt, images [origin_image_path, edited_image_path], as the "
+        "release's RL dataset does (it ignores problem/images); problem: the row's problem and images verbatim.",
+    )
 
 
 class RewardSection(_Section):
@@ -62,6 +95,21 @@ class RewardSection(_Section):
     )
     dtype: str = Field(default="auto", description="dtype of the local judge and generator (model.dtype).")
     deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
+    regenerate_size: int | None = Field(
+        default=1024,
+        ge=16,
+        description="Side of the square regeneration (the release: always 1024x1024); None: the 'before' image's size.",
+    )
+    judge_text_first: bool = Field(
+        default=True,
+        description="The judge's turn holds the text, then the images, as the release's reward sends it; "
+        "false: images first (as the `judge` command and data build ask).",
+    )
+    judge_decoding: Literal["checkpoint", "greedy"] = Field(
+        default="checkpoint",
+        description="checkpoint: the judge's own decoding, no temperature sent (the release's reward); "
+        "greedy: temperature 0 on the first call.",
+    )
     # the critic's total reward: format * F + (1 - format) * (accuracy * A + semantic * SC + quality * PQ)
     format_weight: float = Field(
         default=RELEASE_MIX.format,
@@ -86,7 +134,17 @@ class RewardSection(_Section):
     sample_concurrency: int | None = Field(
         default=None, ge=1, description="Rollouts scored at once (default: the whole batch); 1 = sequential."
     )
-    judge_max_new_tokens: int = Field(default=1024, ge=1)
+    judge_max_new_tokens: int = Field(
+        default=4096,
+        ge=1,
+        description="Bound of each judge reply (the release's reward: max_output_tokens 4096; at 1024 a thinking "
+        "judge such as gemini-2.5-pro often returns no text).",
+    )
+    judge_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        description="Judge calls per judgement while replies do not parse (the release's scorer default: 5).",
+    )
     cache_dir: Path | None = Field(default=None, description="Keep regenerated images across steps and runs.")
 
     def weights(self) -> CriticRewardWeights:
@@ -129,8 +187,25 @@ class GRPOTrainingSection(_Section):
     advantage_clip: float | None = Field(
         default=None,
         gt=0,
-        description="Clip every advantage to [-c, c] after TRL's group normalisation (the FastVideo branch's "
-        "critic config clips at 5). None: no clip.",
+        description="Clip every advantage to [-c, c] after the group normalisation. None: no clip. A group of n "
+        "rollouts normalised by its std never exceeds (n-1)/sqrt(n) (2.47 for 8), so the FastVideo branch's 5 "
+        "never binds there; it binds only for larger groups or with advantage_epsilon near a tiny std.",
+    )
+    advantage_epsilon: float = Field(
+        default=RELEASE_ADVANTAGE_EPSILON,
+        gt=0,
+        description="Added to the group's std before dividing (EasyR1: 1e-6; TRL hard-codes 1e-4, the value "
+        "that restores TRL's own advantages).",
+    )
+    epsilon: float = Field(default=0.2, gt=0, description="Lower clip ratio (EasyR1's clip_ratio_low 0.2).")
+    epsilon_high: float | None = Field(
+        default=0.3, gt=0, description="Upper clip ratio (EasyR1's clip_ratio_high 0.3); None: = epsilon."
+    )
+    delta: float | None = Field(
+        default=3.0,
+        gt=1,
+        description="Dual-clip bound on the ratio (EasyR1's clip_ratio_dual 3.0, expressed by TRL's delta: the "
+        "loss of a negative advantage stops growing at ratio delta). None: no dual clip (TRL's default).",
     )
     max_steps: int = Field(default=-1)
     num_train_epochs: float = Field(default=1.0, gt=0)
@@ -169,7 +244,7 @@ class GRPOTrainingSection(_Section):
 class GRPORunConfig(_Section):
     role: Role | None = None
     output_dir: OutputDir = Field(description="Checkpoints, logs and the final model.")
-    model: ModelSection
+    model: GRPOModelSection
     data: GRPODataSection = Field(default_factory=GRPODataSection)
     reward: RewardSection = Field(default_factory=RewardSection)
     finetune: FinetuneSection = Field(default_factory=FinetuneSection)

@@ -127,8 +127,35 @@ def warm_start_examples(examples: list[CriticRLExample]) -> list[SFTExample]:
     ]
 
 
-def critic_dataset(files: list[Path], image_dir: Path | None) -> Any:
+RELEASE_RL_IMAGES = "<image><image>\n"
+"""The line the release's RL prompt puts before the critic template (``verl/utils/system.py``)."""
+
+
+def release_rl_prompt(templates: TemplateSet, origin_prompt: str, rewritten_prompt: str) -> str:
+    """The critic's GRPO prompt as the release's RL dataset builds it (``verl/utils/dataset.py:155-173``):
+    an ``<image><image>`` line and the critic template (``system.py`` holds it between those and a newline,
+    and the whole is stripped: the released ``critic.txt`` stripped), with ``{original_instruction}`` and
+    ``{rewritten_prompt}`` replaced (plain replacement)."""
+    text = RELEASE_RL_IMAGES + templates.get("critic").strip()
+    return fill(text, original_instruction=origin_prompt, rewritten_prompt=rewritten_prompt)
+
+
+def as_released(example: CriticRLExample, templates: TemplateSet) -> CriticRLExample:
+    """``example`` with the release's prompt and images ``[origin_image_path, edited_image_path]``; a row
+    without ``edited_image_path`` keeps its second image (the release refuses such a row)."""
+    from dataclasses import replace
+
+    problem = release_rl_prompt(templates, example.origin_prompt, example.previous_prompt)
+    after = example.edited_image_path or example.images[-1]
+    return replace(example, problem=problem, images=(example.origin_image_path, after))
+
+
+def critic_dataset(files: list[Path], image_dir: Path | None, templates: TemplateSet | None = None) -> Any:
+    """The critic_rl rows as TRL prompts: with ``templates``, each prompt rebuilt as the release's RL dataset
+    builds it (:func:`as_released`; ``data.critic_prompt: template``), else the row's ``problem``."""
     examples = [e for path in files for e in load_critic_rl(path, image_dir=image_dir)]
+    if templates is not None:
+        examples = [as_released(e, templates) for e in examples]
     return rl_dataset(examples)
 
 

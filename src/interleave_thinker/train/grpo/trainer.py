@@ -108,6 +108,7 @@ def reward_functions(
             [],
         )
     from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.agents.retry import RetryPolicy
     from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
     from interleave_thinker.train.rewards.cache import GenerationCache
 
@@ -116,11 +117,18 @@ def reward_functions(
         judge_backend or load_vlm_backend(section.judge, options, role="judge"),
         config.prompts.store().load(),
         max_new_tokens=section.judge_max_new_tokens,
+        retry=RetryPolicy(
+            max_attempts=section.judge_max_attempts,
+            temperature=None if section.judge_decoding == "checkpoint" else 0.0,
+        ),
     )
+    judge.text_first = section.judge_text_first
+    side = section.regenerate_size
     scorer = StepwiseScorer(
         generator or load_image_backend(section.generator, options),
         judge,
         deadline=section.deadline,
+        size=None if side is None else (side, side),
         generator_concurrency=section.generator_concurrency,
         judge_concurrency=section.judge_concurrency,
         sample_concurrency=section.sample_concurrency,
@@ -173,7 +181,11 @@ def _prompt_set(
                     restate=config.data.synthetic_restate,
                 )
             )
-        return critic_dataset(files, config.data.image_dir)
+        return critic_dataset(
+            files,
+            config.data.image_dir,
+            templates=templates if config.data.critic_prompt == "template" else None,
+        )
     if synthetic is not None:
         import random
 
@@ -198,6 +210,9 @@ def trl_config(config: GRPORunConfig, output_dir: Path, weights: list[float]) ->
         "beta": t.beta,
         "max_completion_length": t.max_completion_length,
         "max_grad_norm": t.max_grad_norm,
+        "epsilon": t.epsilon,
+        "epsilon_high": t.epsilon_high,
+        "delta": t.delta,
         "use_vllm": t.use_vllm,
         "reward_weights": weights,
         "generation_batch_size": t.generation_batch_size or t.global_batch_size,
@@ -244,7 +259,7 @@ def build_grpo_trainer(
     with phase("importing TRL"):
         from trl import GRPOTrainer
 
-    from interleave_thinker.train.grpo.advantages import with_advantage_clip
+    from interleave_thinker.train.grpo.advantages import with_advantage_settings
 
     chosen = _role(config, role)
     with phase(f"loading model {config.model.name_or_path}"):
@@ -259,7 +274,8 @@ def build_grpo_trainer(
     args = trl_config(config, config.output_dir, weights)
     with args.main_process_first(desc="GRPO prompts"), phase("building the prompts"):
         train, evals = train_dataset(config, chosen), eval_dataset(config, chosen)
-    trainer_class = with_advantage_clip(GRPOTrainer, config.training.advantage_clip)
+    t = config.training
+    trainer_class = with_advantage_settings(GRPOTrainer, clip=t.advantage_clip, epsilon=t.advantage_epsilon)
     with phase(f"building the trainer ({len(train)} prompts)"):
         trainer = trl_trainer(
             trainer_class, config, (model, processor, args), (train, evals), callbacks, reward_funcs=functions

@@ -77,15 +77,7 @@ def _make_data_hint(path: Path) -> str:
 
 
 def _load_model(config: SFTRunConfig) -> tuple[Any, Any]:
-    model, processor = load_policy(config.model, bf16=config.training.bf16)
-    image_processor = getattr(processor, "image_processor", None)
-    if (
-        config.model.image_max_pixels
-        and image_processor is not None
-        and isinstance(image_processor.size, dict)
-    ):
-        image_processor.size = {**image_processor.size, "longest_edge": config.model.image_max_pixels}
-    return model, processor
+    return load_policy(config.model, bf16=config.training.bf16)  # image_max_pixels applied there
 
 
 def trl_config(config: SFTRunConfig, output_dir: Path, *, vision: bool, evaluate: bool = False) -> Any:
