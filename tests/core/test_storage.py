@@ -121,3 +121,25 @@ def test_a_journal_that_is_not_a_file_names_itself_and_offers_fresh(
     exit_code, err = batch(monkeypatch, capsys, tmp_path, out)
     assert exit_code == 2, err
     assert f"{out / 'journal.jsonl'} is not a file" in err and "--fresh" in err
+
+
+WRITERS: dict[str, Callable[[Path], list[str]]] = {
+    "data build": lambda out: ["data", "build", "--input", str(out.parent), "--out", str(out)],
+    "data synth": lambda out: ["data", "synth", "--role", "planner", "--out", str(out), "--preset", "tiny"],
+    "reward": lambda out: ["reward", "--input", str(out.parent / "r.jsonl"), "--generator", "tiny:",
+                           "--judge", "tiny:judge", "--out", str(out / "scored.jsonl")],
+    "eval report": lambda out: ["eval", "report", str(out.parent), "--out", str(out / "report.html")],
+}  # fmt: skip
+"""The other commands that write: a folder named by --out (or holding the --out file) that is a file."""
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_every_writing_command_refuses_a_file_in_place_of_its_folder_first(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = file(tmp_path / "taken")
+    exit_code, err = cli(monkeypatch, capsys, *WRITERS[command](out))
+    assert (exit_code, err.count("error:")) == (2, 1), err
+    assert str(out) in err and (
+        "a file exists where a folder is needed" in err or "a file stands where" in err
+    )

@@ -19,6 +19,7 @@ from interleave_thinker.cli.scoring import JudgeTokensOption, load_judge
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS
 from interleave_thinker.train.data.issues import DatasetError
 
@@ -307,6 +308,7 @@ def build(
     from interleave_thinker.train.data.scoring import save_errors
     from interleave_thinker.train.data.trl_format import datasets_bars
 
+    check_out_folder(out)  # before the judge loads
     cfg = _settings(settings, judge)
     with writing_to(out):
         out.mkdir(parents=True, exist_ok=True)
@@ -381,6 +383,7 @@ def synth(
     from interleave_thinker.train.data.export import sharegpt_record
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
+    check_out_folder(out)
     templates = settings.resolve().prompts.store().load()
     out = out.resolve()
     if role == "planner":

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from interleave_thinker.cli import eval_calibrate, eval_generate, eval_run, eval_score
 from interleave_thinker.core.errors import TemplateError
+from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.eval import benchmarks
 
 app = typer.Typer(
@@ -41,6 +42,7 @@ def report(
     Markdown table on stdout."""
     from interleave_thinker.eval.report import write_report
 
+    check_out_folder(out.parent)
     typer.echo(write_report(list(dirs), out))
     console.print(escape(f"wrote {out}"))
 

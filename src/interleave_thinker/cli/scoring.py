@@ -15,6 +15,7 @@ from interleave_thinker.cli.options import SettingsFlags, renamed, with_settings
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
+from interleave_thinker.core.storage import check_out_folder
 
 console = Console(stderr=True)
 
@@ -121,6 +122,7 @@ def reward(
     check_spec("--judge", judge, "vlm")
     if critic is not None:
         check_spec("--critic", critic, "vlm")
+    check_out_folder(out.parent)
     cfg = settings.resolve()
     rows = read_reward_rows(input)
     if not rows:
