@@ -30,9 +30,10 @@ from interleave_thinker.backends.remote import RetrySettings
 from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
 from interleave_thinker.backends.vlm.gemini_backend import GeminiVLMBackend
 from interleave_thinker.backends.vlm.openai_backend import OpenAIVLMBackend
+from interleave_thinker.backends.wrapping import innermost
 from interleave_thinker.cli.main import USAGE_ERRORS, main
 from interleave_thinker.core.config import RemoteOptions
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.testing.contracts import (
     UNSET_KEY_ENV,
     ImageBackendContract,
@@ -94,8 +95,27 @@ class TestTinyDiffusersContract(ImageBackendContract):
     exact_batches = False  # one batched pipeline call rounds differently from single calls
 
     def failing_call(self, backend: Any) -> Callable[[], object]:
-        small = Image.new("RGB", (40, 40))  # FLUX.2 refuses edits of images under 64 px
-        return lambda: backend.generate(self.request(image=small))
+        """The pipeline itself fails mid-generation (as an out-of-memory error does)."""
+
+        def broken(**kwargs: Any) -> Any:
+            raise RuntimeError("CUDA out of memory (simulated)")
+
+        def call() -> object:
+            inner = innermost(backend)
+            real, inner.pipe = inner.pipe, broken
+            try:
+                return backend.generate(self.request())
+            finally:
+                inner.pipe = real
+
+        return call
+
+    def test_an_image_the_pipeline_refuses_is_an_input_error_naming_the_backend(self, backend: Any) -> None:
+        """FLUX.2 refuses edits of images under 64 px: a bad request (a 400 when served), not a failure."""
+        small = Image.new("RGB", (40, 40))
+        with pytest.raises(InputError, match="64") as info:
+            backend.generate(self.request(image=small))
+        assert str(info.value).startswith(backend.name), str(info.value)
 
     @pytest.fixture(scope="class")
     def backend(self) -> Iterator[Any]:
