@@ -33,6 +33,7 @@ import functools
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,17 @@ def calibrate(data: Path, judge: str = DEFAULT_JUDGE, resamples: int = 1000, see
     }
 
 
+def _row(label: str, entry: dict[str, Any], value: Callable[[Any], Any]) -> str:
+    """One printed row: judge (human ceiling) for each correlation and metric; ``value`` reads a figure
+    (a task's figures carry intervals, the overall ones are bare numbers)."""
+    cells = [
+        f"{_fmt(value(entry[c][m]['judge']))} ({_fmt(value(entry[c][m]['ceiling']))})"
+        for c in stats.CORRELATIONS
+        for m in METRICS
+    ]
+    return f"{label:<30}" + "".join(f"{cell:>18}" for cell in cells)
+
+
 def lines(result: dict[str, Any]) -> list[str]:
     """The printed table: per task, Spearman and Kendall of SC / PQ / O, the human ceiling beside."""
     answers = result["answers"]
@@ -336,21 +348,9 @@ def lines(result: dict[str, Any]) -> list[str]:
     ]
     header = f"{'task':<30}" + "".join(f"{c[:5] + ' ' + m:>18}" for c in stats.CORRELATIONS for m in METRICS)
     out.append(header)
-    rows = {**{t: e for t, e in result["tasks"].items()}}
-    for task, entry in rows.items():
-        cells = [
-            f"{_fmt(entry[c][m]['judge']['value'])} ({_fmt(entry[c][m]['ceiling']['value'])})"
-            for c in stats.CORRELATIONS
-            for m in METRICS
-        ]
-        out.append(f"{task.removeprefix('ImagenHub_'):<30}" + "".join(f"{cell:>18}" for cell in cells))
-    overall = result["overall"]
-    cells = [
-        f"{_fmt(overall[c][m]['judge'])} ({_fmt(overall[c][m]['ceiling'])})"
-        for c in stats.CORRELATIONS
-        for m in METRICS
-    ]
-    out.append(f"{'all seven tasks':<30}" + "".join(f"{cell:>18}" for cell in cells))
+    for task, entry in result["tasks"].items():
+        out.append(_row(task.removeprefix("ImagenHub_"), entry, lambda figure: figure["value"]))
+    out.append(_row("all seven tasks", result["overall"], lambda figure: figure))
     published = result["published"]
     out.append(
         f"published (paper abstract): judge Spearman ~{published['overall_spearman_judge']}, "
