@@ -144,7 +144,10 @@ def test_consistency_scores_pairs_and_sequences_records_failures_and_resumes(tmp
     )
 
     # what the judge saw: our rubric, the request and both steps' prompts, the two images in step order
-    body = bodies[0]
+    # (the pairs are judged concurrently: find the fox's first pair by its text, whatever the order)
+    firsts = [b for b in bodies if "the fox, scene 1" in b["messages"][1]["content"][0]["text"]]
+    assert len(firsts) == 1, [b["messages"][1]["content"][0]["text"] for b in bodies]
+    body = firsts[0]
     assert body["messages"][0]["content"][0]["text"] == consistency.prompts().texts["consistency_system"]
     text = body["messages"][1]["content"][0]["text"]
     assert "A story about a" in text and "step 1: the" in text and "step 2: the" in text

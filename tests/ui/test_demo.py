@@ -23,8 +23,8 @@ from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.runtime.documents import TINY_PLAN
 from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
 from interleave_thinker.testing.scripted import ScriptedImageBackend
-from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, DemoRuns, keep_example_images
-from interleave_thinker.ui.files import new_run_dir, session_dir, sweep, zip_run
+from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, DemoRuns, ExampleImages, keep_example_images
+from interleave_thinker.ui.files import example_images, new_run_dir, session_dir, sweep, zip_run
 from interleave_thinker.ui.limits import check_uploads
 from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root, parse_size
 from tests.helpers.demo import BOMB_MESSAGE, NOTICE, GatedImage, bomb_png, scripted_pipeline
@@ -406,20 +406,29 @@ def test_outcomes_are_gradio_messages_too(options: DemoOptions) -> None:
         list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
 
 
-def test_an_examples_images_stay_with_that_example() -> None:
+def test_an_examples_images_stay_with_that_example(tmp_path: Path) -> None:
     """Issue 33 item 7: a clicked example's images rode along with the visitor's next, typed request.
     They stay while the request still has an ``<image>`` marker (the example being edited) and are
-    cleared, with a note, once it has none; images the visitor uploaded are never touched."""
+    cleared, with a note, once it has none; images the visitor uploaded are never touched. An
+    example's images are known by their bytes wherever Gradio copied them (no click event needed)."""
+    frames = example_images(tmp_path / "root")
+    known = ExampleImages(frames)
+    cache = tmp_path / "gradio-cache"
+    cache.mkdir()
+    example = []
+    for frame in frames:
+        copy = cache / f"copy-{frame.name}"
+        copy.write_bytes(frame.read_bytes())
+        example.append(str(copy))
     skip = {"__type__": "update"}  # gr.skip(): the component is left as it is
-    example = ["/cache/a/frame1.png", "/cache/b/frame2.png"]
-    kept = keep_example_images("<image><image> What happens to the box?", example, example)
-    assert kept == (skip, example, skip)
+    assert keep_example_images("<image><image> What happens to the box?", example, known) == (skip, skip)
     note = {"__type__": "update", "value": EXAMPLE_IMAGES_REMOVED, "visible": True}
-    assert keep_example_images("Please draw a Moth", example, example) == (None, None, note)
-    own = ["/upload/mine.png"]
-    assert keep_example_images("Please draw a Moth", own, example) == (skip, None, skip)
-    assert keep_example_images("Please draw a Moth", own, None) == (skip, None, skip)
-    assert keep_example_images("Please draw a Moth", None, None) == (skip, None, skip)
+    assert keep_example_images("Please draw a Moth", example, known) == (None, note)
+    assert keep_example_images("Please draw a Moth", example[:1], known) == (None, note)
+    own = cache / "mine.png"
+    Image.new("RGB", (256, 256), (235, 245, 255)).save(own)  # an example's size may happen; not its bytes
+    for files in ([str(own)], [*example, str(own)], [str(cache / "gone.png")], None, []):
+        assert keep_example_images("Please draw a Moth", files, known) == (skip, skip), files
 
 
 def test_the_page_says_why_a_tiny_plan_is_off_topic(options: DemoOptions) -> None:

@@ -1,5 +1,6 @@
 """``build_demo(...) -> gr.Blocks``: the streaming web demo, for the CLI, a Space's app.py and tests."""
 
+import hashlib
 import html
 import threading
 from collections.abc import Iterator
@@ -79,19 +80,43 @@ EXAMPLE_IMAGES_REMOVED = (
 )
 
 
-def keep_example_images(
-    text: str, files: list[str] | None, example_files: list[str] | None
-) -> tuple[Any, list[str] | None, Any]:
-    """The upload field, the example's images and the field's note after the visitor typed: an
-    example's images stay while the request still has an ``<image>`` marker (the visitor is editing
-    the example), and are cleared once it has none (a new request), with a note saying so. Images the
-    visitor uploaded are never touched."""
-    current = [str(f) for f in files or []]
-    if not example_files or current != list(example_files):
-        return gr.skip(), None, gr.skip()  # no example's images in the field (any more)
-    if IMAGE_MARKER.search(text or ""):
-        return gr.skip(), example_files, gr.skip()
-    return None, None, gr.update(value=EXAMPLE_IMAGES_REMOVED, visible=True)
+class ExampleImages:
+    """The examples' image files, known by size and content digest. A file in the upload field is
+    an example's when its bytes are, so no per-session state set by the example's click is needed:
+    that event may land after the visitor's first keys (a busy server), and the images then rode along."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self._digests: dict[int, set[str]] = {}
+        for path in paths:
+            self._digests.setdefault(path.stat().st_size, set()).add(_sha256(path))
+
+    def hold(self, files: list[str] | None) -> bool:
+        """Whether the field holds images and every one of them is an example's."""
+        if not files:
+            return False
+        for name in files:
+            path = Path(name)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                return False
+            if size not in self._digests or _sha256(path) not in self._digests[size]:
+                return False  # only a file of an example's size is read at all
+        return True
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def keep_example_images(text: str, files: list[str] | None, examples: ExampleImages) -> tuple[Any, Any]:
+    """The upload field and its note after the visitor typed: an example's images stay while the
+    request still has an ``<image>`` marker (the visitor is editing the example), and are cleared
+    once it has none (a new request), with a note saying so. Images the visitor uploaded are never
+    touched (unless they are byte for byte an example's)."""
+    if not examples.hold(files) or IMAGE_MARKER.search(text or ""):
+        return gr.skip(), gr.skip()
+    return None, gr.update(value=EXAMPLE_IMAGES_REMOVED, visible=True)
 
 
 def _without_folders(message: str, files: list[str] | None) -> str:
@@ -250,7 +275,8 @@ def build_demo(
                 )
             with gr.Column(scale=3, min_width=0):
                 outputs = _result_panes(RunView(notice=cfg.notice))
-        _example_images_stay_with_their_example(examples, text, files, note)
+        known = ExampleImages(example_images(opts.out_root))
+        _example_images_stay_with_their_example(examples, known, text, files, note)
         run_button.click(
             runs.run,
             inputs=[text, files, *settings],
@@ -276,24 +302,18 @@ def _upload_field() -> tuple[Any, Any]:
     return files, gr.Markdown(visible=False, elem_id="it-files-note")
 
 
-def _example_images_stay_with_their_example(examples: Any, text: Any, files: Any, note: Any) -> None:
-    """Remember the images an example put in the upload field (per session) and let
-    :func:`keep_example_images` clear them when the visitor types a request without a marker. Both
-    run outside the queue: typing never waits behind runs, nor is refused when the queue is full."""
-    example_files = gr.State(None)
-    examples.load_input_event.then(
-        lambda f: ([str(p) for p in f or []] or None, gr.update(visible=False)),
-        inputs=[files],
-        outputs=[example_files, note],
-        queue=False,
-    )
-    text.input(
-        keep_example_images,
-        inputs=[text, files, example_files],
-        outputs=[files, example_files, note],
-        queue=False,
-        show_progress="hidden",
-    )
+def _example_images_stay_with_their_example(
+    examples: Any, known: ExampleImages, text: Any, files: Any, note: Any
+) -> None:
+    """Let :func:`keep_example_images` clear an example's images when the visitor types a request
+    without a marker, and hide its note when an example is clicked again. Both run outside the queue:
+    typing never waits behind runs, nor is refused when the queue is full."""
+    examples.load_input_event.then(lambda: gr.update(visible=False), outputs=[note], queue=False)
+
+    def on_input(typed: str, current: list[str] | None) -> tuple[Any, Any]:
+        return keep_example_images(typed, current, known)
+
+    text.input(on_input, inputs=[text, files], outputs=[files, note], queue=False, show_progress="hidden")
 
 
 def _advanced_settings(cfg: PipelineConfig) -> list[Any]:
