@@ -43,7 +43,7 @@ class _Encoded:
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref[Image.Image], dict[tuple[bool, int], bytes]]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a collection inside ``get`` may run ``_drop`` on this thread
 
     def get(self, image: Image.Image, key: tuple[bool, int]) -> bytes | None:
         """The bytes kept for ``key`` = (mode kept, level), or for the same mode at a higher level: those

@@ -45,6 +45,13 @@ SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
     "concurrency": flag(int, 16, "Requests (benchmark items) in flight at once.", min=1),
     "per_backend_limit": flag(list[str] | None, None, "ROLE=N calls in flight for one backend."),
     "micro_batch": flag(list[str] | None, None, "ROLE whose local model batches calls across requests."),
+    "speculate_share": flag(
+        float,
+        1.0,
+        "With --speculate: share of the generator's calls in flight (its --per-backend-limit) that calls made "
+        "ahead may hold, at least one; 1 = no cap.",
+        "--speculate-share",
+    ),
     "shard": flag(str | None, None, "I/N: run every N-th request starting at I (0-based)."),
     "limit": (LimitOption, None),
     "resume": flag(bool, True, "Continue the run in --out: skip finished requests."),
@@ -94,6 +101,7 @@ LOOP_FLAGS = (
     "critic_on_last_attempt",
     "references",
     "candidates",
+    "speculate",
     "select_best",
     "repair_budget",
 )
@@ -150,6 +158,7 @@ class SchedulingFlags:
     concurrency: int = 16
     per_backend_limit: tuple[str, ...] = ()
     micro_batch: tuple[str, ...] = ()
+    speculate_share: float = 1.0
     shard: str | None = None
     limit: int | None = None
     resume: bool = True
@@ -165,7 +174,10 @@ class SchedulingFlags:
         return cls(**{**values, **lists})
 
     def limits(self) -> dict[str, int]:
-        """``--per-backend-limit ROLE=N`` (and the roles of ``--micro-batch``), checked before anything loads."""
+        """``--per-backend-limit ROLE=N`` (and the roles of ``--micro-batch``, and ``--speculate-share``),
+        checked before anything loads."""
+        if not 0 < self.speculate_share <= 1:
+            raise InputError(f"--speculate-share {self.speculate_share}: give a share above 0 and at most 1.")
         return parse_limits(list(self.per_backend_limit), list(self.micro_batch))
 
     def shard_spec(self) -> tuple[int, int] | None:
@@ -183,6 +195,7 @@ class SchedulingFlags:
             limits=self.limits(),
             micro_batch=set(self.micro_batch),
             retry_failed=self.retry_failed,
+            speculate_share=self.speculate_share,
         )
 
 

@@ -154,6 +154,14 @@ class LoopOptions(_Section):
         description="Attempts of a step sent side by side in one round, each with its own seed; the first "
         "accepted in seed order is kept; 1 = the released sequential loop.",
     )
+    speculate: int = Field(
+        default=0,
+        ge=0,
+        le=2,
+        description="Steps that may run ahead of the critic: as soon as an attempt has an image, the next "
+        "step's first generator call starts from it while the critic judges it, and is discarded if that "
+        "image is not kept (the kept sequence is the same); 0 = wait for each verdict (the release).",
+    )
     select_best: SelectBest = Field(
         default="off",
         description="When no attempt of a step is accepted: 'off' keeps the last (the release), 'critic' "
@@ -174,6 +182,7 @@ class LoopOptions(_Section):
     OPT_IN: ClassVar[tuple[str, ...]] = (
         "references",
         "candidates",
+        "speculate",
         "select_best",
         "repair_budget",
         "repair_reviewer",

@@ -149,6 +149,24 @@ class Selection(_Model):
     error: str | None = Field(default=None, description="Why no ranking was usable (the last is then kept).")
 
 
+class Speculated(_Model):
+    """A step's first generator call made ahead, from an image the critic had not judged yet
+    (``loop.speculate``): kept when that image was kept (the step's attempt 0 is its image), else
+    discarded, its image never written."""
+
+    step_number: int
+    seed: int
+    prompt: str
+    before_image: str = Field(
+        description="File name the image it started from has (or would have) in the run."
+    )
+    speculative: Literal["kept", "discarded"]
+    called: bool = Field(description="Whether its generator call began (False: cancelled before it did).")
+    generate_s: float = Field(
+        default=0.0, description="Time of its generator call until it ended or was cancelled."
+    )
+
+
 class StepRecord(_OmitsAbsent):
     OPT_IN: ClassVar[tuple[str, ...]] = ("selected",)
 
@@ -165,6 +183,12 @@ class StepRecord(_OmitsAbsent):
     complete: bool = Field(default=False, description="False while the step's attempts are still running.")
     selected: Selection | None = Field(
         default=None, description="The attempt kept by ``loop.select_best`` (absent when it did not choose)."
+    )
+    speculations: list[Speculated] = Field(
+        default_factory=list,
+        exclude_if=lambda made: not made,
+        description="Generator calls made ahead (``loop.speculate``) and settled while this step ran, kept or "
+        "discarded; left out of the JSON when none, so a trace without speculation is unchanged.",
     )
 
     @property

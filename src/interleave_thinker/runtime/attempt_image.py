@@ -8,7 +8,7 @@ way wherever it is made, so the trace, the pages and the failure counts read eve
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from PIL import Image
@@ -46,14 +46,21 @@ class Attempts:
         turn: Turn,
         forced: bool = False,
         critic_references: Sequence[Image.Image] = (),
+        made: Image.Image | None = None,
+        on_image: Callable[[str], None] | None = None,
     ) -> None:
         """Generate ``attempt`` (edited from ``before``, with ``references``) into ``file_name``; then
         accept it unjudged when ``forced``, else record the critic's verdict (``critic_references``: the
-        images it judges consistency against); with a judge, score it (SC/PQ)."""
-        image = generate_attempt(self.generator, self.generation, attempt, before, tuple(references))
+        images it judges consistency against); with a judge, score it (SC/PQ).
+
+        ``made``: the image of this very call, made ahead (``loop.speculate``; its durations already on
+        ``attempt``). ``on_image``: called with the file name once the image is written, before the critic."""
+        image = made or generate_attempt(self.generator, self.generation, attempt, before, tuple(references))
         if image is None:
             return
         attempt.image_file = recorder.add_image(file_name, image)
+        if on_image is not None:
+            on_image(attempt.image_file)
         shown_before = before if before is not None else white_canvas()
         if forced:
             attempt.accepted = attempt.forced = True

@@ -49,6 +49,7 @@ from interleave_thinker.backends.wrapping import (
 )
 from interleave_thinker.core import green
 from interleave_thinker.core.stats import latency_percentiles
+from interleave_thinker.runtime.speculation import SPECULATIVE
 
 
 @dataclass
@@ -272,12 +273,29 @@ class LimitedVLM(_Limited, VLMWrapper):
 
 
 class LimitedImage(_Limited, ImageBatchMixin):
+    """The generator's limiter; calls made ahead (``loop.speculate``) hold at most ``speculate_share`` of
+    its slots at once (at least one), so they never crowd out the calls the loop waits for."""
+
     def __init__(
-        self, inner: ImageBackend, stats: BackendStats, *, micro_batch: bool = False, max_wait: float = 0.005
+        self,
+        inner: ImageBackend,
+        stats: BackendStats,
+        *,
+        micro_batch: bool = False,
+        max_wait: float = 0.005,
+        speculate_share: float = 1.0,
     ):
         super().__init__(inner, stats, micro_batch=micro_batch, max_wait=max_wait)
+        ahead = max(1, int(stats.limit * speculate_share))
+        self._ahead = green.Semaphore(ahead) if ahead < stats.limit else None
 
     def generate(self, request: ImageRequest) -> Image.Image:
+        if self._ahead is not None and SPECULATIVE.get():
+            with self._ahead:
+                return self._generate(request)
+        return self._generate(request)
+
+    def _generate(self, request: ImageRequest) -> Image.Image:
         if self._batcher is not None and request.image is None:
             result: Image.Image = self._batcher.submit(request.settings, request)
             return result

@@ -43,6 +43,7 @@ from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.references import References
 from interleave_thinker.runtime.repair import Repairer, repair_sequence
 from interleave_thinker.runtime.selection import keep_best
+from interleave_thinker.runtime.speculation import Speculator, on_private_loop
 
 
 @dataclass(kw_only=True, eq=False)
@@ -64,6 +65,8 @@ class StepLoop:
     """Each attempt's reference images (``loop.references``), set for the request :meth:`run` runs."""
     attempts: Attempts = field(init=False)
     """How an attempt is made (steps and repairs alike: ``runtime/attempt_image.py``)."""
+    speculator: Speculator | None = field(default=None, init=False)
+    """The calls made ahead for the request :meth:`run` runs (``loop.speculate``)."""
 
     def __post_init__(self) -> None:
         self.attempts = Attempts(self.critic, self.generator, self.generation, self.judge)
@@ -73,6 +76,7 @@ class StepLoop:
 
     def run(self, recorder: RunRecorder, input_images: list[Image.Image], input_names: list[str]) -> None:
         """Run one request to the end, recording every call; raises only :class:`PlanningError`.
+        With ``loop.speculate`` it runs on an event loop, where calls made ahead overlap (runtime/speculation.py).
 
         A trace that already holds a plan and complete steps (a resumed run) keeps them: planning is
         skipped and the loop continues at the first step without a complete record. So the trace is
@@ -81,6 +85,14 @@ class StepLoop:
         resume drops an unfinished step, attempts and all, and each write is a file created (about
         a third of a batch's CPU goes to creating files, docs/notes/scale.md).
         """
+        body = partial(self._run, recorder, input_images, input_names)
+        try:
+            on_private_loop(body) if self.loop.speculate else body()
+        finally:
+            if self.speculator is not None:
+                self.speculator.close()  # every call still made ahead is discarded
+
+    def _run(self, recorder: RunRecorder, input_images: list[Image.Image], input_names: list[str]) -> None:
         trace = recorder.trace
         self.references = self._references(recorder, input_images, input_names)
         # 1. Plan (unless resuming with a plan on disk).
@@ -89,6 +101,8 @@ class StepLoop:
         plan = trace.planner.plan
         assert plan is not None
         self.observer.on_plan(plan)
+        if self.loop.speculate:
+            self.speculator = self._speculator(trace, plan.steps)
 
         # 2. Steps, in order; each image step starts from the latest image of the sequence.
         trace.steps = [s for s in trace.steps if s.complete]
@@ -116,6 +130,13 @@ class StepLoop:
         repairer = Repairer(self.sequence_reviewer, replace(self.attempts, judge=None), self.loop)
         repair_sequence(repairer, recorder, input_images)
         trace.status = "succeeded"  # written by the caller's closing checkpoint (``Pipeline._close_trace``)
+
+    def _speculator(self, trace: Trace, steps: list[PlanStep]) -> Speculator:
+        prompts = {i: self._generation_prompt(step) for i, step in enumerate(steps, start=1)}
+        planned = {i: p for i, p in prompts.items() if p is not None}
+        return Speculator(
+            self.loop, self.generator, self.generation, planned, self.seed, self.references, trace
+        )
 
     def _references(
         self, recorder: RunRecorder, input_images: list[Image.Image], input_names: list[str]
@@ -199,6 +220,8 @@ class StepLoop:
         prompt = planned
         size = self.loop.candidates
         for first in range(0, limit, size):
+            if first and self.speculator is not None:
+                self.speculator.round_over(index)
             attempts = run_round(
                 [
                     partial(self._attempt, recorder, index, i, planned, prompt, latest, last=i == limit - 1)
@@ -247,6 +270,11 @@ class StepLoop:
         self.observer.on_attempt_start(index, attempt_index, prompt)
         images = [ref for ref, _ in references]
         first_empty = attempt_index == 0 and self.loop.first_rewritten_prompt == "empty"
+        speculator, ahead = self.speculator, attempt_index % self.loop.candidates == 0  # a round's first
+        made = speculator.take(attempt) if speculator is not None else None
+        on_image = (
+            partial(_made_from, speculator, recorder, index) if speculator is not None and ahead else None
+        )
         self.attempts.make(
             recorder,
             attempt,
@@ -258,8 +286,15 @@ class StepLoop:
             turn=Turn(self.loop.seed_base, index, attempt_index),
             forced=last and not self.loop.critic_on_last_attempt,
             critic_references=images,  # judged for consistency with them too, when there are some
+            made=made,
+            on_image=on_image,
         )
         return attempt
+
+
+def _made_from(speculator: Speculator, recorder: RunRecorder, index: int, name: str) -> None:
+    """An attempt that may be kept has its image: the next step's first call starts from it."""
+    speculator.start(index, (recorder.images[name], name))
 
 
 def _planner_unreachable(error: str) -> str:

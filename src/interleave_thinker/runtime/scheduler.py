@@ -54,6 +54,8 @@ class BatchSettings:
     micro_batch: set[str] = field(default_factory=set)
     max_wait: float = 0.005
     retry_failed: bool = True
+    speculate_share: float = 1.0
+    """Share of the generator's slots that calls made ahead (``loop.speculate``) may hold at once."""
 
 
 def default_limit(spec: str, remote_concurrency: int, micro_batch: bool) -> int:
@@ -97,7 +99,11 @@ def limited_pipeline(pipe: Pipeline, settings: BatchSettings) -> tuple[Pipeline,
         limit = capacity
     stats["generator"] = BackendStats("generator", limit)
     generator: ImageBackend = LimitedImage(
-        pipe.generator, stats["generator"], micro_batch=batch, max_wait=settings.max_wait
+        pipe.generator,
+        stats["generator"],
+        micro_batch=batch,
+        max_wait=settings.max_wait,
+        speculate_share=settings.speculate_share,
     )
     return Pipeline(
         planner=planner,

@@ -77,7 +77,9 @@ class SeededWorld:
 
     def _edit(self, body: dict[str, Any]) -> dict[str, Any]:
         seed, prompt = int(body.get("seed") or 0), str(body["prompt"])
-        source = read_paint(_image_of(body["image"]))[0] if body.get("image") else None
+        sent = body.get("image")  # one image, or with references a list: the edited image first
+        first = sent[0] if isinstance(sent, list) and sent else sent
+        source = read_paint(_image_of(first))[0] if first else None
         self._note({"role": "generator", "seed": seed, "prompt": prompt, "source": source, "at": "start"})
         time.sleep(self.latency.get("generator", 0.0))
         image = paint(seed, prompt, (int(body.get("width", 64)), int(body.get("height", 64))))
