@@ -118,8 +118,11 @@ def run_folder(out: Path | None, prompt: str, resume: bool) -> Path:
 @app.command()
 @with_settings(pipeline=True)
 def run(
-    prompt: Annotated[str, typer.Argument(help="The request. Mark input image positions with <image>.")],
     settings: SettingsFlags,
+    prompt: Annotated[
+        str | None,
+        typer.Argument(help="The request. Mark input image positions with <image>. None with --resume-from."),
+    ] = None,
     image: Annotated[list[Path] | None, typer.Option("--image", help="Input image, repeat in order.")] = None,
     out: Annotated[
         Path | None, typer.Option(help="Output folder \\[default: runs/<timestamp>-<slug>].")
@@ -127,8 +130,27 @@ def run(
     resume: Annotated[
         bool, typer.Option(help="Continue the interrupted run in --out after its last complete step.")
     ] = False,
+    resume_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="A run folder to redo from --redo-step on, into a new --out (the request is its own)."
+        ),
+    ] = None,
+    redo_step: Annotated[
+        int | None, typer.Option(min=1, help="With --resume-from: the first step generated again (1-based).")
+    ] = None,
+    instruction: Annotated[
+        str | None, typer.Option(help="With --resume-from: the new instruction of the --redo-step step.")
+    ] = None,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
+    if resume_from is not None or redo_step is not None or instruction is not None:
+        redo(settings, resume_from, redo_step, instruction, prompt, out, image)
+        return
+    if prompt is None:
+        raise InputError(
+            "Give the request text (or --resume-from RUN --redo-step K to redo a run from a step)."
+        )
     from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.cli.progress import LoadingDisplay, RichObserver
     from interleave_thinker.runtime.fallbacks import fallback_counts, fallback_line
@@ -160,6 +182,39 @@ def run(
     counted = fallback_line(fallback_counts([result.trace]))
     if counted is not None:
         console.print(Text(counted))
+    typer.echo(str(out_dir / "index.html"))
+
+
+def redo(
+    settings: SettingsFlags,
+    parent: Path | None,
+    step: int | None,
+    instruction: str | None,
+    prompt: str | None,
+    out: Path | None,
+    image: list[Path] | None,
+) -> None:
+    """``run --resume-from RUN --redo-step K``: the run in RUN again from step K, into a new folder."""
+    from interleave_thinker.cli.progress import RichObserver
+    from interleave_thinker.runtime.outlock import folder_lock
+    from interleave_thinker.runtime.pipeline import Pipeline
+
+    if parent is None or step is None:
+        raise InputError("--resume-from RUN and --redo-step K go together (and --instruction with them).")
+    if prompt is not None or image:
+        raise InputError("--resume-from redoes that run's own request: give no request text or --image.")
+    if not (parent / "trace.json").is_file():
+        raise InputError(f"--resume-from {parent}: no trace.json there; give the folder of a run.")
+    out_dir = run_folder(out, f"{parent.name} redo {step}", False)
+    check_out_folder(out_dir)
+    cfg = settings.resolve()
+    seed = cfg.loop.seed_base if settings.values.get("seed") is not None else None
+    with folder_lock(out_dir), Pipeline.from_config(cfg) as pipe, RichObserver(console) as observer:
+        result = pipe.redo(
+            parent, step, out_dir=out_dir, instruction=instruction, seed=seed, observer=observer
+        )
+    if not result.ok:
+        raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
     typer.echo(str(out_dir / "index.html"))
 
 

@@ -269,10 +269,22 @@ class Fallback(_Model):
     error: str = ""
 
 
+class RunParent(_Model):
+    """The run a redo started from (``Pipeline.redo``, ``run --resume-from``): its steps before ``step``
+    were taken from it as they are."""
+
+    run: str = Field(description="The parent run's folder, as given.")
+    step: int = Field(description="The first step generated again (1-based position).")
+    instruction: str | None = Field(default=None, description="The new instruction of that step, when given.")
+    seed_base: int | None = Field(
+        default=None, description="The new loop.seed_base from that step on, when given."
+    )
+
+
 class Trace(_OmitsAbsent):
     """Everything that happened in one request, enough to audit, resume or build training data."""
 
-    OPT_IN: ClassVar[tuple[str, ...]] = ("repair",)
+    OPT_IN: ClassVar[tuple[str, ...]] = ("repair", "parent")
 
     schema_version: int = SCHEMA_VERSION
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -295,6 +307,9 @@ class Trace(_OmitsAbsent):
     duration_s: float = 0.0
     repair: RepairRecord | None = Field(
         default=None, description="The sequence review and its repairs (absent when loop.repair_budget is 0)."
+    )
+    parent: RunParent | None = Field(
+        default=None, description="The run this one redid from a step (absent for a run of its own)."
     )
 
     # --- the sequence as shown ------------------------------------------------------------------

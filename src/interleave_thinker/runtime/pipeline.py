@@ -48,6 +48,7 @@ from interleave_thinker.runtime.input_images import InputImages, open_image_file
 from interleave_thinker.runtime.loop import StepLoop
 from interleave_thinker.runtime.observer import Observer
 from interleave_thinker.runtime.recorder import RunRecorder
+from interleave_thinker.runtime.redo import start_redo
 from interleave_thinker.runtime.resume import is_finished, restore_pages, resume_recorder
 from interleave_thinker.runtime.used_backends import backend_description
 
@@ -255,12 +256,44 @@ class Pipeline:
             self._write_pages(recorder, only_missing=True)
             return self._result(recorder)
         # 3. Run the loop; the trace and the pages are written even when planning fails.
+        return self._run_to_end(recorder, input_images, observer)
+
+    def redo(
+        self,
+        run_dir: str | Path,
+        step: int,
+        *,
+        out_dir: str | Path,
+        instruction: str | None = None,
+        seed: int | None = None,
+        observer: Observer | None = None,
+    ) -> Result:
+        """Run the request of the run in ``run_dir`` again from ``step`` (1-based) into ``out_dir``: the
+        steps before it are taken from that run as they are (no call made for them), ``instruction``
+        replaces that step's instruction and prompt, ``seed`` is ``loop.seed_base`` from that step on.
+        The new trace records its parent (``trace.parent``); see ``runtime/redo.py``."""
+        pipe = for_call(self, given_overrides(seed=seed)) if seed is not None else self
+        recorder = start_redo(
+            Path(run_dir),
+            Path(out_dir),
+            step,
+            instruction=instruction,
+            seed_base=seed,
+            settings=pipe._trace_settings(),
+            backends=pipe._used_backends(),
+        )
+        inputs = [recorder.images[name] for name in recorder.trace.input_images]
+        return pipe._run_to_end(recorder, inputs, observer)
+
+    def _run_to_end(
+        self, recorder: RunRecorder, input_images: list[Image.Image], observer: Observer | None
+    ) -> Result:
+        """The loop over ``recorder``'s trace, then its closing write and the pages (also when it fails)."""
         start = time.perf_counter()
         try:
             self._run_loop(recorder, input_images, observer)
         finally:
             self._close_trace(recorder, start)
-            # 4. Write the pages.
             self._write_pages(recorder)
         return self._result(recorder)
 
@@ -331,11 +364,7 @@ class Pipeline:
         trace = Trace(
             request=request,
             backends=self._used_backends(),
-            settings={
-                "loop": self.config.loop.trace_settings(),
-                "generation": self.config.generation.model_dump(),
-                **call_settings(self.call_overrides),
-            },
+            settings=self._trace_settings(),
             templates=self.templates.info(),
             warnings=warnings + self._template_warnings(),
         )
@@ -344,6 +373,14 @@ class Pipeline:
             recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
         ]
         return recorder
+
+    def _trace_settings(self) -> dict[str, Any]:
+        """The settings a trace records: the loop's (opt-in ones when changed), generation, per-call values."""
+        return {
+            "loop": self.config.loop.trace_settings(),
+            "generation": self.config.generation.model_dump(),
+            **call_settings(self.call_overrides),
+        }
 
     def _used_backends(self) -> dict[str, str]:
         """Each role's backend as it ran (its spec, name or class; ``runtime/used_backends``)."""
