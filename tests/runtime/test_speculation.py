@@ -35,7 +35,7 @@ from interleave_thinker.runtime.speculation import SPECULATIVE
 from interleave_thinker.testing.doubles.seeded import SeededWorld, chance, read_paint
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 from interleave_thinker.testing.scripted import ScriptedImageBackend
-from tests.runtime.test_candidates import GOLDEN, folder, normalised, release_request
+from tests.helpers.release_loop import GOLDEN, folder, normalised, release_request
 
 PROMPT = "Draw a fox"
 """A request of three image steps (``plan_reply``)."""

@@ -115,6 +115,18 @@ def run_folder(out: Path | None, prompt: str, resume: bool) -> Path:
     return out_dir
 
 
+ResumeFromOption = Annotated[
+    Path | None,
+    typer.Option(help="A run folder to redo from --redo-step on, into a new --out (the request is its own)."),
+]
+RedoStepOption = Annotated[
+    int | None, typer.Option(min=1, help="With --resume-from: the first step generated again (1-based).")
+]
+InstructionOption = Annotated[
+    str | None, typer.Option(help="With --resume-from: the new instruction of the --redo-step step.")
+]
+
+
 @app.command()
 @with_settings(pipeline=True)
 def run(
@@ -130,18 +142,9 @@ def run(
     resume: Annotated[
         bool, typer.Option(help="Continue the interrupted run in --out after its last complete step.")
     ] = False,
-    resume_from: Annotated[
-        Path | None,
-        typer.Option(
-            help="A run folder to redo from --redo-step on, into a new --out (the request is its own)."
-        ),
-    ] = None,
-    redo_step: Annotated[
-        int | None, typer.Option(min=1, help="With --resume-from: the first step generated again (1-based).")
-    ] = None,
-    instruction: Annotated[
-        str | None, typer.Option(help="With --resume-from: the new instruction of the --redo-step step.")
-    ] = None,
+    resume_from: ResumeFromOption = None,
+    redo_step: RedoStepOption = None,
+    instruction: InstructionOption = None,
 ) -> None:
     """Plan, generate and check one request; write trace.json, images/, document.md and index.html."""
     if resume_from is not None or redo_step is not None or instruction is not None:

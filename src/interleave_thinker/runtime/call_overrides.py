@@ -127,6 +127,15 @@ def call_settings(overrides: dict[str, Any]) -> dict[str, Any]:
     return {"call_overrides": dict(overrides)} if overrides else {}
 
 
+def trace_settings(config: PipelineConfig, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The settings a trace records: the loop's (opt-in ones when changed), generation, per-call values."""
+    return {
+        "loop": config.loop.trace_settings(),
+        "generation": config.generation.model_dump(),
+        **call_settings(overrides),
+    }
+
+
 def preset_config(
     name: str, *, device: str | None, dtype: str | None, overrides: dict[str, Any]
 ) -> PipelineConfig:

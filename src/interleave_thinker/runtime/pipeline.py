@@ -35,11 +35,11 @@ from interleave_thinker.core.sanitize import clean_text
 from interleave_thinker.core.types import Request, StepRecord, Trace
 from interleave_thinker.runtime.call_overrides import (
     CallOverrides,
-    call_settings,
     for_call,
     given_overrides,
     one_form,
     preset_config,
+    trace_settings,
 )
 from interleave_thinker.runtime.documents import write_documents
 from interleave_thinker.runtime.failures import note_backend_errors
@@ -259,31 +259,16 @@ class Pipeline:
         return self._run_to_end(recorder, input_images, observer)
 
     def redo(
-        self,
-        run_dir: str | Path,
-        step: int,
-        *,
-        out_dir: str | Path,
-        instruction: str | None = None,
-        seed: int | None = None,
-        observer: Observer | None = None,
-    ) -> Result:
-        """Run the request of the run in ``run_dir`` again from ``step`` (1-based) into ``out_dir``: the
-        steps before it are taken from that run as they are (no call made for them), ``instruction``
-        replaces that step's instruction and prompt, ``seed`` is ``loop.seed_base`` from that step on.
-        The new trace records its parent (``trace.parent``); see ``runtime/redo.py``."""
+        self, run_dir: str | Path, step: int, *, out_dir: str | Path, instruction: str | None = None,
+        seed: int | None = None, observer: Observer | None = None,
+    ) -> Result:  # fmt: skip
+        """The request of the run in ``run_dir`` again from ``step`` (1-based) into ``out_dir``, the steps
+        before it taken as they are; ``instruction`` replaces that step's, ``seed`` is ``loop.seed_base``
+        from it on; the trace records its parent (``runtime/redo.py``)."""
         pipe = for_call(self, given_overrides(seed=seed)) if seed is not None else self
-        recorder = start_redo(
-            Path(run_dir),
-            Path(out_dir),
-            step,
-            instruction=instruction,
-            seed_base=seed,
-            settings=pipe._trace_settings(),
-            backends=pipe._used_backends(),
-        )
-        inputs = [recorder.images[name] for name in recorder.trace.input_images]
-        return pipe._run_to_end(recorder, inputs, observer)
+        given = (instruction, seed, trace_settings(pipe.config, pipe.call_overrides), pipe._used_backends())
+        recorder = start_redo(Path(run_dir), Path(out_dir), step, *given)
+        return pipe._run_to_end(recorder, [recorder.images[n] for n in recorder.trace.input_images], observer)
 
     def _run_to_end(
         self, recorder: RunRecorder, input_images: list[Image.Image], observer: Observer | None
@@ -364,7 +349,7 @@ class Pipeline:
         trace = Trace(
             request=request,
             backends=self._used_backends(),
-            settings=self._trace_settings(),
+            settings=trace_settings(self.config, self.call_overrides),
             templates=self.templates.info(),
             warnings=warnings + self._template_warnings(),
         )
@@ -373,14 +358,6 @@ class Pipeline:
             recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
         ]
         return recorder
-
-    def _trace_settings(self) -> dict[str, Any]:
-        """The settings a trace records: the loop's (opt-in ones when changed), generation, per-call values."""
-        return {
-            "loop": self.config.loop.trace_settings(),
-            "generation": self.config.generation.model_dump(),
-            **call_settings(self.call_overrides),
-        }
 
     def _used_backends(self) -> dict[str, str]:
         """Each role's backend as it ran (its spec, name or class; ``runtime/used_backends``)."""

@@ -28,7 +28,6 @@ def start_redo(
     parent: Path,
     out: Path,
     step: int,
-    *,
     instruction: str | None,
     seed_base: int | None,
     settings: dict[str, Any],
