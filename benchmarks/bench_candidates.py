@@ -141,6 +141,7 @@ def main() -> None:
         default=8,
         help="The generator's limit (calls in flight) in the saturated rows.",
     )
+    parser.add_argument("--saturated-only", action="store_true", help="Only the saturated rows.")
     args = parser.parse_args()
     if args.time_scale <= 0 or args.requests < 1:
         parser.error("--time-scale must be > 0 and --requests >= 1")
@@ -156,7 +157,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     with tempfile.TemporaryDirectory(prefix="bench-candidates-", dir=args.run_dir) as tmp:
-        for p in PROBABILITIES:
+        for p in () if args.saturated_only else PROBABILITIES:
             world = SeededWorld(
                 accept=chance(p, args.seed), latency={k: v * args.time_scale for k, v in LATENCY.items()}
             )

@@ -140,10 +140,13 @@ def test_every_mode_keeps_the_sequential_trace(
         calls = world.calls("generator", "start")[mark:]
         assert ahead.status == sequential.status == "succeeded"
         made = {(s.before_image, s.speculative) for step in ahead.steps for s in step.speculations}
+        ahead_steps = [step.model_copy(deep=True) for step in ahead.steps]
         assert kept(ahead) == kept(sequential), (p, base)
         assert len(calls) >= sum(len(s.attempts) for s in ahead.steps)  # and the discarded that began
         assert ("step01_attempt0.png", "kept") in made
         assert ("step02_attempt0.png", "discarded") in made  # rejected by the critic
+        kept_round = {s.attempt for s in ahead_steps[1].speculations if s.speculative == "kept"}
+        assert kept_round == set(range(base.get("candidates", 1)))  # the whole first round made ahead
         step2 = ahead.steps[1].attempts
         assert step2[0].verdict is not None and not step2[0].verdict.success
 

@@ -150,11 +150,12 @@ class Selection(_Model):
 
 
 class Speculated(_Model):
-    """A step's first generator call made ahead, from an image the critic had not judged yet
-    (``loop.speculate``): kept when that image was kept (the step's attempt 0 is its image), else
-    discarded, its image never written."""
+    """A step's first generator call (with ``loop.candidates``, one of its first round) made ahead, from
+    an image the critic had not judged yet (``loop.speculate``): kept when that image was kept (the
+    attempt's image is its image), else discarded, its image never written."""
 
     step_number: int
+    attempt: int = Field(description="The attempt it was made for: 0, or one of the first round's.")
     seed: int
     prompt: str
     before_image: str = Field(

@@ -99,8 +99,16 @@ class Speculation:
 
     def matches(self, attempt: Attempt) -> bool:
         mine = self.attempt
-        same = (mine.step_number, mine.prompt, mine.seed, mine.before_image, mine.references) == (
+        same = (
+            mine.step_number,
+            mine.attempt,
+            mine.prompt,
+            mine.seed,
+            mine.before_image,
+            mine.references,
+        ) == (
             attempt.step_number,
+            attempt.attempt,
             attempt.prompt,
             attempt.seed,
             attempt.before_image,
@@ -125,6 +133,7 @@ class Speculation:
             took = round(time.perf_counter() - self.started, 4)
         return Speculated(
             step_number=a.step_number,
+            attempt=a.attempt,
             seed=a.seed,
             prompt=a.prompt,
             before_image=a.before_image,
@@ -153,27 +162,29 @@ class Speculator:
         return self.options.speculate
 
     def start(self, step: int, latest: Named, parent: Speculation | None = None) -> None:
-        """Make the next image step's attempt 0 from ``latest`` (``step``'s image), unless one is made
-        from it already or it is two steps past ``depth``."""
+        """Make the next image step's first round (attempt 0, or with ``loop.candidates`` its first N
+        attempts) from ``latest`` (``step``'s image), unless it is made from that image already."""
         after = next((j for j in sorted(self.planned) if j > step), None)
         if after is None or latest[0].mode not in _KEPT_MODES:
             return
-        if parent is None and any(
-            s.attempt.before_image == latest[1] and s.state == "open" for s in self.open
-        ):
-            return  # a kept speculation's image: the call after it is on its way
+        if parent is None and any(s.attempt.before_image == latest[1] for s in self.open):
+            return  # a kept speculation's image: the calls after it are on their way
         references = self.references.for_attempt(latest) if self.references else []
-        attempt = Attempt(
-            step_number=after,
-            attempt=0,
-            prompt=self.planned[after],
-            seed=self.seed(after, 0),
-            before_image=latest[1],
-            references=[name for _, name in references],
-        )
-        speculation = Speculation(attempt, parent)
         images = tuple(image for image, _ in references)
-        speculation.call = lambda: self._make(speculation, latest[0], images)
+        budget = self.options.generator_budget or self.options.max_attempts
+        for index in range(min(self.options.candidates, budget)):
+            attempt = Attempt(
+                step_number=after,
+                attempt=index,
+                prompt=self.planned[after],
+                seed=self.seed(after, index),
+                before_image=latest[1],
+                references=[name for _, name in references],
+            )
+            self._launch(Speculation(attempt, parent), latest[0], images)
+
+    def _launch(self, speculation: Speculation, before: Image.Image, images: tuple[Image.Image, ...]) -> None:
+        speculation.call = lambda: self._make(speculation, before, images)
         if in_green():
             speculation.task = asyncio.get_running_loop().create_task(run_green(speculation.call))
             speculation.task.add_done_callback(_retrieve)
@@ -189,21 +200,27 @@ class Speculator:
         finally:
             SPECULATIVE.reset(token)
         speculation.image = image
-        if image is not None and speculation.ahead < self.depth:
+        if image is not None and speculation.attempt.attempt == 0 and speculation.ahead < self.depth:
             step = speculation.attempt.step_number
             self.start(step, (image, f"step{step:02d}_attempt0.png"), parent=speculation)
         return image
 
     def take(self, attempt: Attempt) -> Image.Image | None:
-        """The image made ahead for ``attempt`` (a step's attempt 0), its durations copied onto it; None
-        when there is none (the loop makes the call). Every other call for that step is discarded."""
-        if attempt.attempt != 0:
-            return None
-        mine = [s for s in self.open if s.attempt.step_number == attempt.step_number]
-        match = next((s for s in mine if s.matches(attempt)), None)
-        for other in mine:
-            if other is not match:
-                self._discard(other)
+        """The image made ahead for ``attempt``, its durations copied onto it; None when there is none
+        (the loop makes the call). The calls for earlier steps, and those for this step that cannot be
+        this round's (another image, or not this attempt's request), are discarded."""
+        step = attempt.step_number
+        stale = [s for s in self.open if s.attempt.step_number < step]
+        stale += [
+            s
+            for s in self.open
+            if s.attempt.step_number == step
+            and (s.attempt.before_image != attempt.before_image or s.attempt.attempt == attempt.attempt)
+            and not s.matches(attempt)
+        ]
+        for speculation in stale:
+            self._discard(speculation)
+        match = next((s for s in self.open if s.matches(attempt)), None)
         if match is None:
             return None
         image = match.result()
