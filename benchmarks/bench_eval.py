@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from interleave_thinker.eval import score_wise
 from interleave_thinker.eval.benchmarks import load_items
+from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
 from interleave_thinker.eval.prompts import WISE_VERIFIED_PROMPTS, EvalPromptStore
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
 

@@ -15,8 +15,9 @@ from interleave_thinker.cli.eval_generate import BenchmarkName
 from interleave_thinker.cli.eval_score import ProtocolName
 from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import TemplateError
-from interleave_thinker.eval import benchmarks, score_ueval
-from interleave_thinker.eval.benchmarks import custom
+from interleave_thinker.eval import benchmarks
+from interleave_thinker.eval.benchmarks.custom import protocol as custom
+from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
 from interleave_thinker.eval.prompts import (
     DOWNLOAD_COMMAND,
     FOLDER_ENV,

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.core.config import EvalOptions
 from interleave_thinker.core.errors import ConfigError, InputError
-from interleave_thinker.eval import benchmarks, score_ueval
+from interleave_thinker.eval import benchmarks
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ScoreContext
+from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
 from interleave_thinker.eval.datasets import EvalItem, choose_items
 from interleave_thinker.eval.judging import JudgeClient, JudgeTransport, load_transport
 from interleave_thinker.eval.outputs import Limits

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval.benchmark import Benchmark, Protocol
-from interleave_thinker.eval.benchmarks import consistency, custom, rise, ueval, wise
+from interleave_thinker.eval.benchmarks.consistency import protocol as consistency
+from interleave_thinker.eval.benchmarks.custom import protocol as custom
+from interleave_thinker.eval.benchmarks.rise import protocol as rise
+from interleave_thinker.eval.benchmarks.ueval import protocol as ueval
+from interleave_thinker.eval.benchmarks.wise import protocol as wise
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.published import Published
 

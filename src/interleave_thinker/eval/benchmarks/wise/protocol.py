@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from interleave_thinker.eval import score_wise
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.benchmark import plain_cell as cell
+from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
 from interleave_thinker.eval.datasets import load_wise
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ScoreContext, Scorer
-from interleave_thinker.eval.benchmarks.ueval import RUBRIC_REPORT, rubric_scorer
+from interleave_thinker.eval.benchmarks.ueval.protocol import RUBRIC_REPORT, rubric_scorer
 from interleave_thinker.eval.datasets import EvalItem, load_ueval
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import PromptSet

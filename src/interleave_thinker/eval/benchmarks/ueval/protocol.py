@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from interleave_thinker.eval import score_ueval
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
+from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
 from interleave_thinker.eval.datasets import load_ueval
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import UEVAL_PROMPTS, UEVAL_REPO, EvalPromptStore

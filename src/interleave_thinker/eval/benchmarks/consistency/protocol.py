@@ -3,7 +3,7 @@
 Our own measure, not a published protocol (there is no official judge and no published number): a VLM
 judge rates each pair of consecutive accepted images with our rubric, ``prompts/consistency/`` (our
 words), whose texts are pinned here by SHA-256 and recorded with every result. Scale, aggregation and
-what is judged: :mod:`interleave_thinker.eval.score_consistency`.
+what is judged: :mod:`interleave_thinker.eval.benchmarks.consistency.scorer`.
 
 Data: the runs themselves. ``eval score consistency --outputs RUNS`` reads every ``requests/<id>/`` of
 a `batch` or `eval generate` folder (``--data`` defaults to ``--outputs``); a prompts file (JSONL of
@@ -21,8 +21,8 @@ from typing import Any
 
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.pinned_texts import sha256_text
-from interleave_thinker.eval import score_consistency as scs
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
+from interleave_thinker.eval.benchmarks.consistency import scorer as scs
 from interleave_thinker.eval.datasets import EvalItem, load_ueval
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import PromptSet

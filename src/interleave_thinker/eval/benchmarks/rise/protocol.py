@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from interleave_thinker.eval import score_rise
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
+from interleave_thinker.eval.benchmarks.rise import scorer as score_rise
 from interleave_thinker.eval.datasets import load_rise
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import RISE_PROMPTS, RISE_REPO, EvalPromptStore
