@@ -65,6 +65,19 @@ def load_items(name: str, data: str) -> list[EvalItem]:
     return get(name).load(data)
 
 
+def option_help(option: str) -> str:
+    """The benchmarks' parts of the CLI option ``option``'s help (:attr:`Benchmark.help`), joined."""
+    return "; ".join(b.help[option] for b in BENCHMARKS if option in b.help)
+
+
+def mode_flag() -> str:
+    """The flag that picks a protocol's request shape (:attr:`Protocol.modes`), as the CLI spells it."""
+    flags = sorted({p.mode_flag for p in protocols() if p.mode_flag})
+    if len(flags) != 1:
+        raise ConfigError(f"The protocols name {len(flags)} request-mode flags ({flags}); one is expected.")
+    return flags[0]
+
+
 def published(protocol: str) -> list[Published]:
     """The published numbers measured with ``protocol``."""
     return [p for b in BENCHMARKS for p in b.published if protocol in p.protocols]
