@@ -209,10 +209,11 @@ def close_run(summary: dict[str, Any], stopped: str | None = None) -> None:
     passed ``agents.max_fallback_share`` (``stopped``, the scheduler's word), or when the folder has
     requests and none succeeded."""
     from interleave_thinker.runtime.fallbacks import fallback_line
+    from interleave_thinker.runtime.opt_in import opt_in_line
 
-    line = fallback_line(summary.get("fallbacks") or {})
-    if line is not None:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in (opt_in_line(summary.get("opt_in") or {}), fallback_line(summary.get("fallbacks") or {})):
+        if line is not None:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     if stopped is not None:
         raise RunFailedError(stopped)
     requests = summary.get("requests") or {}
