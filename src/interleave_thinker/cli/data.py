@@ -21,7 +21,6 @@ from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS
-from interleave_thinker.train.data.issues import DatasetError
 
 app = typer.Typer(help="Validate, build and count training data.", no_args_is_help=True)
 MAX_ERRORS = 20
@@ -80,6 +79,7 @@ def validate(
     ] = None,
 ) -> None:
     """Check a training-data file: print the record count and a summary, or the first errors (exit 1)."""
+    from interleave_thinker.train.data.issues import DatasetError
     from interleave_thinker.train.data.loaders import load_kind
 
     try:
