@@ -71,19 +71,27 @@ def worktree(ref: str, where: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--before", default="main", help="the git ref measured as 'before' (default: main)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each side (default: 3)")
     parser.add_argument("--cold", action="store_true", help="no warm-up run: bytecode compiled on the way")
     args = parser.parse_args()
     commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", args.before], check=True, capture_output=True, text=True
+        ["git", "-C", str(REPO), "rev-parse", "--short", args.before],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         root = Path(tmp)
         before = worktree(args.before, root / "before")
         try:
-            sides = {f"before ({args.before} {commit})": before / "src", "after (this checkout)": REPO / "src"}
+            sides = {
+                f"before ({args.before} {commit})": before / "src",
+                "after (this checkout)": REPO / "src",
+            }
             figures: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
             if not args.cold:
                 for index, src in enumerate(sides.values()):
@@ -93,8 +101,12 @@ def main() -> None:
                     pycache = root / (f"pyc{index}" if not args.cold else f"pyc{index}-{run}")
                     figures[name].append(launch(src, pycache, root / f"out{index}-{run}"))
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
-    print(f"tiny `run`, seconds from launch (median of {args.runs}; {'cold' if args.cold else 'warm'} bytecode)")
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False
+            )
+    print(
+        f"tiny `run`, seconds from launch (median of {args.runs}; {'cold' if args.cold else 'warm'} bytecode)"
+    )
     names = list(figures)
     print(f"{'':22}" + "".join(f"{name:>32}" for name in names))
     for key, label in (("phase", "first phase line"), ("planner", "first planner call")):
