@@ -25,9 +25,12 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
+from interleave_thinker.agents.reply_formats import Skeleton, register_format, texts
+from interleave_thinker.backends.protocols import Message
 from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.core.no_follow import open_append, open_append_bytes
+from interleave_thinker.core.pinned_texts import sha256_text
 from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
 
@@ -114,6 +117,20 @@ class JudgeRequest:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def register_system_format(name: str, system_sha256: str, skeleton: Skeleton) -> None:
+    """A protocol whose requests open with the system text of SHA-256 ``system_sha256`` is answered in
+    ``skeleton`` by a tiny stand-in judge (``agents/reply_formats.py``): the protocol is known by its pinned
+    digest, so no benchmark text is copied here."""
+
+    def match(messages: list[Message]) -> Skeleton | None:
+        first = messages[0] if messages else {}
+        if first.get("role") != "system" or sha256_text(texts([first])) != system_sha256:
+            return None
+        return skeleton
+
+    register_format(name, match)
 
 
 class JudgeTransport(Protocol):
