@@ -116,3 +116,23 @@ def test_the_tiny_judge_answers_wise_verified(judge: Any, monkeypatch: pytest.Mo
     request = score_wise.build_request(protocol, prompts, raw, _png(WHITE))
     reply = ChatTransport(judge, "tiny:judge").send(request)
     assert score_wise.parse_verified(reply) in (0.0, 1.0), reply
+
+
+@pytest.mark.parametrize("benchmark", ["rise", "ueval"])
+def test_the_tiny_judge_answers_rise_and_ueval_in_the_format_their_scorer_registers(
+    judge: Any, benchmark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interleave_thinker.eval import benchmarks, score_rise, score_ueval
+    from interleave_thinker.eval.benchmarks import rise, ueval
+    from interleave_thinker.eval.judging import register_prompt_format
+
+    monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS", str(shared_path("reference", "eval")))
+    prompts = benchmarks.get(benchmark).protocols[0].prompts()
+    module, first, parse = {
+        "rise": (rise, "rise_prompt_generation", score_rise.parse_judge),
+        "ueval": (ueval, "ueval_text_template", score_ueval.parse_rubric),
+    }[benchmark]
+    register_prompt_format(benchmark, prompts, module.REPLY)  # as the benchmark's scorer does when made
+    request = JudgeRequest.one_turn((prompts.texts[first], JudgeImage(_png(WHITE), "image/png")))
+    reply = ChatTransport(judge, "tiny:judge").send(request)
+    assert parse(reply), reply

@@ -337,7 +337,9 @@ def test_shipped_tiny_critic_config_trains_and_evaluates_from_the_cli(tmp_path: 
     # The format-trained tiny critic's rollouts differ, so GRPO has something to learn from.
     assert any(e.get("reward_std", 0) > 0 for e in history)
     # The tiny judge answers the reward's text-first SC and PQ requests (tiny/formats.py): in most logged
-    # steps some samples were scored by it, not all given the 0.5 fallback.
-    scored = [e["stepwise/scored"] for e in history if "stepwise/scored" in e]
-    assert scored and sum(s > 0 for s in scored) > len(scored) / 2, scored
+    # steps that asked it (a step whose prompt's ground truth is a success skips the judge), samples were
+    # scored by it, not given the 0.5 fallback.
+    counts = [(e["stepwise/scored"], e["stepwise/failed"]) for e in history if "stepwise/scored" in e]
+    asked = [scored for scored, failed in counts if scored + failed > 0]
+    assert asked and sum(scored > 0 for scored in asked) > len(asked) / 2, counts
     assert (out / "model.safetensors").is_file()
