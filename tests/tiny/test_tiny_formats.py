@@ -124,7 +124,7 @@ def test_the_tiny_judge_answers_rise_and_ueval_in_the_format_their_scorer_regist
 ) -> None:
     from interleave_thinker.eval import benchmarks, score_rise, score_ueval
     from interleave_thinker.eval.benchmarks import rise, ueval
-    from interleave_thinker.eval.judging import register_prompt_format
+    from interleave_thinker.eval.judge_formats import register_prompt_format
 
     monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS", str(shared_path("reference", "eval")))
     prompts = benchmarks.get(benchmark).protocols[0].prompts()

@@ -25,12 +25,9 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from interleave_thinker.agents.reply_formats import Skeleton, parts, register_format, texts
-from interleave_thinker.backends.protocols import Message
 from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.core.no_follow import open_append, open_append_bytes
-from interleave_thinker.core.pinned_texts import sha256_text
 from interleave_thinker.core.redact import redact_spec
 from interleave_thinker.core.sanitize import clean_text
 
@@ -117,44 +114,6 @@ class JudgeRequest:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def register_system_format(name: str, system_sha256: str, skeleton: Skeleton) -> None:
-    """A protocol whose requests open with the system text of SHA-256 ``system_sha256`` is answered in
-    ``skeleton`` by a tiny stand-in judge (``agents/reply_formats.py``): the protocol is known by its pinned
-    digest, so no benchmark text is copied here."""
-
-    def match(messages: list[Message]) -> Skeleton | None:
-        first = messages[0] if messages else {}
-        if first.get("role") != "system" or sha256_text(texts([first])) != system_sha256:
-            return None
-        return skeleton
-
-    register_format(name, match)
-
-
-MIN_PREFIX_CHARS = 20
-"""A prompt is known by its text up to its first placeholder only when that much is fixed."""
-
-
-def register_prompt_format(name: str, prompts: Any, skeleton: Skeleton) -> None:
-    """Requests built from ``prompts`` (a protocol's loaded :class:`~interleave_thinker.eval.prompts.PromptSet`)
-    are answered in ``skeleton`` by a tiny stand-in judge (``agents/reply_formats.py``): a request is known by
-    a text part that opens with a prompt's fixed text (up to its first placeholder). Called when the
-    protocol's scorer is made, with the texts it will fill."""
-    heads = tuple(
-        head for text in prompts.texts.values() if len(head := text.split("{", 1)[0]) >= MIN_PREFIX_CHARS
-    )
-
-    def match(messages: list[Message]) -> Skeleton | None:
-        found = any(
-            str(part.get("text", "")).startswith(heads)
-            for part in parts(messages)
-            if part.get("type") == "text"
-        )
-        return skeleton if found else None
-
-    register_format(name, match)
 
 
 class JudgeTransport(Protocol):

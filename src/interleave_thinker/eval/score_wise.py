@@ -16,13 +16,8 @@ from typing import Any
 from interleave_thinker.agents.reply_formats import Choice, scores
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.eval.judging import (
-    JudgeClient,
-    JudgeImage,
-    JudgeRequest,
-    Question,
-    register_system_format,
-)
+from interleave_thinker.eval.judge_formats import register_system_format
+from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
 from interleave_thinker.eval.prompts import PROMPTS, PromptSet, fill_wise
 from interleave_thinker.eval.scoring import ItemResult, bind, mean

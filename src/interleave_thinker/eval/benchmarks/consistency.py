@@ -25,7 +25,7 @@ from interleave_thinker.core.pinned_texts import sha256_text
 from interleave_thinker.eval import score_consistency as scs
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.datasets import EvalItem, load_ueval
-from interleave_thinker.eval.judging import register_system_format
+from interleave_thinker.eval.judge_formats import register_system_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import PromptSet
 

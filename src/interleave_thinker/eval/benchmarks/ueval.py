@@ -10,7 +10,7 @@ from interleave_thinker.agents.reply_formats import Choice
 from interleave_thinker.eval import score_ueval
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.datasets import load_ueval
-from interleave_thinker.eval.judging import register_prompt_format
+from interleave_thinker.eval.judge_formats import register_prompt_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import UEVAL_PROMPTS, UEVAL_REPO, EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
