@@ -81,6 +81,12 @@ def test_the_tiny_critic_ranks_and_reviews_in_their_formats(critic: Any) -> None
     reviewed = SequenceReviewer(critic, templates, max_new_tokens=64).review(shown)
     assert reviewed.errors == [] and reviewed.flags is not None, reviewed.raw_replies
     assert [flag.step in (2, 5) for flag in reviewed.flags] == [True]
+    # In a batch, the ranking keeps its format beside a request of no registered shape.
+    from interleave_thinker.agents.ranking import parse_ranking, ranking_messages
+
+    plain = [{"role": "user", "content": "draw a cat"}]
+    replies = critic.chat_batch([ranking_messages(WHITE, [WHITE, DARK], "a cat"), plain], max_new_tokens=32)
+    assert parse_ranking(replies[0], 2).order[0] in (1, 2), replies
     # A request of no registered shape (the critic's own verdict) is answered freely, as before.
     assert constraint(critic.processor.tokenizer, [0], [{"role": "user", "content": "draw a cat"}], 3) == {}
 

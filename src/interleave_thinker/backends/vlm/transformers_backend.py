@@ -94,7 +94,9 @@ class TransformersVLMBackend(VLMBatchMixin):
     ) -> list[str]:
         import torch
 
-        if self.extra_generation is not None and len(conversations) > 1:  # each its own keywords
+        extra = self.extra_generation
+        if extra is not None and len(conversations) > 1 and any(extra(c, 0) for c in conversations):
+            # a conversation with keywords of its own (an imposed reply format) is generated alone
             return [self._generate([c], max_new_tokens, temperature, seed)[0] for c in conversations]
         prepared = [apply_max_pixels(m, self.pixel_factor) for m in conversations]
         try:
@@ -110,8 +112,8 @@ class TransformersVLMBackend(VLMBatchMixin):
             raise InputError(f"{self.name}: the processor refused the conversation: {exc}") from exc
         try:
             generation = {"max_new_tokens": max_new_tokens, **decoding_kwargs(temperature)}
-            if self.extra_generation is not None:
-                generation.update(self.extra_generation(conversations[0], inputs["input_ids"].shape[1]))
+            if extra is not None and len(conversations) == 1:
+                generation.update(extra(conversations[0], inputs["input_ids"].shape[1]))
             with torch.inference_mode(), self._seeded(seed if self._samples(temperature) else None):
                 output = self.model.generate(**inputs, **generation)
         except (RuntimeError, ValueError) as exc:
