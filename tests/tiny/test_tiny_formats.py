@@ -20,10 +20,11 @@ from interleave_thinker.agents.reply_formats import Choice
 from interleave_thinker.agents.sequence_review import SequenceReviewer, ShownStep
 from interleave_thinker.backends.specs import load_vlm_backend
 from interleave_thinker.core.prompt_store import TemplateStore
-from interleave_thinker.eval import score_consistency, score_wise
-from interleave_thinker.eval.benchmarks import consistency
+from interleave_thinker.eval import benchmarks
+from interleave_thinker.eval.benchmarks.consistency import protocol as consistency
+from interleave_thinker.eval.benchmarks.consistency import scorer as score_consistency
+from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
 from interleave_thinker.eval.judging import ChatTransport, JudgeImage, JudgeRequest
-from interleave_thinker.eval.prompts import EvalPromptStore
 from interleave_thinker.tiny.formats import SkeletonAutomaton, constraint
 from tests.conftest import shared_path
 
@@ -115,7 +116,7 @@ def test_the_tiny_judge_scores_a_consistency_pair(judge: Any) -> None:
 def test_the_tiny_judge_answers_wise_verified(judge: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS", str(shared_path("reference", "eval")))
     protocol = score_wise.VERIFIED
-    prompts = EvalPromptStore().load((protocol.system, protocol.user), protocol.name)
+    prompts = benchmarks.get("wise").protocols[0].prompts()
     raw = json.loads(
         Path(shared_path("benchmarks", "wise", "natural_science_verified.json")).read_text("utf-8")
     )[0]
@@ -128,8 +129,10 @@ def test_the_tiny_judge_answers_wise_verified(judge: Any, monkeypatch: pytest.Mo
 def test_the_tiny_judge_answers_rise_and_ueval_in_the_format_their_scorer_registers(
     judge: Any, benchmark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from interleave_thinker.eval import benchmarks, score_rise, score_ueval
-    from interleave_thinker.eval.benchmarks import rise, ueval
+    from interleave_thinker.eval.benchmarks.rise import protocol as rise
+    from interleave_thinker.eval.benchmarks.rise import scorer as score_rise
+    from interleave_thinker.eval.benchmarks.ueval import protocol as ueval
+    from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
     from interleave_thinker.eval.judge_formats import register_prompt_format
 
     monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS", str(shared_path("reference", "eval")))

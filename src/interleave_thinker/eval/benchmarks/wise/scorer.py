@@ -15,11 +15,12 @@ from typing import Any
 
 from interleave_thinker.agents.reply_formats import Choice, scores
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.eval.benchmarks.wise.prompts import LEGACY_PROMPTS, VERIFIED_PROMPTS, fill
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.judge_formats import register_system_format
 from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
-from interleave_thinker.eval.prompts import PROMPTS, PromptSet, fill_wise
+from interleave_thinker.eval.prompts import PromptSet
 from interleave_thinker.eval.scoring import ItemResult, bind, mean
 
 ATTEMPTS = 3
@@ -157,7 +158,7 @@ def check_data(protocol: WiseProtocol, items: list[EvalItem]) -> None:
 def build_request(
     protocol: WiseProtocol, prompts: PromptSet, raw: dict[str, Any], image: bytes
 ) -> JudgeRequest:
-    user = fill_wise(prompts.texts[protocol.user], raw.get("Prompt"), raw.get("Explanation"))
+    user = fill(prompts.texts[protocol.user], raw.get("Prompt"), raw.get("Explanation"))
     parts = (user, JudgeImage(image, "image/png"))
     return JudgeRequest.one_turn(parts, protocol.settings, system=prompts.texts[protocol.system])
 
@@ -246,9 +247,11 @@ def summarize(protocol: WiseProtocol, rows: list[dict[str, Any]], *, sliced: boo
     return result
 
 
-register_system_format("WISE_Verified", PROMPTS[VERIFIED.system].sha256, ("Score: ", Choice(("0", "1"))))
+register_system_format(
+    "WISE_Verified", VERIFIED_PROMPTS[VERIFIED.system].sha256, ("Score: ", Choice(("0", "1")))
+)
 register_system_format(
     "WiScore",
-    PROMPTS[LEGACY.system].sha256,
+    LEGACY_PROMPTS[LEGACY.system].sha256,
     ("Consistency: ", scores(0, 2), "\nRealism: ", scores(0, 2), "\nAesthetic Quality: ", scores(0, 2)),
 )
