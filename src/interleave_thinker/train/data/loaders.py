@@ -5,8 +5,7 @@ raises one :class:`~interleave_thinker.train.data.issues.DatasetError` listing t
 examples. Aliases seen in the wild are accepted: ``evaluation`` / ``ground_truth``,
 ``previous_prompt`` / ``rewritten_prompt``, ``images`` as a list or one string, ``image``,
 LLaMA-Factory's ``conversations`` with ``from`` / ``value``, and for ``planner_rl`` (the format of
-FastVideo's InterleaveThinker branch) its fields in its priority (:data:`PLANNER_RL_TEXT`,
-:data:`PLANNER_RL_IMAGE_LISTS`, :data:`PLANNER_RL_SCORES`). Relative image paths are resolved
+FastVideo's InterleaveThinker branch) its fields in its priority (:mod:`.planner_rl`). Relative image paths are resolved
 against ``image_dir`` (default: the file's folder) and may not leave it.
 """
 
@@ -34,6 +33,7 @@ from interleave_thinker.train.data.examples import (
     TrajectoryRecord,
 )
 from interleave_thinker.train.data.issues import DatasetError, Issue, LineIndex, PathPart
+from interleave_thinker.train.data.planner_rl import parse_planner_rl
 from interleave_thinker.train.data.record_reader import RecordReader
 
 T = TypeVar("T")
@@ -220,89 +220,6 @@ def _parse_rl(obj: dict[str, Any], r: RecordReader) -> CriticRLExample | None:
     return CriticRLExample(problem, tuple(images), origin_prompt, origin, edited, previous, truth)
 
 
-PLANNER_RL_TEXT = ("instruction", "text_input", "origin_prompt", "prompt")
-"""The request's text, in the FastVideo branch's priority (``normalize_planner_rl_record``: the first
-non-empty string; a row's ``messages`` first user turn stands in for an absent ``instruction``)."""
-PLANNER_RL_IMAGE_LISTS = ("input_image_paths", "images", "image_paths", "image")
-"""The request's images, the first non-empty list in the branch's priority (``images`` is copied into an
-absent ``input_image_paths``; ``_planner_image_paths``), then :data:`PLANNER_RL_IMAGE_PATHS`; ``image``
-is ours."""
-PLANNER_RL_IMAGE_PATHS = ("input_image_path", "image_path", "origin_image_path")
-PLANNER_RL_SCORES = ("planner_score", "plan_score", "reward", "score")
-"""The row's plan score, the first present in the branch's priority (``_planner_score_from_item``), then
-the same names inside ``ground_truth`` / ``evaluation``."""
-
-
-def _planner_rl_text(obj: dict[str, Any], r: RecordReader) -> tuple[str, str | None]:
-    """The first non-empty text of :data:`PLANNER_RL_TEXT` (``messages`` standing in for ``instruction``)."""
-    candidates = dict(obj)
-    if "messages" in obj and "instruction" not in obj and isinstance(obj["messages"], list):
-        user = next((m for m in obj["messages"] if isinstance(m, dict) and m.get("role") == "user"), None)
-        if user is not None and isinstance(user.get("content"), str):
-            candidates["instruction"] = user["content"]
-    for name in PLANNER_RL_TEXT:
-        value = candidates.get(name)
-        if isinstance(value, str) and value.strip():
-            return name, value
-    present = [n for n in PLANNER_RL_TEXT if candidates.get(n) is not None]  # the first says what is wrong
-    names = present or list(PLANNER_RL_TEXT)
-    return names[0], r.string(candidates, (), *names, empty=False)
-
-
-def _planner_rl_images(obj: dict[str, Any], r: RecordReader) -> list[Path] | None:
-    for name in PLANNER_RL_IMAGE_LISTS:
-        value = obj.get(name)
-        if isinstance(value, list) and value:
-            found = [r.image(item, (name, i)) for i, item in enumerate(value)]
-            return None if any(p is None for p in found) else [p for p in found if p is not None]
-        if isinstance(value, str) and value and name in ("images", "image"):  # ours: one path as a string
-            found_one = r.image(value, (name,))
-            return None if found_one is None else [found_one]
-    for name in PLANNER_RL_IMAGE_PATHS:
-        value = obj.get(name)
-        if isinstance(value, str) and value:
-            path = r.image(value, (name,))
-            return None if path is None else [path]
-    return []
-
-
-def _planner_rl_score(obj: dict[str, Any], r: RecordReader) -> tuple[bool, float | None]:
-    """(valid, score): the first present of :data:`PLANNER_RL_SCORES`, at the top, then in the truth."""
-    truth = obj.get("ground_truth", obj.get("evaluation"))
-    if isinstance(truth, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            truth = json.loads(truth)
-    places: list[tuple[tuple[PathPart, ...], dict[str, Any]]] = [((), obj)]
-    if isinstance(truth, dict):
-        places.append((("ground_truth" if "ground_truth" in obj else "evaluation",), truth))
-    for where, holder in places:
-        name = next((n for n in PLANNER_RL_SCORES if holder.get(n) is not None), None)
-        if name is None:
-            continue
-        value = holder[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            r.issue((*where, name), f"must be a number from 0 to 1, got {value!r}")
-            return False, None
-        return True, float(value)
-    return True, None
-
-
-def _parse_planner_rl(obj: dict[str, Any], r: RecordReader) -> PlannerRLExample | None:
-    field, text = _planner_rl_text(obj, r)
-    images = _planner_rl_images(obj, r)
-    valid, score = _planner_rl_score(obj, r)
-    if r.issues or not valid or text is None or images is None:
-        return None
-    if count_image_markers(text) != len(images):
-        r.issue(
-            ("images",),
-            f"{len(images)} image(s) but {count_image_markers(text)} <image> marker(s) in {field}; "
-            "put one <image> where each image belongs",
-        )
-        return None
-    return PlannerRLExample(text, tuple(images), score)
-
-
 def _parse_plan_steps(value: Any, r: RecordReader, where: tuple[PathPart, ...]) -> list[PlanStep] | None:
     if not isinstance(value, list) or not value:
         r.issue(where, "must be a non-empty list of plan steps")
@@ -404,7 +321,7 @@ def load_critic_rl(path: Path, *, image_dir: Path | None = None) -> list[CriticR
 def load_planner_rl(path: Path, *, image_dir: Path | None = None) -> list[PlannerRLExample]:
     """``planner_rl.jsonl`` (a JSON list is accepted too): planner GRPO requests, with images for guidance."""
     rows = _array_records(path, image_dir) if path.suffix == ".json" else _jsonl_records(path, image_dir)
-    return _collect(rows, _parse_planner_rl)
+    return _collect(rows, parse_planner_rl)
 
 
 def load_record(path: Path, *, image_dir: Path | None = None) -> TrajectoryRecord:
