@@ -14,12 +14,8 @@ import pytest
 from rich.console import Console
 
 from interleave_thinker import Pipeline
-from interleave_thinker.agents.planner import format_plan
-from interleave_thinker.agents.ranking import format_ranking
-from interleave_thinker.agents.sequence_review import format_review
 from interleave_thinker.cli.progress import RichObserver
 from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.core.types import Flag, Plan, PlanStep
 from interleave_thinker.runtime.opt_in import opt_in_counts, opt_in_line
 from interleave_thinker.runtime.pipeline import Result
 from interleave_thinker.runtime.reports import render_report, summarize
@@ -27,30 +23,9 @@ from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVL
 from interleave_thinker.ui.live import RunView
 from interleave_thinker.ui.render import render_final, render_live
 from tests.helpers.browser import chromium
-from tests.helpers.replies import scripted_config, verdict
+from tests.helpers.opt_in import LOOP, PLAN, REASON, SUCCESS
+from tests.helpers.replies import scripted_config
 
-PLAN = format_plan(
-    Plan(
-        steps=[
-            PlanStep(step_number=1, step_name="S1", instruction="Draw a fox.", prompt="a red fox"),
-            PlanStep(step_number=2, step_name="S2", instruction="It sleeps.", prompt="the fox sleeps"),
-        ],
-        reasoning="plan",
-    )
-)
-LOOP = {"candidates": 3, "select_best": "critic", "repair_budget": 2, "max_attempts": 3}
-REASON = "the fox turned grey"
-# Step 1: two rejections and a forced third, so the ranking keeps the second; step 2: the first two
-# accepted, the first kept; then the review flags step 2 and its first repair call is accepted.
-SUCCESS = [
-    verdict(False, "a redder fox"),
-    verdict(False, "a redder fox"),
-    format_ranking([2, 1, 3], "the second is sharpest"),
-    verdict(True),
-    verdict(True),
-    format_review([Flag(step=2, reason=REASON)]),
-    verdict(True),
-]
 FAILURE = [*SUCCESS[:2], "no ranking here", *SUCCESS[3:5], "no review either"]
 
 
