@@ -19,6 +19,7 @@ from interleave_thinker.cli.scheduled import (
     close_run,
     run_scheduled,
     scheduled_runner,
+    used_specs,
 )
 from interleave_thinker.core.errors import InputError
 
@@ -99,6 +100,9 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         manifest = batch_manifest(self.source, self.items, record)
         self.store.open(manifest, resume=resume, accept_changed=self.accept_changed)
         return None  # a batch loads its models even when nothing is left: its outputs need the run's figures
+
+    def served(self) -> tuple[PipelineConfig, dict[str, str]]:
+        return self.cfg, used_specs(self.cfg)
 
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.runtime.scheduler import batch_runner

@@ -16,6 +16,7 @@ from interleave_thinker.cli.scheduled import (
     close_run,
     run_scheduled,
     scheduled_runner,
+    used_specs,
 )
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
@@ -100,6 +101,9 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         self.resume = resume  # the store opens with the teachers (TeacherRun opens it before loading)
         return None
+
+    def served(self) -> tuple[PipelineConfig, dict[str, str]]:
+        return self.cfg, used_specs(self.cfg, judge=True)
 
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.datagen.generate import TeacherRun

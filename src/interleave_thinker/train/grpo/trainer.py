@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.build_progress import Phase, no_phase
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import ConfigError, RunFailedError
 from interleave_thinker.train.common import (
     build_trl_config,
     finish_run,
@@ -262,12 +262,18 @@ def build_grpo_trainer(
     from interleave_thinker.train.grpo.advantages import with_advantage_settings
 
     chosen = _role(config, role)
-    with phase(f"loading model {config.model.name_or_path}"):
-        model, processor = _load_policy(config)
     with phase("setting up the rewards"):
         functions, weights, closers = reward_functions(
             config, chosen, generator=generator, judge_backend=judge_backend
         )
+    try:  # the reward's backends answer before the policy loads: a dead judge stops in seconds
+        callbacks = [*callbacks, *reward_guards(config, closers, phase)]
+        with phase(f"loading model {config.model.name_or_path}"):
+            model, processor = _load_policy(config)
+    except BaseException:
+        for closer in closers:
+            closer.close()
+        raise
     # The TRL config first: it sets up the distributed state, so the main process writes the synthetic
     # prompts' images before the other ranks read them. Reward backends are loaded on every rank (each
     # scores its own slice of the rollouts; served backends are shared through their URLs).
@@ -283,10 +289,32 @@ def build_grpo_trainer(
     return trainer, closers
 
 
+def reward_guards(config: GRPORunConfig, closers: list[Any], phase: Phase = no_phase) -> list[Any]:
+    """With the step-wise reward: its preflight (``remote.preflight``), then the failure budget callback."""
+    from interleave_thinker.train.grpo.budget import FailureBudget, preflight_stepwise
+
+    scorer = next((c for c in closers if isinstance(c, StepwiseScorer)), None)
+    if scorer is None:
+        return []
+    if config.remote.preflight:
+        with phase("preflight: the reward's served generator and judge"):
+            preflight_stepwise(scorer)
+    return [FailureBudget(scorer, config.reward.max_failure_share, config.reward.failure_window)]
+
+
 def run_grpo(
-    config: GRPORunConfig, role: Role | None = None, *, resume: bool = False, phase: Phase = no_phase
+    config: GRPORunConfig,
+    role: Role | None = None,
+    *,
+    resume: bool = False,
+    phase: Phase = no_phase,
+    callbacks: Sequence[Any] = (),
 ) -> GRPOResult:
-    trainer, closers = build_grpo_trainer(config, role, phase=phase)
+    """Train; a run the failure budget stopped raises :class:`RunFailedError` (its checkpoint kept)."""
+    from interleave_thinker.train.grpo.budget import FailureBudget
+
+    trainer, closers = build_grpo_trainer(config, role, callbacks, phase=phase)
+    budget = next((c for c in trainer.callback_handler.callbacks if isinstance(c, FailureBudget)), None)
     checkpoint = resume_checkpoint(config.output_dir, resume)
     try:
         with warnings.catch_warnings():
@@ -298,6 +326,8 @@ def run_grpo(
     finally:
         for closer in closers:
             closer.close()
+    if budget is not None and budget.stopped is not None:
+        raise RunFailedError(budget.stopped)
     facts = finish_run(trainer, config, checkpoint)  # saved as SFT and TRL's own scripts save it
     return GRPOResult(
         config.output_dir,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
@@ -92,6 +93,32 @@ class StepwiseOutcome:
 
 
 @dataclass
+class StepwiseTally:
+    """Step-wise samples judged (not skipped) and failed since the last :meth:`StepwiseScorer.take_tally`,
+    with each failure's first line counted under the backend that failed it: ``judge`` once the image was
+    regenerated, ``generator`` before (GRPO's failure budget reads it, ``reward.max_failure_share``)."""
+
+    judged: int = 0
+    failed: int = 0
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, outcomes: list[StepwiseOutcome]) -> None:
+        for outcome in outcomes:
+            if outcome.skipped:
+                continue
+            self.judged += 1
+            if outcome.error is not None:
+                self.failed += 1
+                role = "judge" if outcome.regenerated else "generator"
+                self.errors[role, outcome.error.strip().split("\n", 1)[0][:300]] += 1
+
+    def merge(self, other: StepwiseTally) -> None:
+        self.judged += other.judged
+        self.failed += other.failed
+        self.errors.update(other.errors)
+
+
+@dataclass
 class StepwiseScorer:
     """Regenerates with the refined prompt and judges it; concurrent under backend limits, cached."""
 
@@ -112,6 +139,13 @@ class StepwiseScorer:
         self._judge_pool = ThreadPoolExecutor(self.judge_concurrency, thread_name_prefix="reward-judge")
         self._judge_cache: dict[str, Future[Judgement]] = {}
         self._judge_lock = threading.Lock()
+        self._tally = StepwiseTally()
+
+    def take_tally(self) -> StepwiseTally:
+        """The samples judged and failed since the last call (a fresh count starts)."""
+        with self._judge_lock:
+            tally, self._tally = self._tally, StepwiseTally()
+        return tally
 
     def score_batch(
         self,
@@ -127,7 +161,10 @@ class StepwiseScorer:
                 samples.submit(self.score_one, p, t, o, b)
                 for p, t, o, b in zip(refine_prompts, truths, origin_prompts, befores, strict=True)
             ]
-            return [f.result() for f in futures]
+            outcomes = [f.result() for f in futures]
+        with self._judge_lock:
+            self._tally.add(outcomes)
+        return outcomes
 
     def score_one(
         self, prompt: str, truth: GroundTruth, origin_prompt: str, before_path: str
