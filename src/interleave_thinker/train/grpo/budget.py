@@ -1,6 +1,6 @@
 """What stops GRPO's step-wise reward from training on fallbacks alone (docs/failures.md).
 
-Before the first rollout, :func:`preflight_stepwise` asks a served generator for one image and a served
+Before TRL is imported, :func:`~interleave_thinker.train.rewards.critic.preflight_stepwise` asks a served generator for one image and a served
 judge for one SC and one PQ judgement, which must parse (``remote.preflight``, ``--no-preflight``).
 While training, :class:`FailureBudget` counts the judged samples whose judge or generator failed (each
 still scores 0.5, as released) over the last ``reward.failure_window`` logging steps; past
@@ -15,36 +15,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from interleave_thinker.agents.preflight import (
-    check_generator,
-    check_judgement,
-    probe_image,
-    served,
-)
 from interleave_thinker.backends.wrapping import backend_spec
 from interleave_thinker.train.rewards.critic import StepwiseScorer, StepwiseTally
-
-PROBE_SIDE = 256
-"""Side of the preflight image when the reward regenerates at the "before" image's size."""
-
-
-def preflight_stepwise(scorer: StepwiseScorer) -> list[str]:
-    """One image from a served generator and one SC + PQ judgement from a served judge (a drawn image
-    when the generator runs here); the first failure raises a BackendError naming the spec. Returns the
-    roles checked."""
-    width, height = scorer.size or (PROBE_SIDE, PROBE_SIDE)
-    checked: list[str] = []
-    generator = backend_spec(scorer.generator)
-    if generator is not None and served(generator):
-        after = check_generator(generator, scorer.generator, width, height)
-        checked.append("generator")
-    else:
-        after = probe_image(width, height)
-    judge = backend_spec(scorer.judge.backend)
-    if judge is not None and served(judge):
-        check_judgement(judge, scorer.judge, after)
-        checked.append("judge")
-    return checked
 
 
 class FailureBudget(TrainerCallback):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.build_progress import Phase, no_phase
 from interleave_thinker.core.errors import ConfigError, RunFailedError
 from interleave_thinker.train.common import (
@@ -256,18 +257,17 @@ def build_grpo_trainer(
     phase: Phase = no_phase,
 ) -> tuple[Any, list[Any]]:
     """The configured ``GRPOTrainer`` and the reward resources to close after training."""
-    with phase("importing TRL"):
-        from trl import GRPOTrainer
-
-    from interleave_thinker.train.grpo.advantages import with_advantage_settings
-
     chosen = _role(config, role)
     with phase("setting up the rewards"):
         functions, weights, closers = reward_functions(
             config, chosen, generator=generator, judge_backend=judge_backend
         )
-    try:  # the reward's backends answer before the policy loads: a dead judge stops in seconds
+    try:  # the reward's backends answer before TRL and the policy load: a dead judge stops in seconds
         callbacks = [*callbacks, *reward_guards(config, closers, phase)]
+        with phase("importing TRL"):
+            from trl import GRPOTrainer
+
+            from interleave_thinker.train.grpo.advantages import with_advantage_settings
         with phase(f"loading model {config.model.name_or_path}"):
             model, processor = _load_policy(config)
     except BaseException:
@@ -291,14 +291,21 @@ def build_grpo_trainer(
 
 def reward_guards(config: GRPORunConfig, closers: list[Any], phase: Phase = no_phase) -> list[Any]:
     """With the step-wise reward: its preflight (``remote.preflight``), then the failure budget callback."""
-    from interleave_thinker.train.grpo.budget import FailureBudget, preflight_stepwise
+    from interleave_thinker.train.rewards.critic import preflight_stepwise
 
     scorer = next((c for c in closers if isinstance(c, StepwiseScorer)), None)
     if scorer is None:
         return []
     if config.remote.preflight:
-        with phase("preflight: the reward's served generator and judge"):
-            preflight_stepwise(scorer)
+        try:
+            with phase("preflight: the reward's served generator and judge"):
+                preflight_stepwise(scorer)
+        except BaseException:
+            close_backend(scorer.judge.backend)  # the connections the stopped run opened
+            close_backend(scorer.generator)
+            raise
+    from interleave_thinker.train.grpo.budget import FailureBudget
+
     return [FailureBudget(scorer, config.reward.max_failure_share, config.reward.failure_window)]
 
 
@@ -326,6 +333,9 @@ def run_grpo(
     finally:
         for closer in closers:
             closer.close()
+            if isinstance(closer, StepwiseScorer):  # loaded here from the config's specs: ours to close
+                close_backend(closer.judge.backend)
+                close_backend(closer.generator)
     if budget is not None and budget.stopped is not None:
         raise RunFailedError(budget.stopped)
     facts = finish_run(trainer, config, checkpoint)  # saved as SFT and TRL's own scripts save it

@@ -27,7 +27,9 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.agents.judge import Judge, Judgement, judge_inputs
+from interleave_thinker.agents.preflight import check_generator, check_judgement, probe_image, served
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
+from interleave_thinker.backends.wrapping import backend_spec
 from interleave_thinker.core.images import is_white_canvas, open_rgb
 from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
 from interleave_thinker.train.rewards.answers import CriticReading, read_critic
@@ -234,6 +236,29 @@ class StepwiseScorer:
     def close(self) -> None:
         self._generate_pool.shutdown(wait=False, cancel_futures=True)
         self._judge_pool.shutdown(wait=False, cancel_futures=True)
+
+
+PROBE_SIDE = 256
+"""Side of the preflight image when the reward regenerates at the "before" image's size."""
+
+
+def preflight_stepwise(scorer: StepwiseScorer) -> list[str]:
+    """One image from a served generator and one SC + PQ judgement from a served judge (a drawn image
+    when the generator runs here); the first failure raises a BackendError naming the spec. Returns the
+    roles checked."""
+    width, height = scorer.size or (PROBE_SIDE, PROBE_SIDE)
+    checked: list[str] = []
+    generator = backend_spec(scorer.generator)
+    if generator is not None and served(generator):
+        after = check_generator(generator, scorer.generator, width, height)
+        checked.append("generator")
+    else:
+        after = probe_image(width, height)
+    judge = backend_spec(scorer.judge.backend)
+    if judge is not None and served(judge):
+        check_judgement(judge, scorer.judge, after)
+        checked.append("judge")
+    return checked
 
 
 def refine_prompt_of(reading: CriticReading, previous_prompt: str) -> str:
