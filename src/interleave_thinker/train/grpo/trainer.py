@@ -318,9 +318,9 @@ def run_grpo(
     callbacks: Sequence[Any] = (),
 ) -> GRPOResult:
     """Train; a run the failure budget stopped raises :class:`RunFailedError` (its checkpoint kept)."""
-    from interleave_thinker.train.grpo.budget import FailureBudget
-
     trainer, closers = build_grpo_trainer(config, role, callbacks, phase=phase)
+    from interleave_thinker.train.grpo.budget import FailureBudget  # after the preflight: it imports torch
+
     budget = next((c for c in trainer.callback_handler.callbacks if isinstance(c, FailureBudget)), None)
     checkpoint = resume_checkpoint(config.output_dir, resume)
     try:
