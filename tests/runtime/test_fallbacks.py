@@ -225,6 +225,23 @@ def test_the_preflight_stops_a_batch_whose_generator_is_down_before_any_request(
     assert not (out / "requests").exists()  # no request started
 
 
+def test_the_preflight_of_eval_generate_base_mode_asks_the_generator_alone(
+    servers: dict[str, Any], tmp_path: Path
+) -> None:
+    dead = servers["dead_edit"]
+    # the planner and critic are dead too: base mode never calls them, so the preflight does not either
+    cfg = config(tmp_path, servers["dead_vlm"], servers["dead_vlm"], dead)
+    data = tmp_path / "ueval.json"
+    data.write_text(json.dumps([{"id": "a", "prompt": "Draw a map of an island", "task": "space"}]))
+    out = tmp_path / "out"
+    args = ["eval", "generate", "ueval", "--data", str(data), "--mode", "base", "--out", str(out)]
+    result = invoke(*args, "--config", str(cfg), "--preflight")
+    assert result.exit_code == 1
+    assert str(result.exception).startswith(
+        f"preflight: the generator {dead} did not answer one 32x32 image ("
+    )
+
+
 # -- `data generate` ---------------------------------------------------------------------------------
 
 
