@@ -32,6 +32,8 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from interleave_thinker.runtime.cluster import NAMESPACE, worker_names  # noqa: E402
+
 MAX_ATTEMPTS = 2
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "node_ip_address": "127.0.0.1"}
 
@@ -184,7 +186,19 @@ def test_a_killed_driver_run_again_resumes_losing_nothing_repeating_little(
     done = journaled(out)
     assert 3 <= done < 12  # killed mid-run
 
+    class Left:
+        """Stands for a worker of the killed driver still running (named as the folder's workers are)."""
+
+        def ping(self) -> str:
+            return "alive"
+
+    left = ray.remote(num_cpus=0)(Left).options(name=f"{worker_names(out)}-9", namespace=NAMESPACE).remote()
+    assert ray.get(left.ping.remote()) == "alive"
+
     batch(source, out, *served(doubles), "--ray", cluster.address)
+
+    with pytest.raises(ValueError):  # the new driver ended it before starting its own workers
+        ray.get_actor(f"{worker_names(out)}-9", namespace=NAMESPACE)
 
     assert outcome(out) == outcome(one_process)
     assert journaled(out) == 12  # one line per request: none ran twice to its end

@@ -162,7 +162,7 @@ class ClusterRunner:
         labels = {
             n["NodeID"]: f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}" for n in ray.nodes() if n["Alive"]
         }
-        prefix = _names(self.store.root)
+        prefix = worker_names(self.store.root)
         _end_earlier(prefix)
         actors = []
         for number, (node_id, resources) in enumerate(_placements(local_models)):
@@ -300,7 +300,7 @@ def _kill(actor: Any) -> None:
         logger.debug("ending a Ray worker: %s", failure_reason(exc))
 
 
-def _names(root: Path) -> str:
+def worker_names(root: Path) -> str:
     """The workers' name prefix of the run folder ``root``: the same for every driver started on it."""
     return "run-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
 
