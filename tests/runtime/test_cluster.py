@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -40,17 +41,25 @@ NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "node_ip_address
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three nodes (the head and two more) and this process connected as the driver; all stopped after."""
+    """Three nodes (the head and two more) and this process connected as the driver; all stopped after.
+
+    Every worker process imports the package (a local-model one torch, transformers and diffusers):
+    the compiled modules are kept in one folder of the module's, where this process writes them too,
+    so each module is compiled once, not once per worker (the suite may run with bytecode writes off)."""
     home = tmp_path_factory.mktemp("home")
     env = {
         "INTERLEAVE_THINKER_TINY_DIR": tiny_dir(),
         "INTERLEAVE_THINKER_HOME": str(home),
         "INTERLEAVE_THINKER_OFFLINE": "1",
         "HF_HUB_OFFLINE": "1",
+        "PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache")),
     }
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)  # the raylets, and so the workers, start with these
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        patch.setattr(sys, "pycache_prefix", env["PYTHONPYCACHEPREFIX"])
+        patch.setattr(sys, "dont_write_bytecode", False)
         head = {**NODE, "include_dashboard": False}
         made = Cluster(initialize_head=True, head_node_args=head)
         try:
@@ -175,7 +184,9 @@ def test_a_killed_driver_run_again_resumes_losing_nothing_repeating_little(
     before = calls(doubles["edit"])
     command = cli_command("batch", "--input", str(source), "--out", str(out), "--quiet", *served(doubles))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    driver = subprocess.Popen([*command, "--ray", cluster.address], env=env, stderr=subprocess.DEVNULL)
+    log = tmp_path / "driver.log"
+    with log.open("w") as stderr:
+        driver = subprocess.Popen([*command, "--ray", cluster.address], env=env, stderr=stderr)
     try:
         deadline = time.monotonic() + 300
         while driver.poll() is None and journaled(out) < 3 and time.monotonic() < deadline:
@@ -184,7 +195,7 @@ def test_a_killed_driver_run_again_resumes_losing_nothing_repeating_little(
         driver.kill()  # SIGKILL: its workers run on until Ray ends them with its job
         driver.wait(60)
     done = journaled(out)
-    assert 3 <= done < 12  # killed mid-run
+    assert 3 <= done < 12, log.read_text()[-2000:]  # killed mid-run
 
     class Left:
         """Stands for a worker of the killed driver still running (named as the folder's workers are)."""
