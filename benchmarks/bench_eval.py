@@ -36,9 +36,10 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from interleave_thinker.eval import score_wise
 from interleave_thinker.eval.benchmarks import load_items
-from interleave_thinker.eval.prompts import WISE_VERIFIED_PROMPTS, EvalPromptStore
+from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
+from interleave_thinker.eval.benchmarks.wise.prompts import VERIFIED_PROMPTS as WISE_VERIFIED_PROMPTS
+from interleave_thinker.eval.prompts import EvalPromptStore
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
 
 ROOT = Path(__file__).resolve().parents[1]

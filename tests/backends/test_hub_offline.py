@@ -291,7 +291,7 @@ def test_our_offline_switch_keeps_dataset_loads_off_the_network(
     import datasets.config
     from huggingface_hub import constants
 
-    from interleave_thinker.eval.datasets import load_ueval
+    from interleave_thinker.eval.benchmarks.ueval.data import load as load_ueval
     from interleave_thinker.runtime.batch_inputs import read_batch_input
 
     for module, endpoint_name in ((constants, "ENDPOINT"), (datasets.config, "HF_ENDPOINT")):

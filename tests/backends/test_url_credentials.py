@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from interleave_thinker.core.redact import redact_credentials, redact_spec
 from interleave_thinker.eval.scoring import judge_metadata
 from interleave_thinker.testing.doubles import scripted_models
 from interleave_thinker.testing.doubles.server import Handle, LocalServer, Reply, Request
+from tests.helpers.common import run_cli
 
 PASSWORD = "PW-s3cret-9f1c"
 BASIC = "Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
@@ -42,13 +41,7 @@ def with_credentials(url: str) -> str:
 
 
 def cli(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "interleave_thinker", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OPENAI_API_KEY": "sk-not-sent"},
-    )
+    return run_cli("", *args, timeout=300, env={"OPENAI_API_KEY": "sk-not-sent"})
 
 
 def leaks(folder: Path) -> list[str]:

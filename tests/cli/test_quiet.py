@@ -4,13 +4,12 @@ subprocess against served doubles on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from interleave_thinker.testing.doubles import scripted_models
 from interleave_thinker.testing.doubles.server import LocalServer
+from tests.helpers.common import run_cli
 
 
 def quiet_batch(tmp_path: Path, name: str, generator: str) -> subprocess.CompletedProcess[str]:
@@ -22,13 +21,7 @@ def quiet_batch(tmp_path: Path, name: str, generator: str) -> subprocess.Complet
         args = ["batch", "--input", str(inputs), "--out", str(tmp_path / name), "--preset", "tiny", "--quiet"]
         args += ["--planner", vlm, "--critic", vlm, "--generator", generator]
         args += ["--config", str(tmp_path / "fast.yaml")]
-        return subprocess.run(
-            [sys.executable, "-m", "interleave_thinker", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "OPENAI_API_KEY": "k"},
-        )
+        return run_cli("", *args, timeout=300, env={"OPENAI_API_KEY": "k"})
 
 
 def test_quiet_prints_failures_only(tmp_path: Path) -> None:

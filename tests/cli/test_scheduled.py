@@ -4,15 +4,13 @@ kept and how to resume."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
-from tests.helpers.common import REPO
+from tests.helpers.common import REPO, sigterm_when
 
 RELEASE = threading.Event()
 
@@ -38,12 +36,8 @@ def test_sigterm_stops_a_batch_at_once_with_one_line_saying_what_is_kept(tmp_pat
         env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "COLUMNS": "400"}
         proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 120
-            while not (out / "batch.json").exists() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
             # batch.json is written after the stop handler is in place, before the models load
-            proc.send_signal(signal.SIGTERM)
-            _, stderr = proc.communicate(timeout=60)
+            stderr = sigterm_when(proc, out / "batch.json")
         finally:
             proc.kill()
             RELEASE.set()

@@ -15,14 +15,11 @@ from interleave_thinker.cli.eval_generate import BenchmarkName
 from interleave_thinker.cli.eval_score import ProtocolName
 from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import TemplateError
-from interleave_thinker.eval import benchmarks, score_ueval
-from interleave_thinker.eval.benchmarks import custom
-from interleave_thinker.eval.prompts import (
-    DOWNLOAD_COMMAND,
-    FOLDER_ENV,
-    WISE_VERIFIED_PROMPTS,
-    EvalPromptStore,
-)
+from interleave_thinker.eval import benchmarks
+from interleave_thinker.eval.benchmarks.custom import protocol as custom
+from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
+from interleave_thinker.eval.benchmarks.wise.prompts import VERIFIED_PROMPTS as WISE_VERIFIED_PROMPTS
+from interleave_thinker.eval.prompts import DOWNLOAD_COMMAND, FOLDER_ENV, EvalPromptStore
 from interleave_thinker.eval.report_data import load_run, markdown_table
 from interleave_thinker.testing.doubles.judge import judge_server, user_text
 from tests.conftest import REPO, shared_path

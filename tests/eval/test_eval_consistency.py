@@ -25,7 +25,7 @@ from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.run_folder import write_trace
 from interleave_thinker.core.types import PlanStep, Request, StepRecord, Trace
 from interleave_thinker.eval import benchmarks
-from interleave_thinker.eval.benchmarks import consistency
+from interleave_thinker.eval.benchmarks.consistency import protocol as consistency
 from interleave_thinker.testing.doubles.judge import JudgeServer, image_urls, judge_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -291,7 +291,7 @@ def test_a_judge_that_is_down_spends_its_budgets_then_fails_recorded(tmp_path: P
         judge = f"openai:{server.url}#j"
         data, sub = _down_ueval(tmp_path, (1,))
         per_item = _options(
-            "ueval", sub, data, judge, tmp_path / "a", judge_concurrency=1, ueval_mode="direct"
+            "ueval", sub, data, judge, tmp_path / "a", judge_concurrency=1, request_mode="direct"
         )
         per_item.limits, per_item.backend_options = EvalOptions(judge_calls_per_item=2), backend
         summary = run_score(per_item)
@@ -304,7 +304,7 @@ def test_a_judge_that_is_down_spends_its_budgets_then_fails_recorded(tmp_path: P
 
         data, sub = _down_ueval(tmp_path, (1, 2, 3))
         per_run = _options(
-            "ueval", sub, data, judge, tmp_path / "b", judge_concurrency=1, ueval_mode="direct"
+            "ueval", sub, data, judge, tmp_path / "b", judge_concurrency=1, request_mode="direct"
         )
         per_run.limits, per_run.backend_options = EvalOptions(judge_calls_per_run=4), backend
         summary = run_score(per_run)

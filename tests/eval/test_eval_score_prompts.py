@@ -15,17 +15,14 @@ from pathlib import Path
 import pytest
 
 from interleave_thinker.core.errors import TemplateError
-from interleave_thinker.eval.prompts import (
-    PROMPTS,
-    RISE_PROMPTS,
-    UEVAL_PROMPTS,
-    WISE_EXPLANATION_FIELD,
-    WISE_LEGACY_PROMPTS,
-    WISE_PROMPT_FIELD,
-    WISE_VERIFIED_PROMPTS,
-    EvalPromptStore,
-    fill_wise,
-)
+from interleave_thinker.eval.benchmarks.rise.prompts import PROMPTS as RISE_PROMPTS
+from interleave_thinker.eval.benchmarks.ueval.prompts import PROMPTS as UEVAL_PROMPTS
+from interleave_thinker.eval.benchmarks.wise.prompts import EXPLANATION_FIELD as WISE_EXPLANATION_FIELD
+from interleave_thinker.eval.benchmarks.wise.prompts import LEGACY_PROMPTS as WISE_LEGACY_PROMPTS
+from interleave_thinker.eval.benchmarks.wise.prompts import PROMPT_FIELD as WISE_PROMPT_FIELD
+from interleave_thinker.eval.benchmarks.wise.prompts import VERIFIED_PROMPTS as WISE_VERIFIED_PROMPTS
+from interleave_thinker.eval.benchmarks.wise.prompts import fill as fill_wise
+from interleave_thinker.eval.prompts import EvalPromptStore
 from tests.conftest import REPO, shared_path
 
 PROTOCOL_PROMPTS = {
@@ -34,6 +31,8 @@ PROTOCOL_PROMPTS = {
     "rise": RISE_PROMPTS,
     "ueval": UEVAL_PROMPTS,
 }
+PROMPTS = {**WISE_VERIFIED_PROMPTS, **WISE_LEGACY_PROMPTS, **RISE_PROMPTS, **UEVAL_PROMPTS}
+"""Every official judge prompt, by name."""
 
 
 def _shared(name: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.eval import score_rise
+from interleave_thinker.eval.benchmarks.rise import scorer as score_rise
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
 from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path

@@ -13,7 +13,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from interleave_thinker.cli.main import app
-from interleave_thinker.eval import score_ueval
+from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
 from interleave_thinker.testing.doubles.judge import judge_server
 from tests.conftest import shared_path
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import ConfigError, InputError
-from interleave_thinker.eval import score_wise
+from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
 from interleave_thinker.eval.score_run import ScoreOptions, run_score
 from interleave_thinker.testing.doubles.judge import image_urls, judge_server, user_text
 from tests.conftest import shared_path

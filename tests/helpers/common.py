@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,16 @@ def stable(value: Any, drop: frozenset[str] = TIMINGS) -> Any:
     return value
 
 
+def sigterm_when(proc: subprocess.Popen[str], ready: Path) -> str:
+    """Send ``proc`` SIGTERM once ``ready`` exists (or it ended, or 120 s passed); its stderr once it ends."""
+    deadline = time.monotonic() + 120
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    return stderr
+
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
@@ -55,11 +67,17 @@ def cli_command(*args: str) -> list[str]:
 
 
 def run_cli(
-    words: str, *args: str, cwd: Path | None = None, timeout: float = 900
+    words: str, *args: str, cwd: Path | None = None, timeout: float = 900, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The CLI in a child process: ``words`` split on white space, then ``args`` as they are (paths, texts)."""
+    """The CLI in a child process: ``words`` split on white space, then ``args`` as they are (paths, texts);
+    ``env`` added to this process's environment."""
     return subprocess.run(
-        cli_command(*words.split(), *args), capture_output=True, text=True, cwd=cwd, timeout=timeout
+        cli_command(*words.split(), *args),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**os.environ, **env} if env is not None else None,
     )
 
 

@@ -44,7 +44,7 @@ def classes_named(name: str) -> list[str]:
 
 FINISHED_RUN_READERS = (
     "eval/layouts.py",
-    "eval/score_consistency.py",
+    "eval/benchmarks/consistency/scorer.py",
     "eval/consistency_scorers.py",
     "runtime/reports.py",
     "runtime/documents.py",

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from interleave_thinker.runtime.reports import accumulate, render_report, summar
 from interleave_thinker.runtime.store import RunStore, failed_trace
 from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
 from tests.helpers.batch import Switch, items_file, run_batch
-from tests.helpers.common import REPO, stable
+from tests.helpers.common import REPO, sigterm_when, stable
 
 HOLDER = textwrap.dedent(
     """
@@ -260,11 +258,7 @@ def test_sigterm_leaves_a_resumable_run_without_temporary_files(
         command, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "trace.json").exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
+        stderr = sigterm_when(proc, out / "trace.json")
     finally:
         proc.kill()
         assert proc.stderr is not None

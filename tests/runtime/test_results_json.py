@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from interleave_thinker.core.types import Plan, PlanStep, Request, StepRecord, Trace
-from interleave_thinker.runtime.reports import release_text_answer, ueval_results
+from interleave_thinker.runtime.reports import answer_rows, release_text_answer
 
 
 def _trace() -> Trace:
@@ -25,7 +25,7 @@ def _trace() -> Trace:
 
 def test_results_json_joins_step_texts_without_a_separator() -> None:
     trace = _trace()
-    [row] = ueval_results({"r1": trace})
+    [row] = answer_rows({"r1": trace})
     assert row["text_answer"] == "Fold it in half.Crease.Open."
     assert row["text_answer"] == release_text_answer(trace)  # what `eval generate` submits
     assert row["image_answer"] == [f"requests/r1/images/step{n}.png" for n in (1, 2, 3)]
@@ -34,4 +34,4 @@ def test_results_json_joins_step_texts_without_a_separator() -> None:
 
 def test_a_request_without_a_plan_has_an_empty_text_answer() -> None:
     trace = Trace(request=Request(text="q"), status="failed", error="planner failed")
-    assert ueval_results({"r2": trace})[0]["text_answer"] == ""
+    assert answer_rows({"r2": trace})[0]["text_answer"] == ""

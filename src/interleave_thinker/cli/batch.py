@@ -13,19 +13,12 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import (
-    BatchInputOption,
-    ScheduledJob,
-    close_run,
-    run_scheduled,
-    scheduled_runner,
-)
+from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, close_run, run_scheduled
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.core.types import Trace
-    from interleave_thinker.runtime.batch_inputs import BatchItem
     from interleave_thinker.runtime.cluster import ClusterRunner
     from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
     from interleave_thinker.runtime.store import RunStore
@@ -62,15 +55,13 @@ def batch(
 ) -> None:
     """Run many requests concurrently; a restarted batch skips finished requests and resumes the rest."""
     from interleave_thinker.backends.specs import check_specs
-    from interleave_thinker.runtime.batch_inputs import read_batch_input, select
 
     # 1. Check everything cheap before loading a model.
     cfg = settings.resolve()
-    items = select(read_batch_input(input), shard=scheduling.shard_spec(), limit=scheduling.limit)
-    scheduling.limits()
+    job = BatchJob(cfg, input, out, scheduling)
     check_specs(cfg)  # an unknown kind, a missing checkpoint or an unreachable hub: one line, now
     # 2. Load the models and run; 3. outputs from the traces on disk (earlier runs' finished ones too).
-    outcome, store = run_scheduled(out, len(items), scheduling, BatchJob(cfg, items, out, input))
+    outcome, store = run_scheduled(out, len(job.items), scheduling, job)
     summary = _write_outputs(store, outcome)
     console.print(
         f"{summary['requests']['succeeded']} succeeded, {summary['requests']['failed']} failed "
@@ -80,13 +71,13 @@ def batch(
     close_run(summary, outcome.stopped)
 
 
-class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
+class BatchJob(RequestsJob["tuple[BatchOutcome, RunStore]"]):
     """`batch` on the scheduler: the pipeline of the settings over the input's requests."""
 
-    def __init__(self, cfg: PipelineConfig, items: list[BatchItem], out: Path, source: str) -> None:
+    def __init__(self, cfg: PipelineConfig, input: str, out: Path, flags: SchedulingFlags) -> None:
         from interleave_thinker.runtime.store import RunStore
 
-        self.cfg, self.items, self.source = cfg, items, source
+        super().__init__(cfg, input, out, flags)
         self.store = RunStore(out)
         self.loading = f"loading models ({cfg.preset or 'custom'} preset)"
         self.generator = cfg.generator
@@ -104,7 +95,7 @@ class BatchJob(ScheduledJob["tuple[BatchOutcome, RunStore]"]):
         from interleave_thinker.runtime.scheduler import batch_runner
 
         make = functools.partial(batch_runner, self.cfg, self.store.root, settings)
-        self.runner = scheduled_runner(make, self.store, settings, self.cfg)
+        self.runner = self.build_runner(make, self.store, settings)
 
     def pending(self) -> int:
         assert self.runner is not None

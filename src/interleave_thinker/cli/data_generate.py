@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -10,23 +11,14 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import (
-    BatchInputOption,
-    ScheduledJob,
-    close_run,
-    run_scheduled,
-    scheduled_runner,
-)
+from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, close_run, run_scheduled
 from interleave_thinker.cli.scoring import JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.datagen.generate import GenerateSettings, TeacherRun
-    from interleave_thinker.runtime.batch_inputs import BatchItem
-    from interleave_thinker.runtime.cluster import ClusterRunner
-    from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
-    from interleave_thinker.runtime.store import RunStore
+    from interleave_thinker.runtime.scheduler import BatchSettings
 
 console = Console(stderr=True)
 
@@ -51,7 +43,6 @@ def generate(
     calls, tokens and images of every backend (and the estimated cost, with prices in the config).
     """
     from interleave_thinker.datagen.generate import check_judge
-    from interleave_thinker.runtime.batch_inputs import read_batch_input, select
 
     # 1. Check everything cheap before loading a model.
     if judge:
@@ -60,11 +51,9 @@ def generate(
     if judge:
         cfg.judge = judge
     check_judge(cfg)
-    items = select(read_batch_input(input), shard=scheduling.shard_spec(), limit=scheduling.limit)
-    scheduling.limits()
+    job = TeacherJob(cfg, input, out, scheduling, judge_max_new_tokens)
     # 2. Load the teachers and the judge, run; 3. the outcome.
-    job = TeacherJob(cfg, items, out, input, judge_max_new_tokens)
-    summary, skipped = run_scheduled(out, len(items), scheduling, job)
+    summary, skipped = run_scheduled(out, len(job.items), scheduling, job)
     _report(summary, skipped)
     typer.echo(str(out / "summary.json"))
     outcome = job.teachers.outcome if job.teachers is not None else None
@@ -83,7 +72,7 @@ def _report(summary: dict[str, Any], skipped: int) -> None:
         console.print(line)
 
 
-class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
+class TeacherJob(RequestsJob["tuple[dict[str, Any], int]"]):
     """`data generate` on the scheduler: the teachers and the judge over the prompts."""
 
     log_name = "interleave_thinker.datagen"
@@ -91,9 +80,10 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     loading = "loading the teachers and the judge"
 
     def __init__(
-        self, cfg: PipelineConfig, items: list[BatchItem], out: Path, source: str, judge_tokens: int
+        self, cfg: PipelineConfig, input: str, out: Path, flags: SchedulingFlags, judge_tokens: int
     ) -> None:
-        self.cfg, self.items, self.out, self.source, self.judge_tokens = cfg, items, out, source, judge_tokens
+        super().__init__(cfg, input, out, flags)
+        self.judge_tokens = judge_tokens
         self.resume = True
         self.teachers: TeacherRun | None = None
 
@@ -104,9 +94,7 @@ class TeacherJob(ScheduledJob["tuple[dict[str, Any], int]"]):
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.datagen.generate import TeacherRun
 
-        def build(make: Callable[[], BatchRunner], store: RunStore) -> BatchRunner | ClusterRunner:
-            return scheduled_runner(make, store, settings, self.cfg)
-
+        build = functools.partial(self.build_runner, settings=settings)
         self.teachers = TeacherRun(
             self.cfg, self.items, self.out, self.source, self._settings(settings), build=build
         )

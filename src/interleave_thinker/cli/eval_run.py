@@ -31,8 +31,8 @@ from interleave_thinker.cli.eval_score import (
     FreshScoresOption,
     JudgeAttemptsOption,
     ProtocolName,
-    ScorerVersion,
-    UEvalMode,
+    RequestModeOption,
+    ScorerVersionOption,
     exit_if_nothing_scored,
     score_options,
     score_with_progress,
@@ -76,12 +76,8 @@ def run(
     ids: IdsOption = None,
     judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
     judge_attempts: JudgeAttemptsOption = None,
-    scorer_version: Annotated[
-        ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
-    ] = "current",
-    ueval_mode: Annotated[
-        UEvalMode, typer.Option(help="Rubric benchmarks: cached (official default) or direct requests.")
-    ] = "cached",
+    scorer_version: ScorerVersionOption = "current",
+    request_mode: RequestModeOption = "cached",
     fresh_scores: FreshScoresOption = False,
 ) -> None:
     """Generate, score and report a benchmark (or a slice of it: --limit/--ids are scored as a slice)."""
@@ -108,7 +104,7 @@ def run(
     start_fresh(where, fresh_scores)  # the generation stays; only the scores start over
     options = score_options(chosen.name, outputs, data, judge, where, cfg, scorer_version, judge_concurrency)
     options = dataclasses.replace(
-        options, judge_attempts=judge_attempts, ueval_mode=ueval_mode, limit=limit, ids=selected
+        options, judge_attempts=judge_attempts, request_mode=request_mode, limit=limit, ids=selected
     )
     summary = score_with_progress(options, scheduling.quiet)
 

@@ -27,17 +27,26 @@ if TYPE_CHECKING:
 console = Console(stderr=True)
 JudgeAttemptsOption = Annotated[
     int | None,
-    typer.Option(min=1, help="Attempts per question on unparsable replies (default: official; UEval 500)."),
+    typer.Option(
+        min=1,
+        help=f"Attempts per question on unparsable replies (default: official; {benchmarks.option_help('judge_attempts')}).",
+    ),
 ]
 ProtocolName = enum.Enum("ProtocolName", [(n, n) for n in benchmarks.protocol_names()], type=str)  # type: ignore[misc]
 """The registry's scoring protocols, as the CLI's choices."""
 ScorerVersion = Literal["current", "pre-2026-04-13"]
-UEvalMode = Literal["cached", "direct"]
+RequestMode = Literal["cached", "direct"]
+RequestModeOption = Annotated[
+    RequestMode, typer.Option(benchmarks.mode_flag(), help=benchmarks.option_help("request_mode") + ".")
+]
+ScorerVersionOption = Annotated[
+    ScorerVersion, typer.Option(help=benchmarks.option_help("scorer_version") + ".")
+]
 MAX_SHOWN_FAILURES = 20
 DataOption = Annotated[
     str | None,
     typer.Option(
-        help="The benchmark's official local files, or hf:ID[:split] (consistency: default --outputs)."
+        help=f"The benchmark's official local files, or hf:ID[:split] ({benchmarks.option_help('data')})."
     ),
 ]
 JudgeOption = Annotated[
@@ -48,10 +57,7 @@ JudgeOption = Annotated[
 ]
 ScorerOption = Annotated[
     str,
-    typer.Option(
-        help="consistency only: vlm (the judge with our rubric, needs --judge) or an offline scorer that "
-        "needs no model: perceptual (colour hashes, the `perceptual` extra)."
-    ),
+    typer.Option(help=benchmarks.option_help("scorer") + "."),
 ]
 OutOption = Annotated[
     Path | None,
@@ -74,29 +80,23 @@ FreshScoresOption = Annotated[
 def score(
     settings: SettingsFlags,
     protocol: Annotated[
-        ProtocolName, typer.Argument(help="The scoring protocol: wise is WISE_Verified (docs/evaluation.md).")
+        ProtocolName,
+        typer.Argument(
+            help=f"The scoring protocol: {benchmarks.option_help('protocol')} (docs/evaluation.md)."
+        ),
     ],
     outputs: Annotated[
         Path,
-        typer.Option(
-            help="Outputs in the official layout: WISE a folder of {prompt_id}.png; RISEBench the folder "
-            "holding images/{category}/{index}.png; UEval the submission JSON (or a folder with results.json); "
-            "consistency a `batch` or `eval generate` folder of runs."
-        ),
+        typer.Option(help=f"Outputs in the official layout: {benchmarks.option_help('outputs')}."),
     ],
     judge: JudgeOption = None,
     scorer: ScorerOption = "vlm",
     data: DataOption = None,
     out: OutOption = None,
-    scorer_version: Annotated[
-        ScorerVersion, typer.Option(help="rise only: the accuracy rule before RISEBench's 2026-04-13 fix.")
-    ] = "current",
+    scorer_version: ScorerVersionOption = "current",
     judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
     judge_attempts: JudgeAttemptsOption = None,
-    ueval_mode: Annotated[
-        UEvalMode,
-        typer.Option(help="ueval only: cached (official default, with system instruction) or direct."),
-    ] = "cached",
+    request_mode: RequestModeOption = "cached",
     judge_cache: Annotated[
         Path | None,
         typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),
@@ -122,7 +122,7 @@ def score(
     options = dataclasses.replace(
         options,
         judge_attempts=judge_attempts,
-        ueval_mode=ueval_mode,
+        request_mode=request_mode,
         judge_cache=judge_cache,
         limit=limit,
         ids=split_ids(ids),

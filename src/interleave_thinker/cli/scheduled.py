@@ -27,6 +27,7 @@ from interleave_thinker.core.errors import RunFailedError
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
+    from interleave_thinker.runtime.batch_inputs import BatchItem
     from interleave_thinker.runtime.cluster import ClusterRunner
     from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
     from interleave_thinker.runtime.store import RunStore
@@ -82,6 +83,26 @@ class ScheduledJob(Generic[R]):
     def detail(self) -> str:
         """More to show on the progress bar (e.g. the calls of each backend)."""
         return ""
+
+
+class RequestsJob(ScheduledJob[R]):
+    """A job over the requests of ``--input`` (`batch`, `data generate`): the settings, the requests this
+    process runs (``--shard``, ``--limit``, read before anything loads) and the run folder."""
+
+    def __init__(self, cfg: PipelineConfig, input: str, out: Path, flags: SchedulingFlags) -> None:
+        from interleave_thinker.runtime.batch_inputs import read_batch_input, select
+
+        self.cfg, self.source, self.out = cfg, input, out
+        self.items: list[BatchItem] = select(
+            read_batch_input(input), shard=flags.shard_spec(), limit=flags.limit
+        )
+        flags.limits()
+
+    def build_runner(
+        self, make_runner: Callable[[], BatchRunner], store: RunStore, settings: BatchSettings
+    ) -> BatchRunner | ClusterRunner:
+        """This process's runner, or the cluster's with ``--ray`` (:func:`scheduled_runner`)."""
+        return scheduled_runner(make_runner, store, settings, self.cfg)
 
 
 def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJob[R]) -> R:

@@ -34,7 +34,8 @@ class ScoreContext:
     attempts: int
     limits: Limits
     scorer_version: str = "current"
-    ueval_mode: str = "cached"
+    request_mode: str = "cached"
+    """How each question is asked, one of the protocol's :attr:`Protocol.modes` (ignored by a protocol without)."""
     sliced: bool = False
     """Only part of the data is scored (``--limit``/``--ids``/``--shard``): overalls are the slice's."""
 
@@ -100,6 +101,10 @@ class Protocol:
     """The official scorer's repository at the commit reproduced (None: our own protocol)."""
     scorer_versions: tuple[str, ...] = ("current",)
     report: ReportRules = field(default_factory=ReportRules)
+    modes: tuple[str, ...] = ()
+    """The request shapes its questions may be asked in (the first is the official default); empty: one."""
+    mode_flag: str | None = None
+    """The flag that picks one of :attr:`modes`, as the CLI spells it (for messages)."""
 
 
 @dataclass(frozen=True)
@@ -115,3 +120,6 @@ class Benchmark:
     published: tuple[Published, ...] = ()
     data_from_outputs: bool = False
     """The items are read from the outputs themselves (a folder of runs): ``--data`` may be left out."""
+    help: dict[str, str] = field(default_factory=dict)
+    """This benchmark's part of a CLI option's help, by option (``outputs``, ``scorer_version``, ...): the
+    CLI joins the registry's parts, so it names no benchmark itself."""

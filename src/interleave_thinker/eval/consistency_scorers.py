@@ -1,9 +1,9 @@
 """The consistency scorers, by name: the VLM judge with our rubric, and offline ones that need no model.
 
 ``eval score consistency --scorer NAME``: ``vlm`` (the default) is the ``consistency`` protocol of
-:mod:`interleave_thinker.eval.benchmarks.consistency`, a judge spec given with ``--judge``; every other
+:mod:`interleave_thinker.eval.benchmarks.consistency.protocol`, a judge spec given with ``--judge``; every other
 name here is an offline scorer run on this machine over the same sequences (the shown sequence of each
-run folder, read by :func:`interleave_thinker.eval.score_consistency.read_sequence`), writing
+run folder, read by :func:`interleave_thinker.eval.benchmarks.consistency.scorer.read_sequence`), writing
 ``scores.jsonl`` and ``summary.json`` in the same shape (pairs 0-10, sequence = mean of its pairs,
 overall and category = mean over sequences) with the scorer's provenance in place of the judge's.
 """
@@ -21,8 +21,8 @@ from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.untrusted import open_image
-from interleave_thinker.eval import score_consistency as scs
-from interleave_thinker.eval.benchmarks.consistency import NAME as PROTOCOL
+from interleave_thinker.eval.benchmarks.consistency import scorer as scs
+from interleave_thinker.eval.benchmarks.consistency.protocol import NAME as PROTOCOL
 from interleave_thinker.eval.scoring import mean
 
 VLM = "vlm"

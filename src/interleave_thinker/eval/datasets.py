@@ -1,30 +1,23 @@
-"""Benchmark items of UEval, WISE and RISEBench, from the official local files or a Hugging Face dataset.
+"""Benchmark items, from local files or a Hugging Face dataset: the item every benchmark reads its data
+into, and the readers a benchmark's own reader (``eval/benchmarks/<name>/data.py``) builds on.
 
 API (what generation and the scorers use)::
 
-    items = load_wise("../shared/benchmarks/wise")   # or load_ueval / load_rise; data "hf:ID[:split]"
+    items = benchmarks.load_items(name, data)   # data: a local path or "hf:ID[:split]"
     item.benchmark   # the benchmark's name (its loader sets it)
-    item.id          # str: UEval ``id``, WISE ``prompt_id``, RISEBench ``index`` (safe as a file name)
-    item.category    # UEval ``task`` (``task_type`` in older copies), WISE ``Category``, RISEBench ``category``
-    item.prompt      # UEval ``prompt``, WISE ``Prompt`` (never ``Explanation``), RISEBench ``instruction``
-    item.images      # input image paths, absolute (RISEBench: the ``image`` to edit; others: ())
+    item.id          # str, safe as a file name (the benchmark's own id field)
+    item.category    # the benchmark's category field
+    item.prompt      # the request text (the benchmark's prompt or instruction field)
+    item.images      # input image paths, absolute (an editing benchmark's image to edit; others: ())
     item.raw         # the whole record as loaded, every field, for the scorers (rubrics, references, ...)
     item.root        # folder that relative paths of ``raw`` resolve against (None when there is none)
-    item.protocol    # WISE: "verified" | "legacy" (which protocol the data belongs to); else None
+    item.protocol    # which of a benchmark's protocols the data belongs to, when it says; else None
     item.path("reference_img")   # a path field of ``raw`` resolved against ``root`` (None when absent/null)
     select(items, limit=N, shard=(i, n))          # runtime.batch_inputs, as ``batch`` selects
 
-By name: ``eval.benchmarks.load_items(name, data)``, through the registry.
-
-Local layouts: WISE a folder of ``*_verified.json`` (WISE_Verified, ``data_verified/``) or of the legacy
-``cultural_common_sense.json``, ``spatio-temporal_reasoning.json``, ``natural_science.json``
-(``WISE_legacy/data/``), or one such file; RISEBench a folder holding ``data_sample.json`` /
-``data_total.json`` / ``data.json`` with image paths relative to it, or the JSON file itself (the
-64-sample files lack ``subtask``, ``reasoning_img``, ``consistency_free``, ``reasoning_wo_ins``: absent
-fields stay absent in ``raw``); UEval a JSON list, JSONL or Parquet file. ``hf:ID[:split]`` loads through
-``datasets`` (offline only from its cache; without ``:split`` the ``test`` split, else the first; WISE data
-from a hub id counts as WISE_Verified when the id contains "verified"); images stored in a dataset are written once as PNG files under
-``<cache home>/eval-data`` so every item carries paths.
+``hf:ID[:split]`` loads through ``datasets`` (offline only from its cache; without ``:split`` the ``test``
+split, else the first); images stored in a dataset are written once as PNG files under
+``<cache home>/eval-data`` so every item carries paths. Absent fields stay absent in ``raw``.
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ import hashlib
 import io
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +35,6 @@ from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.paths import cache_home, write_atomic
 from interleave_thinker.runtime.batch_inputs import read_json_list, read_records, select
 
-RISE_FILES = ("data_total.json", "data_sample.json", "data.json")
-WISE_LEGACY_FILES = ("cultural_common_sense.json", "spatio-temporal_reasoning.json", "natural_science.json")
 MAX_PROMPT_CHARS = 20_000
 MAX_NAME_CHARS = 160
 _UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f]")
@@ -72,7 +63,7 @@ class EvalItem:
         return path if path.is_absolute() or self.root is None else Path(self.root) / path
 
 
-def _safe_name(value: Any, where: str, field_name: str) -> str:
+def safe_name(value: Any, where: str, field_name: str) -> str:
     text = str(value).strip() if value is not None else ""
     if not text or text in (".", "..") or _UNSAFE_NAME.search(text) or len(text) > MAX_NAME_CHARS:
         raise InputError(
@@ -82,7 +73,7 @@ def _safe_name(value: Any, where: str, field_name: str) -> str:
     return text
 
 
-def _text(row: dict[str, Any], names: Sequence[str], where: str) -> str:
+def text_field(row: dict[str, Any], names: Sequence[str], where: str) -> str:
     for name in names:
         value = row.get(name)
         if isinstance(value, str) and value.strip():
@@ -92,7 +83,7 @@ def _text(row: dict[str, Any], names: Sequence[str], where: str) -> str:
     raise InputError(f"{where}: {names[0]}: missing or empty.")
 
 
-def _json_items(path: Path) -> list[tuple[str, Any]]:
+def json_items(path: Path) -> list[tuple[str, Any]]:
     """The records of a JSON list file, whatever its suffix, each with where it came from."""
     return [(f"{path}: item {i}", row) for i, row in enumerate(read_json_list(path), start=1)]
 
@@ -140,7 +131,7 @@ def _materialise(value: Any, folder: Path, stem: str) -> Any:
     return str(target)
 
 
-def _hf_records(spec: str) -> tuple[list[tuple[str, dict[str, Any]]], Path]:
+def hf_records(spec: str) -> tuple[list[tuple[str, dict[str, Any]]], Path]:
     name, split, dataset = _hf_dataset(spec)
     folder = cache_home() / "eval-data" / re.sub(r"[^A-Za-z0-9._-]+", "_", name) / split
     records = []
@@ -153,7 +144,7 @@ def _hf_records(spec: str) -> tuple[list[tuple[str, dict[str, Any]]], Path]:
 
 def _records(data: str) -> tuple[list[tuple[str, dict[str, Any]]], Path | None]:
     if data.startswith("hf:"):
-        return _hf_records(data)
+        return hf_records(data)
     path = Path(data)
     if not path.is_file():
         raise InputError(f"--data {data}: no such file.")
@@ -164,12 +155,12 @@ def _records(data: str) -> tuple[list[tuple[str, dict[str, Any]]], Path | None]:
     return rows, path.parent.resolve()
 
 
-# --- per benchmark --------------------------------------------------------------------------------
+# --- the readers a benchmark's own reader builds on ---------------------------------------------
 
 
-def load_ueval(data: str, name: str = "ueval", category: str = "task") -> list[EvalItem]:
-    """UEval: ``id``, ``prompt``, ``task`` (or ``task_type``), rubrics and ``question_type`` kept in ``raw``.
-    Another rubric benchmark reads its rows the same way under its own ``name`` and ``category`` field."""
+def load_questions(data: str, name: str, category: str) -> list[EvalItem]:
+    """Question rows (UEval's shape): ``id``, ``prompt``, the ``category`` field (or ``<category>_type``),
+    everything else (rubrics, ``question_type``) kept in ``raw``; each item under the benchmark ``name``."""
     rows, root = _records(data)
     items = []
     for where, row in rows:
@@ -178,109 +169,18 @@ def load_ueval(data: str, name: str = "ueval", category: str = "task") -> list[E
         items.append(
             EvalItem(
                 benchmark=name,
-                id=_safe_name(row.get("id"), where, "id"),
+                id=safe_name(row.get("id"), where, "id"),
                 category=str(task or ""),
-                prompt=_text(row, ("prompt",), where),
+                prompt=text_field(row, ("prompt",), where),
                 raw=row,
                 root=str(root) if root else None,
                 where=where,
             )
         )
-    return _unique(items, data)
+    return unique(items, data)
 
 
-def _wise_files(path: Path) -> tuple[list[Path], str]:
-    if path.is_file():
-        return [path], "verified" if path.name.endswith("_verified.json") else "legacy"
-    if not path.is_dir():
-        raise InputError(f"--data {path}: no such file or folder.")
-    verified = sorted(path.glob("*_verified.json"))
-    legacy = [path / name for name in WISE_LEGACY_FILES if (path / name).is_file()]
-    if verified and legacy:
-        raise InputError(
-            f"{path} holds both WISE_Verified (*_verified.json) and legacy prompt files; "
-            "point --data at one set (their prompt ids mean different prompts)."
-        )
-    if not verified and not legacy:
-        raise InputError(
-            f"{path} holds no WISE prompt files (*_verified.json, or {', '.join(WISE_LEGACY_FILES)})."
-        )
-    return (verified, "verified") if verified else (legacy, "legacy")
-
-
-def load_wise(data: str) -> list[EvalItem]:
-    """WISE prompts (``Prompt``, ``Explanation``, ``Category``, ``Subcategory``, ``prompt_id``), by prompt id."""
-    if data.startswith("hf:"):
-        rows, root = _hf_records(data)
-        protocol = "verified" if "verified" in data.lower() else "legacy"
-    else:
-        files, protocol = _wise_files(Path(data))
-        rows = [row for f in files for row in _json_items(f)]
-        root = files[0].parent.resolve()
-    items = []
-    for where, row in rows:
-        if not isinstance(row, dict):
-            raise InputError(f"{where}: each record must be a JSON object.")
-        prompt_id = row.get("prompt_id")
-        if (
-            isinstance(prompt_id, bool)
-            or not isinstance(prompt_id, int | str)
-            or not str(prompt_id).isdigit()
-        ):
-            raise InputError(f"{where}: prompt_id: must be a positive integer, got {prompt_id!r}.")
-        items.append(
-            EvalItem(
-                benchmark="wise",
-                id=str(int(prompt_id)),
-                category=str(row.get("Category") or ""),
-                prompt=_text(row, ("Prompt",), where),
-                raw=row,
-                root=str(root),
-                protocol=protocol,
-                where=where,
-            )
-        )
-    items.sort(key=lambda item: int(item.id))
-    return _unique(items, data)
-
-
-def _rise_file(path: Path) -> Path:
-    if path.is_file():
-        return path
-    for name in RISE_FILES:
-        if (path / name).is_file():
-            return path / name
-    raise InputError(f"--data {path}: no RISEBench data file ({', '.join(RISE_FILES)}) there.")
-
-
-def load_rise(data: str) -> list[EvalItem]:
-    """RISEBench samples: ``index``, ``category``, ``instruction``, ``image``; optional fields stay in ``raw``."""
-    if data.startswith("hf:"):
-        rows, root = _hf_records(data)
-    else:
-        file = _rise_file(Path(data))
-        rows, root = _json_items(file), file.parent.resolve()
-    items = []
-    for where, row in rows:
-        if not isinstance(row, dict):
-            raise InputError(f"{where}: each record must be a JSON object.")
-        item = EvalItem(
-            benchmark="rise",
-            id=_safe_name(row.get("index"), where, "index"),
-            category=_safe_name(row.get("category"), where, "category"),
-            prompt=_text(row, ("instruction",), where),
-            raw=row,
-            root=str(root) if root else None,
-            where=where,
-        )
-        image = item.path("image")
-        if image is None:
-            raise InputError(f"{where}: image: missing; RISEBench samples edit an input image.")
-        items.append(replace(item, images=(str(image.resolve()),)))
-    return _unique(items, data)
-
-
-def _unique(items: list[EvalItem], data: str) -> list[EvalItem]:
+def unique(items: list[EvalItem], data: str) -> list[EvalItem]:
     seen: dict[str, str] = {}
     for item in items:
         if item.id in seen:

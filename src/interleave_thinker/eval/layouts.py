@@ -29,7 +29,7 @@ from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.types import Trace
 from interleave_thinker.eval.datasets import EvalItem
-from interleave_thinker.runtime.reports import ueval_row
+from interleave_thinker.runtime.reports import answer_row
 from interleave_thinker.runtime.store import RunStore
 
 SUBMISSION = "submission.json"
@@ -84,11 +84,11 @@ def write_item_image(layout: Layout, out: Path, store: RunStore, item: EvalItem,
     return target
 
 
-def ueval_entry(store: RunStore, item: EvalItem, trace: Trace, *, mode: str) -> dict[str, Any]:
+def submission_entry(store: RunStore, item: EvalItem, trace: Trace, *, mode: str) -> dict[str, Any]:
     """One submission record (absolute image paths); in base mode the generator writes no text, so the
     text answer is empty."""
     images = (store.request_dir(item.id) / IMAGES_DIR).resolve()
-    return ueval_row(
+    return answer_row(
         item.id,
         item.prompt,
         item.category,
@@ -111,7 +111,7 @@ def write_layout(
             missing.append(item.id)
             continue
         if layout.submission:
-            entries.append(ueval_entry(store, item, trace, mode=mode))
+            entries.append(submission_entry(store, item, trace, mode=mode))
             written.append(item.id)
         elif write_item_image(layout, out, store, item, trace) is not None:
             written.append(item.id)

@@ -1,6 +1,6 @@
 """The benchmarks' official judge prompts, obtained at run time and checked by SHA-256.
 
-The judge prompts of WISE, RISEBench and UEval are the benchmarks' own text, so, like the released
+A benchmark's judge prompts (``eval/benchmarks/<name>/prompts.py`` says where each lives) are its own text, so, like the released
 planner/critic templates, they are never shipped. They are resolved by the rules of
 :class:`~interleave_thinker.core.pinned_texts.PinnedStore`, in this order: a folder the user names
 (``INTERLEAVE_THINKER_EVAL_PROMPTS``, one ``<name>.txt`` per prompt, e.g. the files of
@@ -15,6 +15,7 @@ as a template: constant parts verbatim, each field written ``{`` + ``ast.unparse
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +35,6 @@ class Repo:
     commit: str
 
 
-WISE_REPO = Repo("PKU-YuanGroup/WISE", "eb51174483a5de2e34e8614cf9dfb3319ee7fcd0")
-RISE_REPO = Repo("PhoenixZ810/RISEBench", "5f226519b25c005bb32fb83864bbd1845ab85c23")
-UEVAL_REPO = Repo("zlab-princeton/UEval", "3a5b5ea2c4d2d149c41b3f06645f2fd272aca88e")
-
-
 @dataclass(frozen=True)
 class EvalPrompt:
     """Where one judge prompt lives: ``kind`` is ``literal``, ``strip`` or ``message`` (function, index)."""
@@ -51,58 +47,10 @@ class EvalPrompt:
     index: int = 0
 
 
-def _p(repo: Repo, source: str, kind: str, locator: str, sha: str, index: int = 0) -> EvalPrompt:
-    return EvalPrompt(repo, source, kind, locator, sha, index)
+EvalPrompts = Mapping[str, EvalPrompt]
+"""A protocol's judge prompts by name (``<name>.txt`` in a folder or the cache), each where it lives."""
 
 
-_WV, _WL, _MSG = "vllm_eval.py", "WISE_legacy/gpt_eval.py", "build_evaluation_messages"
-PROMPTS: dict[str, EvalPrompt] = {
-    "wise_verified_system": _p(
-        WISE_REPO, _WV, "message", _MSG, "c9b9e5e189408801a05c600dfc385addc37bb1ebe9b933c74202ea72eb415f8c", 0
-    ),
-    "wise_verified_user": _p(
-        WISE_REPO, _WV, "message", _MSG, "b72932ce0313711651a182fc57a89c66393f9e4d7030ce24ca2c403f1aec1ae2", 1
-    ),
-    "wise_legacy_system": _p(
-        WISE_REPO, _WL, "message", _MSG, "1034e394de55d899eb78e5ad09835de551cefa5bfeb0ba4bf452c83f6285ffc0", 0
-    ),
-    "wise_legacy_user": _p(
-        WISE_REPO, _WL, "message", _MSG, "76f6efe6506725cf2aaf3860f0595deb29e68b57649d9a584712fbd39da9bb54", 1
-    ),
-}
-_RISE_DIGESTS = {
-    "consist": "84b272d821670cd2466866e27d80bed659dc677964a62a2c1459ad673c4eaf70",
-    "reasoning": "2a1a3394442065a25958b03047158bf670dbb0c771c5d9a7d299cdc02eb0c25b",
-    "reasoning_w_input": "b781425c015b41a646eae87dea188b871f89a4749a8911281e1e3ac52f050cd0",
-    "generation": "2d607960deffa2e1b5178bfbf9f06c865654ddbe35b249caa9e59c616ff6c916",
-    "spatial_ref": "df84b77e28183eddb0e822170970bec0a85302844ffae3c4a0effde7ada5279b",
-    "spatial_ref_img": "4e043b8e696d40a4be73538134b4182dc5a87a354e5878983c943a536e22e25d",
-    "spatial_ref_w_input": "444d3a201c30fb2fe2a88e48aca355c4f075f655c2edc4ae50a6e1fb263c668d",
-    "spatial_qual": "3bead46a4b0bcf295700caec5c116809dd72d4a03a750f7bb9da3e2563123c80",
-    "spatial_cons": "b20ca629d36da9cf2fa591ef3c1dd5909177b4d245172479345d6fa137c4c55e",
-    "logical_cons_ans": "28a6dd5a2e714acf681455acbf8dc01491559ecdcc54523e50a382d1c4689aaf",
-    "logical_cons": "49b6870dfb1b4cb64e303d27845794e403d48ef877b85178fea9c48a425475c1",
-    "logical_txt": "6719763c72ab8ef9e015ed4efe3ef96c4cd01c0c2cda8457cad1a91ac69eb956",
-    "logical_img": "ce89313d6047592decded49f4324000ced3c91f87153ca458dc1f55634e08cd6",
-    "logical_img_wo_q": "8cd49d5335cd303c810affa011b21dcd1416fcbb76df00f175ee3af949dcaa8d",
-}
-for _short, _sha in _RISE_DIGESTS.items():
-    PROMPTS[f"rise_prompt_{_short}"] = _p(RISE_REPO, "utils.py", "literal", f"prompt_{_short}", _sha)
-_UEVAL_DIGESTS = {
-    "system_instruction": "151f6c52b708cef35b72f737cfd550665161f0fd3d2408b82de3f0432d651754",
-    "text_template": "8bd035a476d192770211f2539714d5fb0edca6f9d566081500abe4a98008a0e2",
-    "text_rubric_template": "471b64de913173510b2673ee80f904144c3ef414a3a3ecd47ab9fd746105442b",
-    "image_template_open": "16634b947356b00020e91c34eb8df940479a731bb1f3d2a4a51986ac8410484b",
-    "image_rubric_template": "471b64de913173510b2673ee80f904144c3ef414a3a3ecd47ab9fd746105442b",
-    "image_template_closed": "1a533115d14edec3c510cf6c411c6d2f4819792aa03a6cf6eb97c846d01216b6",
-}
-for _short, _sha in _UEVAL_DIGESTS.items():
-    PROMPTS[f"ueval_{_short}"] = _p(UEVAL_REPO, "ueval_eval.py", "strip", _short.upper(), _sha)
-
-WISE_VERIFIED_PROMPTS = ("wise_verified_system", "wise_verified_user")
-WISE_LEGACY_PROMPTS = ("wise_legacy_system", "wise_legacy_user")
-RISE_PROMPTS = tuple(f"rise_prompt_{s}" for s in _RISE_DIGESTS)
-UEVAL_PROMPTS = tuple(f"ueval_{s}" for s in _UEVAL_DIGESTS)
 DOWNLOAD_COMMAND = "interleave-thinker eval prompts download"
 """The command that fetches, checks and caches the judge prompts (run it once where the network is)."""
 
@@ -227,13 +175,17 @@ class EvalPromptStore(pinned.PinnedStore):
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
     CACHE_NAME = "eval-prompts"
 
-    def load(self, names: tuple[str, ...], protocol: str) -> PromptSet:
+    def load(self, names: EvalPrompts, protocol: str) -> PromptSet:
         """The prompts ``names`` of ``protocol`` (its name is only for messages)."""
         if self.folder is not None:
-            return PromptSet({n: self._read(self.folder / f"{n}.txt", n) for n in names}, str(self.folder))
+            return PromptSet(
+                {n: self._read(self.folder / f"{n}.txt", names[n]) for n in names}, str(self.folder)
+            )
         cached = self._cache_paths(names)
         if all(path.is_file() for path in cached.values()):
-            return PromptSet({n: self._read(p, n) for n, p in cached.items()}, f"cache {self.cache_dir}")
+            return PromptSet(
+                {n: self._read(p, names[n]) for n, p in cached.items()}, f"cache {self.cache_dir}"
+            )
         if not self.download_allowed:
             raise JudgePromptsUnavailable(
                 protocol,
@@ -248,25 +200,25 @@ class EvalPromptStore(pinned.PinnedStore):
             raise JudgePromptsUnavailable(protocol, str(exc).rstrip(".")) from None
         return PromptSet(texts, f"download {self.base_url}")
 
-    def _cache_paths(self, names: tuple[str, ...]) -> dict[str, Path]:
-        return {n: self.cache_dir / PROMPTS[n].repo.commit / f"{n}.txt" for n in names}
+    def _cache_paths(self, names: EvalPrompts) -> dict[str, Path]:
+        return {n: self.cache_dir / prompt.repo.commit / f"{n}.txt" for n, prompt in names.items()}
 
-    def _read(self, path: Path, name: str) -> str:
+    def _read(self, path: Path, prompt: EvalPrompt) -> str:
+        name = path.stem
         if not path.is_file():
             raise TemplateError(f"Judge prompt file {path} is missing ({FOLDER_ENV} or the cache).")
         text, digest = pinned.read_text(path)
-        if digest != PROMPTS[name].sha256:
+        if digest != prompt.sha256:
             raise TemplateError(
                 f"Judge prompt {path} does not match the official '{name}' (SHA-256 differs): the file was "
                 "edited or is from another commit. Restore it, or delete it so it is downloaded again."
             )
         return text
 
-    def _download(self, names: tuple[str, ...]) -> dict[str, str]:
+    def _download(self, names: EvalPrompts) -> dict[str, str]:
         texts: dict[str, str] = {}
         sources: dict[str, str] = {}
-        for name in names:
-            prompt = PROMPTS[name]
+        for name, prompt in names.items():
             url = f"{self.base_url}/{prompt.repo.name}/{prompt.repo.commit}/{prompt.source}"
             if url not in sources:
                 sources[url] = pinned.fetch_text(url, self.timeout)
@@ -274,25 +226,3 @@ class EvalPromptStore(pinned.PinnedStore):
             texts[name] = pinned.check_download(text, prompt.sha256, f"Judge prompt '{name}' from {url}")
         pinned.write_cache({path: texts[name] for name, path in self._cache_paths(names).items()})
         return texts
-
-
-# -- filling, exactly as the official code does -------------------------------------------------------
-
-WISE_PROMPT_FIELD = "{prompt_data['Prompt']}"
-WISE_EXPLANATION_FIELD = "{prompt_data['Explanation']}"
-
-
-def fill_wise(template: str, prompt: object, explanation: object) -> str:
-    """The f-string evaluated with the record: split on the two fields (Prompt first), join the values."""
-    head, rest = template.split(WISE_PROMPT_FIELD, 1)
-    middle, tail = rest.split(WISE_EXPLANATION_FIELD, 1)
-    return head + format(prompt, "") + middle + format(explanation, "") + tail
-
-
-def fill_ueval(
-    template: str, question: str, text_answer: str | None = None, rubric: str | None = None
-) -> str:
-    """UEval's chained ``.replace`` calls, in the official order."""
-    if rubric is not None:
-        return template.replace("<<rubric_item>>", rubric)
-    return template.replace("<<question>>", question).replace("<<text_answer>>", text_answer or "")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from interleave_thinker.core.config import EvalOptions
 from interleave_thinker.core.errors import ConfigError, InputError
-from interleave_thinker.eval import benchmarks, score_ueval
+from interleave_thinker.eval import benchmarks
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ScoreContext
 from interleave_thinker.eval.datasets import EvalItem, choose_items
 from interleave_thinker.eval.judging import JudgeClient, JudgeTransport, load_transport
@@ -43,7 +43,7 @@ class ScoreOptions:
     scorer_version: str = "current"
     judge_concurrency: int = 32
     judge_attempts: int | None = None
-    ueval_mode: str = "cached"
+    request_mode: str = "cached"
     judge_cache: Path | None = None
     backend_options: BackendOptions | None = None
     """The settings' device and transport for the judge (``--config``); None = defaults."""
@@ -105,8 +105,11 @@ def _check(options: ScoreOptions) -> tuple[Benchmark, Protocol]:
             f"--scorer-version {options.scorer_version} exists only for {', '.join(owners)} "
             f"(this is {protocol.name})."
         )
-    if options.ueval_mode not in score_ueval.MODES:
-        raise ConfigError(f"--ueval-mode {options.ueval_mode!r}: use cached or direct.")
+    moded = [p for p in benchmarks.protocols() if p.modes]
+    modes = {m for p in moded for m in p.modes}
+    if moded and options.request_mode not in modes:
+        flag = moded[0].mode_flag or "request mode"
+        raise ConfigError(f"{flag} {options.request_mode!r}: use {' or '.join(sorted(modes))}.")
     if options.judge_attempts is not None and options.judge_attempts < 1:
         raise ConfigError("--judge-attempts must be at least 1.")
     if options.limit is not None and options.limit < 1:
@@ -189,7 +192,7 @@ def _run_locked(
             attempts,
             Limits.from_options(options.limits),
             options.scorer_version,
-            options.ueval_mode,
+            options.request_mode,
             selection.sliced,
         )
         scorer = protocol.scorer(context)

@@ -17,7 +17,7 @@ released templates are the authors' text and are never shipped here: the prompt 
 | ``datagen/prompts.txt`` | `data prompts`: one batch of prompts for a sub-category | ``{domain}``, ``{subcategory}``, ``{subcategory_description}``, ``{batch}``, ``{terms}``, ``{templates}``, ``{count}`` |
 | ``loop/rank_attempts.txt`` | :class:`~interleave_thinker.agents.ranking.Ranker` (``loop.select_best: critic``): rank a step's attempts | ``{count}``, ``{count_plus_one}``, ``{instruction}`` |
 | ``loop/review_sequence.txt`` | :class:`~interleave_thinker.agents.sequence_review.SequenceReviewer` (``loop.repair_budget``): name the steps that break consistency | ``{count}``, ``{steps}`` |
-| ``consistency/system.txt``, ``consistency/pair.txt`` | `eval score consistency` (:mod:`interleave_thinker.eval.benchmarks.consistency`): our own rubric for a pair of consecutive images, pinned by SHA-256 there | ``{request}``, ``{first_step}``, ``{first_prompt}``, ``{second_step}``, ``{second_prompt}`` (``pair.txt``) |
+| ``consistency/system.txt``, ``consistency/pair.txt`` | `eval score consistency` (:mod:`interleave_thinker.eval.benchmarks.consistency.protocol`): our own rubric for a pair of consecutive images, pinned by SHA-256 there | ``{request}``, ``{first_step}``, ``{first_prompt}``, ``{second_step}``, ``{second_prompt}`` (``pair.txt``) |
 
 Being data, this package imports nothing and any layer may read it (``importlib.resources``).
 """

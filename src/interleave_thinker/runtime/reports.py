@@ -43,7 +43,7 @@ def release_text_answer(trace: Trace) -> str:
     return "".join(parts)
 
 
-def ueval_row(
+def answer_row(
     request_id: str,
     prompt: str,
     task: str | None,
@@ -65,10 +65,10 @@ def ueval_row(
     }
 
 
-def ueval_results(traces: dict[str, Trace], folders: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """``results.json``: a :func:`ueval_row` per request, image paths relative to the batch folder."""
+def answer_rows(traces: dict[str, Trace], folders: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``results.json``: a :func:`answer_row` per request, image paths relative to the batch folder."""
     return [
-        ueval_row(
+        answer_row(
             request_id,
             trace.request.text,
             trace.request.task,
@@ -212,6 +212,6 @@ def write_reports(
         summary["runs"] = runs
     summary.update(extra or {})
     write_atomic(root / SUMMARY, json.dumps(summary, indent=2))
-    write_atomic(root / RESULTS, json.dumps(ueval_results(traces, folders), indent=2, ensure_ascii=False))
+    write_atomic(root / RESULTS, json.dumps(answer_rows(traces, folders), indent=2, ensure_ascii=False))
     write_atomic(root / REPORT, render_report(traces, summary, folders))
     return summary

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval.benchmark import Benchmark, Protocol
-from interleave_thinker.eval.benchmarks import consistency, custom, rise, ueval, wise
+from interleave_thinker.eval.benchmarks.consistency import protocol as consistency
+from interleave_thinker.eval.benchmarks.custom import protocol as custom
+from interleave_thinker.eval.benchmarks.rise import protocol as rise
+from interleave_thinker.eval.benchmarks.ueval import protocol as ueval
+from interleave_thinker.eval.benchmarks.wise import protocol as wise
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.published import Published
 
@@ -59,6 +63,19 @@ def find_protocol_or_none(name: str) -> tuple[Benchmark, Protocol] | None:
 def load_items(name: str, data: str) -> list[EvalItem]:
     """Every item of benchmark ``name`` in ``data`` (a local path or ``hf:ID[:split]``), validated."""
     return get(name).load(data)
+
+
+def option_help(option: str) -> str:
+    """The benchmarks' parts of the CLI option ``option``'s help (:attr:`Benchmark.help`), joined."""
+    return "; ".join(b.help[option] for b in BENCHMARKS if option in b.help)
+
+
+def mode_flag() -> str:
+    """The flag that picks a protocol's request shape (:attr:`Protocol.modes`), as the CLI spells it."""
+    flags = sorted({p.mode_flag for p in protocols() if p.mode_flag})
+    if len(flags) != 1:
+        raise ConfigError(f"The protocols name {len(flags)} request-mode flags ({flags}); one is expected.")
+    return flags[0]
 
 
 def published(protocol: str) -> list[Published]:

@@ -3,7 +3,7 @@
 Our own measure, not a published protocol (there is no official judge and no published number): a VLM
 judge rates each pair of consecutive accepted images with our rubric, ``prompts/consistency/`` (our
 words), whose texts are pinned here by SHA-256 and recorded with every result. Scale, aggregation and
-what is judged: :mod:`interleave_thinker.eval.score_consistency`.
+what is judged: :mod:`interleave_thinker.eval.benchmarks.consistency.scorer`.
 
 Data: the runs themselves. ``eval score consistency --outputs RUNS`` reads every ``requests/<id>/`` of
 a `batch` or `eval generate` folder (``--data`` defaults to ``--outputs``); a prompts file (JSONL of
@@ -21,9 +21,9 @@ from typing import Any
 
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.pinned_texts import sha256_text
-from interleave_thinker.eval import score_consistency as scs
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
-from interleave_thinker.eval.datasets import EvalItem, load_ueval
+from interleave_thinker.eval.benchmarks.consistency import scorer as scs
+from interleave_thinker.eval.datasets import EvalItem, load_questions
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import PromptSet
 
@@ -60,7 +60,7 @@ def load(data: str) -> list[EvalItem]:
     path = Path(data)
     if path.is_dir():
         return scs.load_runs(path, NAME)
-    return load_ueval(data, name=NAME, category="category")
+    return load_questions(data, NAME, "category")
 
 
 def _scorer(ctx: ScoreContext) -> Scorer:
@@ -102,4 +102,10 @@ BENCHMARK = Benchmark(
     layout=Layout(),
     protocols=(PROTOCOL,),
     data_from_outputs=True,
+    help={
+        "outputs": "consistency a `batch` or `eval generate` folder of runs",
+        "data": "consistency: default --outputs",
+        "scorer": "consistency only: vlm (the judge with our rubric, needs --judge) or an offline scorer that "
+        "needs no model: perceptual (colour hashes, the `perceptual` extra)",
+    },
 )

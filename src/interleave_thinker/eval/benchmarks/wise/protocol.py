@@ -6,17 +6,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from interleave_thinker.eval import score_wise
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.benchmark import plain_cell as cell
-from interleave_thinker.eval.datasets import load_wise
+from interleave_thinker.eval.benchmarks.wise import data, prompts
+from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
 from interleave_thinker.eval.layouts import Layout
-from interleave_thinker.eval.prompts import (
-    WISE_LEGACY_PROMPTS,
-    WISE_REPO,
-    WISE_VERIFIED_PROMPTS,
-    EvalPromptStore,
-)
+from interleave_thinker.eval.prompts import EvalPrompts, EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
 
 WISE_BOTH = ("wise", "wise-legacy")
@@ -45,7 +40,7 @@ def _overall(summary: dict[str, Any]) -> str:
     return cell(overall)
 
 
-def _protocol(wise: score_wise.WiseProtocol, judge: str, names: tuple[str, ...], passed: Any) -> Protocol:
+def _protocol(wise: score_wise.WiseProtocol, judge: str, names: EvalPrompts, passed: Any) -> Protocol:
     return Protocol(
         name=wise.name,
         official_judge=judge,
@@ -53,23 +48,24 @@ def _protocol(wise: score_wise.WiseProtocol, judge: str, names: tuple[str, ...],
         attempts=score_wise.ATTEMPTS,
         prompts=lambda: EvalPromptStore().load(names, wise.name),
         scorer=functools.partial(_scorer, wise),
-        code=WISE_REPO,
+        code=prompts.REPO,
         report=ReportRules(overall=_overall, passed=passed),
     )
 
 
 VERIFIED = _protocol(
-    score_wise.VERIFIED, "Qwen3.5-35B-A3B", WISE_VERIFIED_PROMPTS, lambda row: row.get("score") in (1, 1.0)
+    score_wise.VERIFIED, "Qwen3.5-35B-A3B", prompts.VERIFIED_PROMPTS, lambda row: row.get("score") in (1, 1.0)
 )
 LEGACY = _protocol(
-    score_wise.LEGACY, "gpt-4o-2024-05-13", WISE_LEGACY_PROMPTS, lambda row: row.get("consistency") == 2
+    score_wise.LEGACY, "gpt-4o-2024-05-13", prompts.LEGACY_PROMPTS, lambda row: row.get("consistency") == 2
 )
 
 BENCHMARK = Benchmark(
     name="wise",
-    load=load_wise,
+    load=data.load,
     layout=Layout(lambda out, item_id, category, suffix: out / f"{item_id}.{suffix}"),
     protocols=(VERIFIED, LEGACY),
+    help={"outputs": "WISE a folder of {prompt_id}.png", "protocol": "wise is WISE_Verified"},
     published=(
         Published(WISE_BOTH, "FLUX.2-klein (4 steps) alone", WISE_METRIC, "0.47", PAPER),
         Published(WISE_BOTH, "InterleaveThinker + FLUX.2-klein (4 steps)", WISE_METRIC, "0.73", PAPER),

@@ -6,24 +6,27 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from interleave_thinker.eval import score_ueval
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
-from interleave_thinker.eval.datasets import load_ueval
+from interleave_thinker.eval.benchmarks.ueval import data, prompts
+from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
 from interleave_thinker.eval.layouts import Layout
-from interleave_thinker.eval.prompts import UEVAL_PROMPTS, UEVAL_REPO, EvalPromptStore
+from interleave_thinker.eval.prompts import EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
+
+MODE_FLAG = "--ueval-mode"
+"""The flag of a rubric protocol's request shape (``score_ueval.MODES``)."""
 
 
 def rubric_scorer(ctx: ScoreContext, prefix: str = "ueval_") -> Scorer:
     """UEval's scorer (also that of any rubric benchmark whose prompt roles are named ``prefix...``)."""
     submission, folder = score_ueval.load_submission(ctx.outputs)
     one = functools.partial(
-        score_ueval.score_item, ctx.prompts, ctx.client, submission, folder, ctx.ueval_mode, ctx.attempts
+        score_ueval.score_item, ctx.prompts, ctx.client, submission, folder, ctx.request_mode, ctx.attempts
     )
     return Scorer(
         lambda item: one(item, ctx.limits, prefix),
         score_ueval.summarize,
-        {"ueval_mode": ctx.ueval_mode},
+        {"ueval_mode": ctx.request_mode},
         functools.partial(score_ueval.output_digest, submission, folder, ctx.limits),
     )
 
@@ -50,17 +53,25 @@ PROTOCOL = Protocol(
     official_judge="gemini-2.5-pro",
     judge_settings={},  # the official script passes none: the API's defaults
     attempts=score_ueval.ATTEMPTS,
-    prompts=lambda: EvalPromptStore().load(UEVAL_PROMPTS, "ueval"),
+    prompts=lambda: EvalPromptStore().load(prompts.PROMPTS, "ueval"),
     scorer=rubric_scorer,
-    code=UEVAL_REPO,
+    code=prompts.REPO,
     report=RUBRIC_REPORT,
+    modes=score_ueval.MODES,
+    mode_flag=MODE_FLAG,
 )
 
 BENCHMARK = Benchmark(
     name="ueval",
-    load=load_ueval,
+    load=data.load,
     layout=Layout(),
     protocols=(PROTOCOL,),
+    help={
+        "outputs": "UEval the submission JSON (or a folder with results.json)",
+        "judge_attempts": "UEval 500",
+        "request_mode": "UEval and other rubric benchmarks: cached (official default, with system instruction) "
+        "or direct requests",
+    },
     published=(
         Published(("ueval",), "FLUX.2-klein alone", "UEval average", "18.2", PAPER),
         Published(("ueval",), "InterleaveThinker + FLUX.2-klein", "UEval average", "66.3", PAPER),

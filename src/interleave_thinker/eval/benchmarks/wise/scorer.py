@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from interleave_thinker.core.errors import InputError
+from interleave_thinker.eval.benchmarks.wise.prompts import fill
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
-from interleave_thinker.eval.prompts import PromptSet, fill_wise
+from interleave_thinker.eval.prompts import PromptSet
 from interleave_thinker.eval.scoring import ItemResult, bind, mean
 
 ATTEMPTS = 3
@@ -155,7 +156,7 @@ def check_data(protocol: WiseProtocol, items: list[EvalItem]) -> None:
 def build_request(
     protocol: WiseProtocol, prompts: PromptSet, raw: dict[str, Any], image: bytes
 ) -> JudgeRequest:
-    user = fill_wise(prompts.texts[protocol.user], raw.get("Prompt"), raw.get("Explanation"))
+    user = fill(prompts.texts[protocol.user], raw.get("Prompt"), raw.get("Explanation"))
     parts = (user, JudgeImage(image, "image/png"))
     return JudgeRequest.one_turn(parts, protocol.settings, system=prompts.texts[protocol.system])
 

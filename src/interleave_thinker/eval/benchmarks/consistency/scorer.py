@@ -1,7 +1,7 @@
 """Consistency of a sequence: a VLM judge rates each pair of consecutive accepted images with our rubric.
 
 This is interleave-thinker's own measure, not a published protocol: the rubric is ours
-(``prompts/consistency/``, pinned by SHA-256 in :mod:`interleave_thinker.eval.benchmarks.consistency`),
+(``prompts/consistency/``, pinned by SHA-256 in :mod:`interleave_thinker.eval.benchmarks.consistency.protocol`),
 there is no official judge and no published number, so scores compare only runs judged alike.
 
 A sequence is one run folder (``requests/<id>/`` of a `batch` or `eval generate` folder, or a `run`

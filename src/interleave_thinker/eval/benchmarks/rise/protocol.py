@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from interleave_thinker.eval import score_rise
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
-from interleave_thinker.eval.datasets import load_rise
+from interleave_thinker.eval.benchmarks.rise import data, prompts
+from interleave_thinker.eval.benchmarks.rise import scorer as score_rise
 from interleave_thinker.eval.layouts import Layout
-from interleave_thinker.eval.prompts import RISE_PROMPTS, RISE_REPO, EvalPromptStore
+from interleave_thinker.eval.prompts import EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
 
 
@@ -41,21 +41,25 @@ PROTOCOL = Protocol(
     official_judge="gpt-4.1-2025-04-14",
     judge_settings=score_rise.SETTINGS,
     attempts=1,
-    prompts=lambda: EvalPromptStore().load(RISE_PROMPTS, "rise"),
+    prompts=lambda: EvalPromptStore().load(prompts.PROMPTS, "rise"),
     scorer=_scorer,
-    code=RISE_REPO,
+    code=prompts.REPO,
     scorer_versions=score_rise.SCORER_VERSIONS,
     report=ReportRules(cell=_cell, passed=lambda row: bool(row.get("accuracy"))),
 )
 
 BENCHMARK = Benchmark(
     name="rise",
-    load=load_rise,
+    load=data.load,
     layout=Layout(
         lambda out, item_id, category, suffix: out / "images" / category / f"{item_id}.{suffix}",
         ("png", "jpg", "jpeg"),
     ),
     protocols=(PROTOCOL,),
+    help={
+        "outputs": "RISEBench the folder holding images/{category}/{index}.png",
+        "scorer_version": "rise only: the accuracy rule before RISEBench's 2026-04-13 fix",
+    },
     published=(
         Published(("rise",), "FLUX.2-klein (4 steps) alone", "RISEBench accuracy", "13.3%", PAPER),
         Published(

@@ -22,10 +22,11 @@ from typing import Any
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.images import open_bounded
 from interleave_thinker.core.sanitize import clean_text
+from interleave_thinker.eval.benchmarks.ueval.prompts import fill
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeMessage, JudgeRequest, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
-from interleave_thinker.eval.prompts import PromptSet, fill_ueval
+from interleave_thinker.eval.prompts import PromptSet
 from interleave_thinker.eval.scoring import ItemResult, bind, mean
 
 ATTEMPTS = 500
@@ -240,10 +241,10 @@ def build_questions(
     out: list[Question] = []
     text_rubrics = rubrics(item, "text_rubrics")
     if text_rubrics:
-        context = fill_ueval(t["text_template"], question, text)
+        context = fill(t["text_template"], question, text)
         cached = mode == "cached" and len(text_rubrics) > 1
         for rubric in text_rubrics:
-            prompt = fill_ueval(t["text_rubric_template"], question, rubric=_criterion(rubric))
+            prompt = fill(t["text_rubric_template"], question, rubric=_criterion(rubric))
             out.append(
                 Question(_request(system, context, prompt, [], cached), parse_rubric, attempts, "text")
             )
@@ -251,10 +252,10 @@ def build_questions(
     if image_rubrics:
         open_task = question_type(raw.get("task")) == "open"
         template = t["image_template_open"] if open_task else t["image_template_closed"]
-        context = fill_ueval(template, question, text)
+        context = fill(template, question, text)
         cached = mode == "cached" and bool(images)
         for rubric in image_rubrics:
-            prompt = fill_ueval(t["image_rubric_template"], question, rubric=_criterion(rubric))
+            prompt = fill(t["image_rubric_template"], question, rubric=_criterion(rubric))
             out.append(
                 Question(_request(system, context, prompt, images, cached), parse_rubric, attempts, "image")
             )

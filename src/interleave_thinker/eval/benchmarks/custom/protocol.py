@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ScoreContext, Scorer
-from interleave_thinker.eval.benchmarks.ueval import RUBRIC_REPORT, rubric_scorer
-from interleave_thinker.eval.datasets import EvalItem, load_ueval
+from interleave_thinker.eval.benchmarks.ueval.protocol import MODE_FLAG, RUBRIC_REPORT, rubric_scorer
+from interleave_thinker.eval.benchmarks.ueval.scorer import MODES
+from interleave_thinker.eval.datasets import EvalItem, load_questions
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import PromptSet
 
@@ -39,7 +40,7 @@ def prompts() -> PromptSet:
 
 def load(data: str) -> list[EvalItem]:
     """The items, each with at least one rubric question (an item nothing can be asked about is refused)."""
-    items = load_ueval(data, name=NAME, category="category")
+    items = load_questions(data, NAME, "category")
     for item in items:
         if not (item.raw.get("text_rubrics") or item.raw.get("image_rubrics")):
             raise InputError(
@@ -60,6 +61,8 @@ PROTOCOL = Protocol(
     prompts=prompts,
     scorer=_scorer,
     report=RUBRIC_REPORT,
+    modes=MODES,
+    mode_flag=MODE_FLAG,
 )
 
 BENCHMARK = Benchmark(

@@ -1,0 +1,1 @@
+"""``custom``: your own questions and rubrics, scored UEval-style (protocol.py: reader, texts, protocol)."""

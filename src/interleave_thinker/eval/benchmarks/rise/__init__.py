@@ -1,0 +1,1 @@
+"""RISEBench: the benchmark (protocol.py: reader, layout, protocol, published numbers) and its scorer."""
