@@ -266,8 +266,7 @@ def test_a_lost_node_loses_nothing_and_repeats_little(
 
     driver = threading.Thread(target=drive)
     driver.start()
-    journal = out / "journal.jsonl"
-    while driver.is_alive() and (not journal.exists() or len(journal.read_text().splitlines()) < 3):
+    while driver.is_alive() and journaled(out) < 3:
         time.sleep(0.01)
     cluster.remove_node(victim)  # its requests in flight are lost with it
     driver.join(300)
