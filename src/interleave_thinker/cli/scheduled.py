@@ -197,6 +197,7 @@ def scheduled_runner(
         address=address,
         specs=specs,
         object_store_mb=cfg.scale.object_store_mb,
+        max_fallback_share=cfg.agents.max_fallback_share,
         notice=cfg.notice,
     )
     shown = runner.dashboard or "none (the head node runs `ray[default]` for one)"
