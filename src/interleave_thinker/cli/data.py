@@ -323,13 +323,15 @@ def synth(
     seed: SeedOpt = 0,
 ) -> None:
     """Generate a small synthetic SFT set in the release's formats (for the tiny configs and tests)."""
-    from interleave_thinker.core.paths import write_atomic
+    from interleave_thinker.core.paths import check_folder, confine, write_atomic
     from interleave_thinker.train.data.export import sharegpt_record
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
     check_out_folder(out)
     templates = settings.resolve().prompts.store().load()
     out = out.resolve()
+    confine(out)
+    check_folder(out / "images")  # a link planted there out of --out: refused before anything is written
     if role == "planner":
         examples = planner_examples(templates, n, seed=seed)
     elif role == "critic":
