@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from interleave_thinker.backends.wrapping import generator_device
 from interleave_thinker.core.config import GenerationOptions, LoopOptions, PipelineConfig
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.runtime.input_images import InputImages
@@ -127,12 +128,16 @@ def call_settings(overrides: dict[str, Any]) -> dict[str, Any]:
     return {"call_overrides": dict(overrides)} if overrides else {}
 
 
-def trace_settings(config: PipelineConfig, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The settings a trace records: the loop's (opt-in ones when changed), generation, per-call values."""
+def trace_settings(config: PipelineConfig, overrides: dict[str, Any], generator: Any) -> dict[str, Any]:
+    """The settings a trace records: the loop's (opt-in ones when changed), generation, per-call values,
+    and ``generator_seed_device``: where a local generator seeds (``cpu``, ``cuda:0``; model.seed_device),
+    nothing for a served generator (its server seeds)."""
+    device = generator_device(generator)
     return {
         "loop": config.loop.trace_settings(),
         "generation": config.generation.model_dump(),
         **call_settings(overrides),
+        **({} if device is None else {"generator_seed_device": device}),
     }
 
 

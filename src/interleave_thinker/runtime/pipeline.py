@@ -266,7 +266,8 @@ class Pipeline:
         before it taken as they are; ``instruction`` replaces that step's, ``seed`` is ``loop.seed_base``
         from it on; the trace records its parent (``runtime/redo.py``)."""
         pipe = for_call(self, given_overrides(seed=seed)) if seed is not None else self
-        given = (instruction, seed, trace_settings(pipe.config, pipe.call_overrides), pipe._used_backends())
+        settings = trace_settings(pipe.config, pipe.call_overrides, pipe.generator)
+        given = (instruction, seed, settings, pipe._used_backends())
         recorder = start_redo(Path(run_dir), Path(out_dir), step, *given)
         return pipe._run_to_end(recorder, [recorder.images[n] for n in recorder.trace.input_images], observer)
 
@@ -349,7 +350,7 @@ class Pipeline:
         trace = Trace(
             request=request,
             backends=self._used_backends(),
-            settings=trace_settings(self.config, self.call_overrides),
+            settings=trace_settings(self.config, self.call_overrides, self.generator),
             templates=self.templates.info(),
             warnings=warnings + self._template_warnings(),
         )
