@@ -154,7 +154,8 @@ def test_every_mode_keeps_the_sequential_trace(
 def test_kill_mid_speculation_then_resume_equals_the_sequential_run(tmp_path: Path) -> None:
     """The run folder is copied (what a kill leaves) while step 3's first call, made ahead, is on the
     wire and step 2's image is being judged; the copy resumed equals the uninterrupted sequential run."""
-    world = SeededWorld(accept=chance(0.8, 21), latency={"critic": 0.03})
+    slow_step_2 = {200: 0.25}  # step 2's first verdict comes late, so step 3's call made ahead is on the wire
+    world = SeededWorld(accept=chance(0.8, 21), critic_delay=lambda seed: slow_step_2.get(seed, 0.0))
     snapshot: dict[str, Path] = {}
     running = tmp_path / "running"
 
