@@ -12,7 +12,7 @@ from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
 from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, close_run, run_scheduled
-from interleave_thinker.cli.scoring import JudgeTokensOption
+from interleave_thinker.cli.scoring import JUDGE_TOKENS, JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def generate(
         str | None,
         typer.Option(help="VLM spec of the judge scoring every attempt (SC/PQ) \\[default: config 'judge']."),
     ] = None,
-    judge_max_new_tokens: JudgeTokensOption = 1024,
+    judge_max_new_tokens: JudgeTokensOption = JUDGE_TOKENS,
 ) -> None:
     """Teacher trajectories for training data: plan, generate, criticise and judge every attempt.
 
