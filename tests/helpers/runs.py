@@ -1,5 +1,5 @@
 """Run folders as the pipeline writes them: built from a table, a batch of speckled pictures for the tiny
-judge, the schema-1 fixture, a reward rollout."""
+judge, the schema-1 fixture, a reward rollout, a run with reference images."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ from pathlib import Path
 
 from PIL import Image
 
+from interleave_thinker import Pipeline
+from interleave_thinker.agents.critic import format_verdict
+from interleave_thinker.agents.planner import format_plan
+from interleave_thinker.backends.protocols import Message
+from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.types import (
     WHITE_CANVAS,
     Attempt,
@@ -20,7 +25,9 @@ from interleave_thinker.core.types import (
     Trace,
     Verdict,
 )
+from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from tests.helpers.common import FIXTURES
+from tests.helpers.pipelines import scripted_config
 
 
 def _image(path: Path, color: tuple[int, int, int]) -> str:
@@ -177,3 +184,49 @@ def rollout(tmp_path: Path) -> Path:
 V1_RUN = FIXTURES / "trace_v1"
 """A run folder written by the pipeline at schema 1 (see tests/core/test_run_folder.py)."""
 FIXTURE_PROMPT = "How do I draw a cat? Show the steps."
+
+
+# 5. A run made with `loop.references: anchor`, the start of the critic's training rows with references.
+ANCHORED_SIZE = 32
+ANCHORED_VERDICTS = [False, True, True, False, True, False, True]
+"""The critic's verdicts, in call order: step 1 rejected then accepted, step 2 accepted, step 3 rejected
+then accepted, step 4 rejected then accepted."""
+ANCHORED_SCORES = {1: [3.0, 8.5], 2: [9.0], 3: [2.0, 9.0], 4: [9.0, 3.0]}
+"""Judge scores (SC = PQ) of each step's attempts: steps 1 and 3 a refinement trend, step 2 stable and
+high (SFT), step 4 high variance (RL)."""
+
+
+def anchored_run(root: Path) -> tuple[Path, list[list[Message]]]:
+    """A guidance request of four steps run by the real pipeline on scripted backends under
+    ``loop.references: anchor``, written to ``root/anchored`` with ``judge_scores.json``; and every
+    message the critic received, in order. Steps 1 to 4 show the critic 0, 1, 2 and 2 references."""
+    steps = [
+        PlanStep(
+            step_number=i, step_name=f"Scene {i}", instruction=f"Scene {i}", prompt=f"the fox, scene {i}"
+        )
+        for i in range(1, 5)
+    ]
+    verdicts = iter(ANCHORED_VERDICTS)
+
+    def review(messages: list[Message]) -> str:
+        ok = next(verdicts)
+        return format_verdict(
+            Verdict(success=ok, refine_prompt="" if ok else "the fox, redder", reasoning="r")
+        )
+
+    critic = ScriptedVLMBackend([review], repeat_last=True)
+    pipe = Pipeline(
+        planner=ScriptedVLMBackend([format_plan(Plan(steps=steps, reasoning="four scenes"))]),
+        critic=critic,
+        generator=ScriptedImageBackend(),
+        config=scripted_config(ANCHORED_SIZE, 1, loop={"references": "anchor"}),
+        templates=builtin_templates(),
+    )
+    run = root / "anchored"
+    subject = Image.new("RGB", (ANCHORED_SIZE, ANCHORED_SIZE), (200, 40, 40))
+    assert pipe("<image> The fox in four scenes.", [subject], out_dir=run).ok
+    scores = {
+        f"anchored#{s}#{a}": [v, v] for s, values in ANCHORED_SCORES.items() for a, v in enumerate(values)
+    }
+    (run / "judge_scores.json").write_text(json.dumps(scores))
+    return run, critic.calls

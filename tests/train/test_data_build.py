@@ -20,9 +20,9 @@ from interleave_thinker.train.data.loaders import load_critic_rl, load_sft
 from interleave_thinker.train.data.rules import BuildRules, apply_ratio, balance, classify
 from interleave_thinker.train.data.scoring import score_missing
 from interleave_thinker.train.data.trajectories import discover
-from interleave_thinker.train.data.trl_format import datasets_module
+from interleave_thinker.train.data.trl_format import content_parts, datasets_module
 from tests.conftest import shared_path
-from tests.helpers.runs import make_run
+from tests.helpers.runs import anchored_run, make_run
 
 RULES = BuildRules()
 
@@ -216,3 +216,43 @@ def test_unscored_records_build_planner_pairs_and_empty_critic_sets(tmp_path: Pa
     assert len(ds.load_from_disk(str(out / "trl" / "planner_sft"))) == 2
     assert sorted(p.name for p in (out / "trl").iterdir()) == ["planner_sft"]  # empty sets are not saved
     assert (out / "critic_rl.jsonl").read_text() == ""
+
+
+def test_a_run_with_references_builds_the_rows_its_critic_read(tmp_path: Path) -> None:
+    """`data build` on a run made under `loop.references: anchor`: each critic row (SFT and RL) holds
+    the message the critic read in the run, its text byte for byte (our references template where it
+    had references) and its images in order (before, after, then the references); the policy is recorded."""
+    run, calls = anchored_run(tmp_path)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("balance_labels: none\nsft_rl_ratio: null\n")  # every labelled attempt, in order
+    out = tmp_path / "built"
+    built = CliRunner().invoke(
+        app, ["build", "--input", str(run), "--out", str(out), "--rules", str(rules), "--no-trl"]
+    )
+    assert built.exit_code == 0, built.output
+    assert "references policy (trajectories): anchor 1" in built.output
+    assert "critic examples with references: critic_sft 3, critic_rl 2" in built.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert (stats["policies"], stats["with_references"]) == ({"anchor": 1}, {"critic_sft": 3, "critic_rl": 2})
+    sft = load_sft(out / "critic_sft.json", role="critic")
+    rl = load_critic_rl(out / "critic_rl.jsonl")
+    rows = [(e.messages[0].content, e.images) for e in sft] + [(e.problem, e.images) for e in rl]
+    assert [len(images) for _, images in rows] == [
+        2,
+        2,
+        3,
+        4,
+        4,
+        4,
+        4,
+    ]  # steps 1, 1, 2, 3, 3 (SFT), 4, 4 (RL)
+    assert len(calls) == len(rows)
+    for (text, images), call in zip(rows, calls, strict=True):
+        assert [m["role"] for m in call] == ["user"]
+        read = [{"type": part["type"], "text": part.get("text")} for part in call[0]["content"]]
+        assert content_parts(text) == read
+        pictures = [Image.open(p) for p in images]
+        assert [(im.size, im.tobytes()) for im in pictures] == [
+            (im.size, im.tobytes()) for im in ScriptedVLMBackend.images_in(call)
+        ]
+    assert "2 reference image(s)" in rows[3][0] and "reference image" not in rows[0][0]

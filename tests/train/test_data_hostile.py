@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from interleave_thinker.cli.main import app
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.untrusted import ImageLimits, UnsafeFile, check_image, load_json
-from interleave_thinker.train.data.trajectories import discover, find_trajectories
+from interleave_thinker.train.data.trajectories import discover, find_trajectories, from_trace
 from tests.helpers.runs import make_run
 
 STEPS: list[list[tuple[bool | None, float]]] = [[(False, 3.0), (True, 8.5)], [(True, 9.0)]]
@@ -136,6 +136,21 @@ def test_build_lists_each_hostile_run_as_failed_and_builds_the_rest(
     # The Python API's strict reading names every failed run.
     with pytest.raises(InputError, match=r"absolute: .*\n.*deep: "):
         discover(root)
+
+
+def test_a_reference_out_of_its_run_or_an_unknown_policy_fails_the_run(tmp_path: Path) -> None:
+    """A critic's reference images (``Attempt.references``) are read as its other images are, and the
+    run's ``settings.loop.references`` must be a policy: each problem names its field."""
+    run = make_run(tmp_path / "runs", "refs", STEPS)
+    Image.new("RGB", (8, 8)).save(tmp_path / "secret.png")
+    edit_trace(run, lambda trace: trace["steps"][1]["attempts"][0].update(references=["../../../secret.png"]))
+    with pytest.raises(UnsafeFile, match=r"steps\[1\]\.attempts\[0\]\.references\[0\].*through '\.\.'"):
+        from_trace(run)
+    edit_trace(run, lambda trace: trace["steps"][1]["attempts"][0].update(references=[KEPT.split("/")[1]]))
+    assert [a.references for a in from_trace(run).steps[1].attempts] == [(run / KEPT,)]
+    edit_trace(run, lambda trace: trace.update(settings={"loop": {"references": "everything"}}))
+    with pytest.raises(InputError, match=r"settings\.loop\.references 'everything' is not one of release"):
+        from_trace(run)
 
 
 def test_a_record_naming_a_non_image_fails_alone(tmp_path: Path) -> None:

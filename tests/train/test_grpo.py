@@ -65,21 +65,19 @@ def format_trained() -> Any:
 
 
 @pytest.fixture(scope="module")
-def released_critic() -> Path:
-    """The tiny critic format-trained on the released critic template, the one the fixture's prompts use
-    (trained on our built-in template it answers the fixture with a bare "</answer>", so no reward varies);
-    adapted from the shipped critic in ``ADAPT_STEPS`` (30) steps; 20 were too few: no reward varied."""
-    from interleave_thinker.core.prompt_store import TemplateStore
-    from interleave_thinker.tiny.format_trained import ensure_format_trained
-
-    released = TemplateStore(folder=shared_path("reference", "prompts"), download=False).load()
-    return ensure_format_trained("critic", templates=released)
+def critic_start(format_trained: Any) -> Path:
+    """The shipped tiny critic. The fixture's rows are rebuilt from the critic template the run loads
+    (``data.critic_prompt: template``, as released; offline here: the built-in one), which is the template
+    this critic was format-trained on, so its rollouts parse and their rewards vary. (A critic adapted to the
+    released template was built here before the rows were rebuilt: 226 s, and it was then asked in the
+    built-in template's words.)"""
+    return Path(format_trained.critic)
 
 
-def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(released_critic: Path, tmp_path: Path) -> None:
+def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(critic_start: Path, tmp_path: Path) -> None:
     import torch
 
-    config = critic_config(tmp_path, str(released_critic), max_steps=2)
+    config = critic_config(tmp_path, str(critic_start), max_steps=2)
     generator = load_image_backend("tiny:generator")
     judge = ScriptedVLMBackend([judge_reply], repeat_last=True)
     trainer, closers = build_grpo_trainer(config, generator=generator, judge_backend=judge)
@@ -134,12 +132,12 @@ def test_critic_grpo_rewards_kl_and_resume_on_the_fixture(released_critic: Path,
     )
 
     # Resume from the step-2 checkpoint and continue the step count.
-    resumed = run_grpo(critic_config(tmp_path, str(released_critic), max_steps=3), resume=True)
+    resumed = run_grpo(critic_config(tmp_path, str(critic_start), max_steps=3), resume=True)
     assert resumed.global_step == 3 and (resumed.final_model / "config.json").is_file()
     # The saved critic carries the tower's change: loaded for inference, its vision weights are not the start's.
     from safetensors.torch import load_file
 
-    start = load_file(str(released_critic / "model.safetensors"))
+    start = load_file(str(critic_start / "model.safetensors"))
     saved = load_file(str(resumed.final_model / "model.safetensors"))
     tower = [k for k in start if "visual" in k and k in saved]
     assert tower and any(not torch.equal(start[k], saved[k].to(start[k].dtype)) for k in tower)

@@ -4,6 +4,7 @@ more parseable verdicts after training, resume, LoRA adapters, config errors."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -24,6 +25,7 @@ from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.tiny.models import ensure_tiny_models
 from interleave_thinker.train.sft.config import SFTRunConfig
 from interleave_thinker.train.sft.trainer import build_trainer, run_sft
+from tests.helpers.runs import anchored_run
 
 pytestmark = pytest.mark.slow
 STEPS = 60
@@ -160,6 +162,36 @@ def test_resume_continues_the_step_count(work: Path, critic_run: Path, tmp_path:
     # the first run's history goes on: ..., 55, 60 (first run), 65, 70 (resumed)
     logged = [h["step"] for h in state["log_history"] if "loss" in h]
     assert logged[-4:] == [STEPS - 5, STEPS, STEPS + 5, STEPS + 10]
+
+
+def test_critic_sft_on_the_rows_of_a_run_with_references(tmp_path: Path) -> None:
+    """The critic rows `data build` writes from a run under `loop.references: anchor` train the tiny
+    critic: each row's images (before, after and up to two references) reach the model at their places,
+    with our references template, and two steps of `train sft` run with a finite loss."""
+    run, _ = anchored_run(tmp_path)
+    data = tmp_path / "built"
+    built = CliRunner().invoke(data_app, ["build", "--input", str(run), "--out", str(data), "--no-trl", "-q"])
+    assert built.exit_code == 0, built.output
+    config = tiny_config(
+        tmp_path, "critic", data / "critic_sft.json", max_steps=2, save_steps=2, logging_steps=1
+    )
+    trainer = build_trainer(SFTRunConfig.load(config))
+    rows = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    batch = trainer.data_collator(rows)
+    tokenizer = trainer.processing_class.tokenizer
+    start = tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    shown = [int((ids == start).sum()) for ids in batch["input_ids"]]
+    assert shown == [len(row["images"]) for row in rows]
+    assert sorted(shown) == [2, 2, 3, 4]  # two rows without references, one with one, one with two
+    texts = [tokenizer.decode(ids) for ids in batch["input_ids"]]
+    assert [f"{n - 2} reference image(s)" in t for n, t in zip(shown, texts, strict=True)] == [
+        n > 2 for n in shown
+    ]
+    result = CliRunner().invoke(train_app, ["sft", "--role", "critic", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    state = json.loads((tmp_path / "out-critic" / "checkpoint-2" / "trainer_state.json").read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert state["global_step"] == 2 and len(losses) == 2 and all(math.isfinite(x) for x in losses)
 
 
 def test_planner_lora_adapter_and_merged_copy_load_in_the_pipeline(work: Path) -> None:

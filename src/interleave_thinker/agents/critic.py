@@ -57,13 +57,20 @@ def critic_messages(
 ) -> list[Message]:
     """``[before, after, text]`` in this order, as the critic was trained; with ``references``,
     ``[before, after, *references, text]`` and our template that asks for consistency with them."""
+    text = critic_text(templates, original_instruction, rewritten_prompt, len(references))
+    return user_turn(*(image_part(im) for im in (before, after, *references)), text_part(text))
+
+
+def critic_text(
+    templates: TemplateSet, original_instruction: str, rewritten_prompt: str, references: int = 0
+) -> str:
+    """The text of the critic's message (:func:`critic_messages`) with ``references`` reference images:
+    the critic template without any, our references template with some. ``data build`` writes the
+    critic's training rows with it, so a row holds exactly the text the critic reads at inference."""
     values = {"original_instruction": original_instruction, "rewritten_prompt": rewritten_prompt}
     if not references:
-        return user_turn(
-            image_part(before), image_part(after), text_part(fill(templates.get(TEMPLATE), **values))
-        )
-    text = fill(references_template(), **values, reference_count=str(len(references)))
-    return user_turn(*(image_part(im) for im in (before, after, *references)), text_part(text))
+        return fill(templates.get(TEMPLATE), **values)
+    return fill(references_template(), **values, reference_count=str(references))
 
 
 def parse_verdict(reply: str) -> Verdict:

@@ -227,16 +227,23 @@ def _settings(settings: SettingsFlags, judge: str | None) -> PipelineConfig:
     return settings.resolve()
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
 def _print_stats(stats: Any) -> None:
     data = dataclasses.asdict(stats)
     typer.echo(
         f"trajectories: {data['trajectories']}, steps: {data['steps']}, attempts: {data['attempts']}, unscored steps: {data['unscored_steps']}"
     )
-    typer.echo("rules matched (steps): " + ", ".join(f"{k} {v}" for k, v in data["rules"].items()))
-    typer.echo("pools (steps): " + ", ".join(f"{k} {v}" for k, v in data["pools"].items()))
-    typer.echo("examples: " + ", ".join(f"{k} {v}" for k, v in data["examples"].items()))
+    typer.echo("rules matched (steps): " + _counts(data["rules"]))
+    typer.echo("pools (steps): " + _counts(data["pools"]))
+    typer.echo("examples: " + _counts(data["examples"]))
     for name, counts in data["labels"].items():
         typer.echo(f"labels {name}: true {counts['true']}, false {counts['false']}")
+    if set(data["policies"]) - {"release"} or any(data["with_references"].values()):
+        typer.echo("references policy (trajectories): " + _counts(data["policies"]))
+        typer.echo("critic examples with references: " + _counts(data["with_references"]))
 
 
 SOURCE_HELP = "A run folder, a folder of runs, a batch folder, or a folder of execution records."

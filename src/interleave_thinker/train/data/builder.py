@@ -14,6 +14,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from interleave_thinker.agents.critic import critic_text
 from interleave_thinker.agents.messages import CANVAS_SIZE, fill
 from interleave_thinker.agents.planner import narrative_planner_messages
 from interleave_thinker.core.prompt_store import TemplateSet
@@ -100,10 +101,11 @@ def planner_pairs(
 
 
 def _critic_text(templates: TemplateSet, a: AttemptView, rules: BuildRules) -> str:
+    """The critic's message as it read it: one ``<image>`` per image (before, after, then the references
+    the run showed it) and the text :func:`~interleave_thinker.agents.critic.critic_text` makes."""
     rewritten = "" if a.attempt == 0 and rules.first_attempt_rewritten == "empty" else a.used_prompt
-    return "<image><image>" + fill(
-        templates.get("critic"), original_instruction=a.planned_prompt, rewritten_prompt=rewritten
-    )
+    text = critic_text(templates, a.planned_prompt, rewritten, len(a.references))
+    return "<image>" * (2 + len(a.references)) + text
 
 
 def critic_sft_example(
@@ -117,7 +119,7 @@ def critic_sft_example(
         return None
     reply = verdict_answer(a.label, refine, a.reasoning)
     turns = (ChatTurn("user", _critic_text(templates, a, rules)), ChatTurn("assistant", reply))
-    return SFTExample(turns, (a.before or canvas, a.after))
+    return SFTExample(turns, (a.before or canvas, a.after, *a.references))
 
 
 def critic_rl_example(
@@ -128,7 +130,7 @@ def critic_rl_example(
     before = a.before or canvas
     return CriticRLExample(
         problem=_critic_text(templates, a, rules),
-        images=(before, a.after),
+        images=(before, a.after, *a.references),
         origin_prompt=a.planned_prompt,
         origin_image_path=before,
         edited_image_path=a.after,
@@ -140,6 +142,11 @@ def critic_rl_example(
 def _counts(items: list[SFTExample] | list[CriticRLExample], label: Callable[..., bool]) -> dict[str, int]:
     yes = sum(1 for x in items if label(x))
     return {"true": yes, "false": len(items) - yes}
+
+
+def _with_references(items: list[SFTExample] | list[CriticRLExample]) -> int:
+    """How many of ``items`` show the critic more than its before and after images."""
+    return sum(1 for x in items if len(x.images) > 2)
 
 
 def sft_label(example: SFTExample) -> bool:
@@ -163,6 +170,8 @@ def build(
     result = BuildResult()
     stats = result.stats
     stats.trajectories = len(trajectories)
+    for t in trajectories:
+        stats.policies[t.references_policy] = stats.policies.get(t.references_policy, 0) + 1
     # 1. Planner pairs.
     result.planner_sft = planner_pairs(trajectories, templates, rules, rng)
     # 2-3. Classify steps, then turn their labelled attempts into critic examples.
@@ -193,6 +202,10 @@ def build(
     result.critic_sft, result.critic_rl = apply_ratio(sft, rl, rules.sft_rl_ratio, (sft_label, rl_label), rng)
     stats.labels["critic_sft"] = _counts(result.critic_sft, sft_label)
     stats.labels["critic_rl"] = _counts(result.critic_rl, rl_label)
+    stats.with_references = {
+        "critic_sft": _with_references(result.critic_sft),
+        "critic_rl": _with_references(result.critic_rl),
+    }
     stats.examples = {
         "planner_sft": len(result.planner_sft),
         "critic_sft": len(result.critic_sft),

@@ -153,3 +153,7 @@ class BuildStats:
     pools: dict[str, int] = field(default_factory=lambda: {"sft": 0, "rl": 0, "unused": 0})
     examples: dict[str, int] = field(default_factory=dict)
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    policies: dict[str, int] = field(default_factory=dict)
+    """Trajectories per ``loop.references`` policy of their run (a release record: ``release``)."""
+    with_references: dict[str, int] = field(default_factory=dict)
+    """Critic examples (SFT, RL) whose critic saw reference images, of those kept."""

@@ -10,7 +10,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast, get_args
 
+from interleave_thinker.core.config import ReferencePolicy
 from interleave_thinker.core.errors import InputError, TraceVersionError
 from interleave_thinker.core.run_folder import TRACE_FILE, load_trace, run_image
 from interleave_thinker.core.sanitize import clean_text
@@ -27,6 +29,7 @@ from interleave_thinker.train.data.examples import TrajectoryRecord
 from interleave_thinker.train.data.issues import DatasetError
 from interleave_thinker.train.data.loaders import load_record
 
+POLICIES: tuple[str, ...] = get_args(ReferencePolicy)
 RECORD_FILE = "execution_record.json"
 SCORES_FILE = "judge_scores.json"
 """Judge scores of a source, ``{attempt key: [SC, PQ]}``: read beside traces, written by ``data build``."""
@@ -47,6 +50,8 @@ class AttemptView:
     reasoning: str | None
     sc: float | None = None
     pq: float | None = None
+    references: tuple[Path, ...] = ()
+    """The reference images the critic saw after before and after (``loop.references``), in order."""
 
     @property
     def overall(self) -> float | None:
@@ -70,6 +75,8 @@ class Trajectory:
     plan: list[PlanStep] | None
     """None when the run had no valid plan (the single-step fallback is not a plan to learn)."""
     steps: list[StepView]
+    references_policy: ReferencePolicy = "release"
+    """The run's ``loop.references`` (a release record's: ``release``)."""
 
 
 def from_trace(run_dir: Path, name: str | None = None, limits: ImageLimits | None = None) -> Trajectory:
@@ -118,6 +125,9 @@ def from_trace(run_dir: Path, name: str | None = None, limits: ImageLimits | Non
                     # Scores made in the run (`data generate`), so no second judge pass is needed.
                     sc=a.scores.sc if a.scores else None,
                     pq=a.scores.pq if a.scores else None,
+                    references=tuple(
+                        image(name, f"{field}.references[{i}]") for i, name in enumerate(a.references)
+                    ),
                 )
             )
         steps.append(view)
@@ -129,7 +139,19 @@ def from_trace(run_dir: Path, name: str | None = None, limits: ImageLimits | Non
         reasoning=plan.reasoning if plan else None,
         plan=list(plan.steps) if usable and plan else None,
         steps=steps,
+        references_policy=_policy(trace.settings, path),
     )
+
+
+def _policy(settings: dict[str, object], path: Path) -> ReferencePolicy:
+    """The ``settings.loop.references`` a trace recorded (absent: the release's), checked."""
+    loop = settings.get("loop")
+    value = loop.get("references", "release") if isinstance(loop, dict) else "release"
+    if value not in POLICIES:
+        raise InputError(
+            f"{path}: settings.loop.references {str(value)[:40]!r} is not one of {', '.join(POLICIES)}."
+        )
+    return cast(ReferencePolicy, value)
 
 
 def from_record(record: TrajectoryRecord, source: str) -> Trajectory:
