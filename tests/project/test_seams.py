@@ -359,3 +359,13 @@ def test_every_exception_is_in_the_one_hierarchy_or_a_named_internal_signal() ->
         in_tree |= {key.split(":")[1] for key, bases in exceptions.items() if set(bases) & in_tree}
     outside = sorted(key for key in exceptions if key.split(":")[1] not in in_tree)
     assert outside == sorted(INTERNAL_EXCEPTIONS)
+
+
+def test_served_backends_and_wrappers_declare_served_backend() -> None:
+    """Every served backend (`RemoteBackend`) and every wrapper states `ServedBackend` as a base, so mypy
+    checks their members against it; a user's object without them still works (read in `wrapping.py`)."""
+    from interleave_thinker.backends.protocols import ServedBackend
+    from interleave_thinker.backends.remote_backend import RemoteBackend
+    from interleave_thinker.backends.wrapping import Wrapper
+
+    assert ServedBackend in RemoteBackend.__mro__ and ServedBackend in Wrapper.__mro__
