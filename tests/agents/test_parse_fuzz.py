@@ -3,7 +3,7 @@
 Each parser gets 20,000 generated replies: mutations of valid replies (cut anywhere, lone surrogates
 and control characters, contradictory values, huge numbers, deep nesting, tag storms, random
 unicode) and, now and then, replies stretched up to 1 MB. Only :class:`ParseError` may escape,
-every accepted value must be writable as JSON in UTF-8, and no reply may take 100 ms to parse.
+every accepted value must be writable as JSON in UTF-8, and no reply may take 100 ms of CPU to parse.
 
 The time bound is the issue's own acceptance figure. A machine shared with other jobs can stall
 any call, so a reply over the bound is measured again (best of a few runs) before the test fails;
@@ -49,12 +49,14 @@ def _as_json(value: Any) -> bytes:
 
 
 def _timed(parse: Callable[[str], Any], reply: str) -> tuple[float, Any]:
-    start = time.perf_counter()
+    """The parse's CPU time on this thread, not the wall clock: a parser that backtracks burns CPU,
+    while a busy machine (other work on the cores) only stretches the wall time."""
+    start = time.thread_time()
     try:
         value = parse(reply)
     except ParseError:
         value = ParseError
-    return time.perf_counter() - start, value
+    return time.thread_time() - start, value
 
 
 def _feed(parse: Callable[[str], Any], reply: str, tally: Tally) -> None:

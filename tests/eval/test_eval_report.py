@@ -80,6 +80,24 @@ def test_report_escapes_text_and_refuses_mixed_protocols(tmp_path: Path) -> None
         load_runs([tmp_path / "nothing-here"])
 
 
+def test_a_stand_in_judges_report_says_so_in_lines_of_at_most_200_characters(tmp_path: Path) -> None:
+    from interleave_thinker.eval.scoring import STAND_IN, judge_metadata
+
+    rows = [{"id": "1", "category": "CULTURE", "score": 1.0, "status": "ok", "errors": []}]
+    summary = {"overall": 1.0, "categories": {"CULTURE": {"score": 1.0, "n": 1}}}
+    folder = _scoring_folder(tmp_path / "s", "wise", rows, summary)
+    full = json.loads((folder / "summary.json").read_text())
+    judge = judge_metadata("Qwen3.5-35B-A3B", "tiny:judge", "tiny:judge")
+    assert judge["stand_in"] is True and judge["note"] == STAND_IN
+    (folder / "summary.json").write_text(json.dumps({**full, "judge": judge}))
+    write_report([folder], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert 'class="notice"' in page and "these scores mean nothing" in page
+    assert max(len(line) for line in page.splitlines()) <= 200
+    served = judge_metadata("Qwen3.5-35B-A3B", "openai:http://h/v1#m", "m")
+    assert "stand_in" not in served and served["note"] != STAND_IN
+
+
 def _score(outputs: Path, data: Path, reply: str) -> Path:
     from interleave_thinker.eval.score_run import ScoreOptions, run_score
 

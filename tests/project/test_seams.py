@@ -136,6 +136,7 @@ OPTIONAL_MEMBERS = frozenset(
         "inner",
         "name",
         "last_usage",
+        "generator_device",
     }
 )
 """The members a backend may lack (``backends/protocols.py``), read only by ``backends/wrapping.py``."""

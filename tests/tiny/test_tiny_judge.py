@@ -95,7 +95,9 @@ def rollouts(tmp_path: Path) -> Path:
 
 def test_reward_command_on_the_tiny_preset_scores_every_judged_rollout(tmp_path: Path) -> None:
     path = rollouts(tmp_path)
-    words = "reward --generator tiny:generator --judge tiny:judge --max-new-tokens 64 --deadline 600"
+    # the tiny judge learnt the images-first turn of `judge` and `data build` (text first, the reward's
+    # default, breaks its replies): the earlier order, kept as a flag
+    words = "reward --generator tiny:generator --judge tiny:judge --max-new-tokens 64 --deadline 600 --judge-images-first"
     result = run_cli(words, "--input", str(path), "--out", "scored.jsonl", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     scored = [json.loads(line) for line in (tmp_path / "scored.jsonl").read_text().splitlines()]

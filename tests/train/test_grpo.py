@@ -334,4 +334,10 @@ def test_shipped_tiny_critic_config_trains_and_evaluates_from_the_cli(tmp_path: 
     assert [e["step"] for e in history if "eval_rewards/critic_accuracy/mean" in e] == [2, 4]
     # The format-trained tiny critic's rollouts differ, so GRPO has something to learn from.
     assert any(e.get("reward_std", 0) > 0 for e in history)
+    # The tiny judge answers the reward's text-first SC and PQ requests (tiny/formats.py): in most logged
+    # steps that asked it (a step whose prompt's ground truth is a success skips the judge), samples were
+    # scored by it, not given the 0.5 fallback.
+    counts = [(e["stepwise/scored"], e["stepwise/failed"]) for e in history if "stepwise/scored" in e]
+    asked = [scored for scored, failed in counts if scored + failed > 0]
+    assert asked and sum(scored > 0 for scored in asked) > len(asked) / 2, counts
     assert (out / "model.safetensors").is_file()

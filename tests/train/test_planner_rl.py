@@ -71,6 +71,46 @@ def test_loader_accepts_narrative_and_guidance_rows(folder: Path) -> None:
     assert load_kind(folder / "planner_rl.jsonl", "planner_rl") == examples
 
 
+SKETCH, COLOR = "images/cat_sketch.png", "images/cat_color.png"
+BRANCH_ROWS: list[tuple[dict[str, Any], str, tuple[str, ...], float | None]] = [
+    # the branch's own test row (tests/local_tests/test_interleave_thinker_data.py on fix/interleave-thinker-review)
+    ({"text_input": "<image>draw a cat in three clear steps", "images": [SKETCH], "plan_score": 0.75},
+     "<image>draw a cat in three clear steps", (SKETCH,), 0.75),
+    # text: instruction, text_input, origin_prompt, prompt; the first non-empty one
+    ({"text_input": "t", "instruction": "i", "prompt": "p", "origin_prompt": "o"}, "i", (), None),
+    ({"text_input": "t", "prompt": "p", "origin_prompt": "o"}, "t", (), None),
+    ({"prompt": "p", "origin_prompt": "o"}, "o", (), None),
+    ({"instruction": "", "text_input": "t"}, "t", (), None),
+    # a row's messages: the first user turn stands in for an absent instruction only
+    ({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], "text_input": "t"},
+     "u", (), None),
+    ({"messages": [{"role": "user", "content": "u"}], "instruction": "i"}, "i", (), None),
+    # images: input_image_paths, images, image_paths, then one path: input_image_path, image_path, origin_image_path
+    ({"text_input": "<image>", "input_image_paths": [COLOR], "images": [SKETCH], "image_paths": [SKETCH]},
+     "<image>", (COLOR,), None),
+    ({"text_input": "<image>", "images": [COLOR], "image_paths": [SKETCH]}, "<image>", (COLOR,), None),
+    ({"text_input": "<image>", "image_paths": [COLOR], "image_path": SKETCH}, "<image>", (COLOR,), None),
+    ({"text_input": "<image>", "image_path": COLOR, "origin_image_path": SKETCH}, "<image>", (COLOR,), None),
+    ({"text_input": "<image>", "origin_image_path": COLOR}, "<image>", (COLOR,), None),
+    # score: planner_score, plan_score, reward, score, then the same inside ground_truth / evaluation
+    ({"text_input": "x", "plan_score": 0.25, "planner_score": 0.5}, "x", (), 0.5),
+    ({"text_input": "x", "score": 0.25, "reward": 1}, "x", (), 1.0),
+    ({"text_input": "x", "ground_truth": {"plan_score": 0.5}}, "x", (), 0.5),
+    ({"text_input": "x", "evaluation": '{"score": 0.5}', "reward": 0.25}, "x", (), 0.25),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("row", "text", "images", "score"), BRANCH_ROWS)
+def test_planner_rl_reads_the_branch_fields_in_its_priority(
+    folder: Path, row: dict[str, Any], text: str, images: tuple[str, ...], score: float | None
+) -> None:
+    """Each row read as FastVideo's branch reads it (``normalize_planner_rl_record``, ``_planner_instruction``,
+    ``_planner_image_paths``, ``_planner_score_from_item``)."""
+    write(folder / "row.jsonl", [row])
+    (example,) = load_planner_rl(folder / "row.jsonl")
+    assert example == PlannerRLExample(text, tuple((folder / i).resolve() for i in images), score)
+
+
 def test_loader_rejects_bad_rows_with_file_line_and_field(folder: Path) -> None:
     bad = [
         {"plan_score": 0.5},
@@ -94,7 +134,7 @@ def test_loader_rejects_bad_rows_with_file_line_and_field(folder: Path) -> None:
     with pytest.raises(DatasetError) as err:
         load_planner_rl(path)
     assert [str(issue) for issue in err.value.issues] == [
-        f"{path}:1: text_input: missing (also accepted: instruction, prompt, origin_prompt)",
+        f"{path}:1: instruction: missing (also accepted: text_input, origin_prompt, prompt)",
         f"{path}:2: plan_score: must be a number from 0 to 1, got 7",
         f"{path}:3: plan_score: must be a number from 0 to 1, got 'high'",
         f"{path}:4: images: 1 image(s) but 2 <image> marker(s) in text_input; put one <image> where each "

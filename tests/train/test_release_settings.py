@@ -215,6 +215,27 @@ def test_grpo_defaults_are_the_releases_and_a_key_restores_the_earlier_behaviour
     )
 
 
+PIPELINE_ROWS = [
+    # key, the release's effective value (the default now), the value that restores the earlier behaviour
+    ("model.seed_device", "pipeline", "cpu"),  # item 4: a CUDA pipeline seeds a generator on its device
+]
+
+
+@pytest.mark.parametrize(("key", "release", "before"), PIPELINE_ROWS, ids=[r[0] for r in PIPELINE_ROWS])
+def test_pipeline_defaults_are_the_releases_and_a_key_restores_the_earlier_behaviour(
+    key: str, release: Any, before: Any
+) -> None:
+    from interleave_thinker.core.config import PipelineConfig
+
+    section, leaf = key.split(".")
+    assert value_at(PipelineConfig.resolve(preset="official"), key) == release
+    restored = PipelineConfig.resolve(preset="official", overrides={section: {leaf: before}})
+    assert value_at(restored, key) == before
+    table = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    rows = [row for row in table.splitlines() if row.startswith("|") and f"`{key}`" in row]
+    assert rows and ".py:" in rows[0], f"docs/training.md has no release row for {key}"
+
+
 def test_grpo_clip_ratios_and_dual_clip_reach_trl(tmp_path: Path) -> None:
     config = GRPORunConfig.load(REPO / "configs" / "grpo_critic.yaml", sets=CPU)
     args = grpo_trl_config(config, tmp_path, [1.0])

@@ -3,10 +3,10 @@
 The table: replies in the dialects the released models write, each with the value the release's
 critic reward gives it (``interleave_thinker_reward.py``: ``tag_format_reward`` and
 ``accuracy_reward`` over ``json_repair.loads``). The release values were worked out from that code and
-from ``json_repair``'s documented behaviour (its tests: booleans and null in any case, unquoted keys,
-missing closing brackets and quotes, code fences); ``json_repair`` itself is not a dependency. Two rows
-record where this reader deliberately stops short of ``json_repair`` (it guesses no unquoted words and
-no missing commas): there the release's value is kept beside ours.
+from ``json_repair``'s documented behaviour, and are checked against ``json_repair`` 0.64.4 itself (a dev
+dependency) read as the release reads it (:func:`release_reading`). One row records where this reader
+deliberately stops short of ``json_repair`` (it guesses no missing comma): there the release's value is
+kept beside ours.
 
 The fuzz: 20,000 seeded replies (the agents' parser fuzz's generator, issue 16, fed to the rewards'
 reading instead) must never raise and each must be read in under 100 ms, the issue's figure. A reply
@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -147,13 +148,81 @@ ROWS = [
     Row("success as a string", "{'previous_step_success': 'True', 'refine_prompt': ''}", True, (0, 0)),
     Row("empty dict", "{}", True, (0, 0)),
     Row("a list, not a dict", "[{'previous_step_success': True, 'refine_prompt': ''}]", True, (0, 0)),
-    # json_repair reads the bare word None as the text "None"; this reader refuses to guess words
+    # json_repair 0.64.4 reads the bare word None as None: not a string, so the format fails there too
     Row(
         "python None as the refine prompt",
         "{'previous_step_success': True, 'refine_prompt': None}",
         True,
+        (0, 1),
+    ),
+    # json_repair's further slips, read the same way here (issue 40)
+    Row(
+        "a key given twice keeps its last value",
+        "{'previous_step_success': True, 'previous_step_success': False, 'refine_prompt': 'x'}",
+        False,
         (1, 1),
-        ours=(0, 1),
+        refine="x",
+    ),
+    Row(
+        "a key given twice in strict JSON",
+        '{"previous_step_success": true, "refine_prompt": "a", "refine_prompt": "b"}',
+        True,
+        (1, 1),
+        refine="b",
+    ),
+    Row(
+        "a # comment between items",
+        "{'previous_step_success': True, # the hat is there\n 'refine_prompt': ''}",
+        True,
+        (1, 1),
+        refine="",
+    ),
+    Row(
+        "a # comment before the comma",
+        "{'previous_step_success': False # no hat\n, 'refine_prompt': 'add a hat'}",
+        False,
+        (1, 1),
+        refine="add a hat",
+    ),
+    Row(
+        "a // comment",
+        "{'previous_step_success': True, // ok\n 'refine_prompt': ''}",
+        True,
+        (1, 1),
+        refine="",
+    ),
+    Row(
+        "a /* */ comment",
+        "{'previous_step_success': True, /* ok */ 'refine_prompt': ''}",
+        True,
+        (1, 1),
+        refine="",
+    ),
+    Row(
+        "a # inside a string is text",
+        "{'previous_step_success': False, 'refine_prompt': 'paint #3 red'}",
+        False,
+        (1, 1),
+        refine="paint #3 red",
+    ),
+    Row(
+        "True and False reads as True",
+        "{'previous_step_success': True and False, 'refine_prompt': ''}",
+        True,
+        (1, 1),
+    ),
+    Row(
+        "False or True reads as False",
+        "{'previous_step_success': False or True, 'refine_prompt': ''}",
+        True,
+        (1, 0),
+    ),
+    Row("1 and 2 reads as 1", "{'previous_step_success': 1 and 2, 'refine_prompt': ''}", True, (0, 1)),
+    Row(
+        "an unquoted word: a string there, refused here",
+        "{'previous_step_success': yes, 'refine_prompt': ''}",
+        True,
+        (0, 0),
     ),
     # json_repair inserts a missing comma; this reader does not guess where one belongs
     Row(
@@ -203,6 +272,8 @@ TABLE = [(r, wrap(r.answer)) for r in ROWS] + [(r, r.answer) for r in WHOLE_REPL
 
 @pytest.mark.parametrize(("row", "reply"), TABLE, ids=[r.name for r, _ in TABLE])
 def test_critic_reward_reads_the_release_dialects(row: Row, reply: str) -> None:
+    """Ours as the table says; the table's release column is what the release's reading gives, checked
+    by :func:`test_the_release_column_is_what_json_repair_gives`."""
     expected = row.ours or row.release
     truth = [{"success": row.truth, "semantics": 5, "quality": 5}]
     assert critic_format_reward(None, [reply]) == [expected[0]]
@@ -210,6 +281,41 @@ def test_critic_reward_reads_the_release_dialects(row: Row, reply: str) -> None:
     reading = read_critic(reply)
     if row.refine is not None:
         assert reading.format_ok and reading.refine_prompt == row.refine
+
+
+def release_reading(reply: str, truth: bool, json_repair: Any) -> tuple[float, float]:
+    """(format, accuracy) as the release's reward computes them (``compute_score``, ``tag_format_reward``,
+    ``extract_answer``, ``accuracy_reward`` of ``interleave_thinker_reward.py``), written here from that code."""
+    response = re.sub(r"\s*(<|>|/)\s*", r"\1", reply)
+    found = re.search(r"<answer>(.*?)</answer>", response, re.DOTALL)
+    answer = json_repair.loads(found.group(1).strip()) if found else None
+    tags = re.search(r"<answer>.*?</answer>", response, re.DOTALL | re.IGNORECASE)
+    think = re.search(r"<think>", response, re.IGNORECASE)
+    opening = re.search(r"<answer>", response, re.IGNORECASE)
+    ordered = tags is not None and (think.start() if think else -1) < (opening.start() if opening else -1)
+    read: dict[str, Any] = answer if isinstance(answer, dict) else {}
+    typed = (
+        "previous_step_success" in read
+        and "refine_prompt" in read
+        and isinstance(read["previous_step_success"], bool)
+        and isinstance(read["refine_prompt"], str)
+    )
+    predicted = read.get("previous_step_success", -1)
+    accuracy = 0.0 if predicted == -1 else float(predicted == truth)
+    return (1.0 if ordered and typed else 0.0), accuracy
+
+
+RELEASE_RAISES = {"a list, not a dict"}
+"""Rows whose answer is no dict: the release's ``answer_all.get`` raises there (UPSTREAM corrections, 8)."""
+
+
+@pytest.mark.parametrize(("row", "reply"), TABLE, ids=[r.name for r, _ in TABLE])
+def test_the_release_column_is_what_json_repair_gives(row: Row, reply: str) -> None:
+    """json_repair 0.64.4 (the dev pin; the release pins none) read as the release reads it."""
+    json_repair = pytest.importorskip("json_repair")
+    if row.name in RELEASE_RAISES:
+        return
+    assert release_reading(reply, row.truth, json_repair) == row.release
 
 
 PLAN_STEP = "'step_number': 1, 'instruction': 'Draw a cat.', 'prompt': 'a cat'"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -129,23 +130,61 @@ def test_the_openai_judge_sends_the_same_parts_with_max_tokens_and_no_temperatur
             assert judge.judge(before, after, case["instruction"]).ok
         bodies = [call.body for call in server.posts()]
         backend.close()
-    sent = []
-    for body in bodies:
-        (turn,) = body["messages"]
-        parts = [
-            text_entry(p["text"])
-            if p["type"] == "text"
-            else image_entry(base64.b64decode(p["image_url"]["url"].partition(",")[2]))
-            for p in turn["content"]
-        ]
-        sent.append(
-            {"parts": parts, "max_tokens": body["max_tokens"], "temperature": body.get("temperature")}
-        )
-    expected = [
-        {"parts": r["parts"], "max_tokens": r["config"]["max_output_tokens"], "temperature": None}
-        for r in CAPTURED["requests"]
+    assert [openai_request(body) for body in bodies] == OPENAI_EXPECTED
+
+
+def openai_request(body: dict[str, Any]) -> dict[str, Any]:
+    """An ``openai:`` judge's request body as the captured requests are written."""
+    (turn,) = body["messages"]
+    parts = [
+        text_entry(p["text"])
+        if p["type"] == "text"
+        else image_entry(base64.b64decode(p["image_url"]["url"].partition(",")[2]))
+        for p in turn["content"]
     ]
-    assert sent == expected
+    return {"parts": parts, "max_tokens": body["max_tokens"], "temperature": body.get("temperature")}
+
+
+OPENAI_EXPECTED = [
+    {"parts": r["parts"], "max_tokens": r["config"]["max_output_tokens"], "temperature": None}
+    for r in CAPTURED["requests"]
+]
+
+
+def test_the_reward_command_sends_the_same_requests(tmp_path: Path) -> None:
+    """``interleave-thinker reward`` builds its judge as GRPO's reward does: one row per captured case
+    (recorded attempt failed, so the refined prompt is regenerated), the served generator answering with
+    the case's "after" image and the ``openai:`` judge recording what it is sent."""
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+    from interleave_thinker.testing.doubles.generator import ScriptedEditServer, png_b64
+
+    shutil.copytree(shared_path("fixtures", "train-data", "images"), tmp_path / "images")
+    rows, replies = [], []
+    for case in CAPTURED["cases"]:
+        refined = f"redo {case['case']}"  # one regeneration per case (same prompt and "before": one, cached)
+        reply = f"<think>no</think><answer>{{'previous_step_success': False, 'refine_prompt': '{refined}'}}</answer>"
+        truth = {"success": False, "semantics": 5, "quality": 5}
+        rows.append({"response": reply, "ground_truth": truth, "origin_prompt": case["instruction"],
+                     "origin_image_path": f"images/{case['before']}", "previous_prompt": case["case"]})  # fmt: skip
+        before, after = fixture_images(case)
+        before.close()
+        replies.append((200, {"success": True, "edited_image": png_b64(after)}))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    folder = shared_path("reference", "prompts")
+    (tmp_path / "settings.yaml").write_text(f"prompts:\n  folder: {folder}\n  download: false\n")
+    generator = ScriptedEditServer(script=replies)
+    with ScriptedServer(lambda _i, _call: ok(REPLY)) as judge:
+        args = ["reward", "--input", str(tmp_path / "rows.jsonl"), "--out", str(tmp_path / "out.jsonl"),
+                "--generator", f"http:{generator.url}", "--judge", f"openai:{judge.url}#judge",
+                "--sample-concurrency", "1", "--config", str(tmp_path / "settings.yaml")]  # fmt: skip
+        result = CliRunner().invoke(app, args)
+        bodies = [call.body for call in judge.posts()]
+    generator.close()
+    assert result.exit_code == 0, result.output
+    order = json.dumps  # SC and PQ of one row are asked at once: compare as multisets
+    assert sorted(map(order, map(openai_request, bodies))) == sorted(map(order, OPENAI_EXPECTED))
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from PIL import Image
 from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.messages import Message, image_part, text_part, user_turn
 from interleave_thinker.agents.reply import prepare_reply, read_answer, show
+from interleave_thinker.agents.reply_formats import Skeleton, kinds, register_format, scores, texts
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import TemplateSet
@@ -130,6 +131,20 @@ def parse_judgement(reply: str) -> tuple[list[float], str | None]:
     reasoning = value.get("reasoning") if isinstance(value, dict) else None
     scores = _scores_from(value, reply, result.cut)
     return scores, clean_text(reasoning) if isinstance(reasoning, str) else None
+
+
+def text_first_skeleton(messages: list[Message]) -> Skeleton | None:
+    """The reply skeleton of a text-first SC or PQ request (the GRPO reward's, ``agents/reply_formats.py``):
+    two scores, short enough for the reward's small reply budget; None for another request. Images-first
+    requests are left alone: the tiny judge was trained on them."""
+    if len(messages) != 1 or kinds(messages) not in ("ti", "tii"):
+        return None
+    if '"score":[' not in texts(messages).replace(" ", ""):
+        return None
+    return ('{"score": [', scores(), ", ", scores(), "]}")
+
+
+register_format("judgement, text first", text_first_skeleton)
 
 
 # -- the agent ----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from interleave_thinker.agents.base import Agent
 from interleave_thinker.agents.loop_templates import loop_template
 from interleave_thinker.agents.messages import Message, fill, image_part, text_part, user_turn
 from interleave_thinker.agents.reply import answer_dict, check_text, read_reply, show, write_reply
+from interleave_thinker.agents.reply_formats import Choice, Skeleton, kinds, register_format, texts
 from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.sanitize import clean_text
@@ -92,3 +93,18 @@ class Ranker(Agent):
             ranking_messages(before, attempts, instruction), lambda r: parse_ranking(r, count), turn
         )
         return RankResult(outcome.value, outcome.raw_replies, outcome.errors, outcome.seeds)
+
+
+def ranking_skeleton(messages: list[Message]) -> Skeleton | None:
+    """The reply skeleton of a ranking request (``agents/reply_formats.py``): the best attempt's number is
+    the value; None for another request."""
+    shape, text = kinds(messages), texts(messages)
+    prefix = loop_template(TEMPLATE).split("{", 1)[0]
+    count = len(shape) - 2
+    if not text.startswith(prefix) or count < 1 or shape != "i" * (count + 1) + "t":
+        return None
+    best = Choice(tuple(str(n) for n in range(1, count + 1)))
+    return ("<answer>\n{'ranking': [", best, "], 'reason': 'picked by a stand-in model'}\n</answer>")
+
+
+register_format("ranking", ranking_skeleton)

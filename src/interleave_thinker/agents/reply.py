@@ -110,12 +110,13 @@ def extract_answer(reply: str, folded: _Folded | None = None) -> str:
     return _decode(data[opening + len(b"<answer>") : closing if closing >= 0 else len(data)]).strip()
 
 
-def read_answer(text: str, *, raw: str) -> ReadResult:
-    """The dict or list starting at the first ``{`` or ``[`` of ``text``, read by the literal reader."""
+def read_answer(text: str, *, raw: str, lenient: bool = False) -> ReadResult:
+    """The dict or list starting at the first ``{`` or ``[`` of ``text``, read by the literal reader
+    (``lenient``: with json_repair's further slips, as the rewards read; :func:`~.literal.read_literal`)."""
     start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
     if start < 0:
         raise ParseError("the reply holds no JSON object or list", raw=raw)
-    result = read_literal(text[start:], raw=raw)
+    result = read_literal(text[start:], raw=raw, lenient=lenient)
     if not result.value:
         raise ParseError("the answer is empty", raw=raw)
     _clean_in_place(result.value)

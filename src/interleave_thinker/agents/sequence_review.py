@@ -11,6 +11,7 @@ holds together. Reasons are cleaned and cut like the ranking's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from interleave_thinker.agents.loop_templates import loop_template
 from interleave_thinker.agents.messages import Message, fill, image_part, text_part, user_turn
 from interleave_thinker.agents.ranking import bounded_reason
 from interleave_thinker.agents.reply import check_text, read_reply, show, write_reply
+from interleave_thinker.agents.reply_formats import Choice, Skeleton, kinds, register_format, texts
 from interleave_thinker.agents.seeds import Turn
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.types import Flag
@@ -94,3 +96,25 @@ class SequenceReviewer(Agent):
         steps = [s.step for s in shown]
         outcome = self.ask(review_messages(shown), lambda r: parse_review(r, steps), turn)
         return ReviewResult(outcome.value, outcome.raw_replies, outcome.errors, outcome.seeds)
+
+
+_SHOWN_STEP = re.compile(r"^- image [0-9]{1,4}: step ([0-9]{1,4}), which asked for ", re.MULTILINE)
+
+
+def review_skeleton(messages: list[Message]) -> Skeleton | None:
+    """The reply skeleton of a review request (``agents/reply_formats.py``): one flagged step, which one
+    being the value (a stand-in always finds one break, so the repair is shown); None for another request."""
+    shape, text = kinds(messages), texts(messages)
+    if not text.startswith(loop_template(TEMPLATE).split("{", 1)[0]) or shape != "i" * (len(shape) - 1) + "t":
+        return None
+    steps = list(dict.fromkeys(_SHOWN_STEP.findall(text)))
+    if not steps or len(steps) != len(shape) - 1:
+        return None
+    return (
+        f"<answer>\n{{'{ANSWER_KEY}': [{{'step': ",
+        Choice(tuple(steps)),
+        ", 'reason': 'named by a stand-in model'}]}\n</answer>",
+    )
+
+
+register_format("sequence review", review_skeleton)

@@ -45,10 +45,13 @@ class BackendOptions:
     dtype: str = "auto"
     attn_implementation: str | None = None
     remote: RemoteOptions = field(default_factory=RemoteOptions)
+    seed_device: str = "pipeline"
+    """``model.seed_device``: where a local generator seeds (``pipeline``: its CUDA device, else the CPU)."""
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> BackendOptions:
-        return cls(config.model.device, config.model.dtype, config.model.attn_implementation, config.remote)
+        model = config.model
+        return cls(model.device, model.dtype, model.attn_implementation, config.remote, model.seed_device)
 
 
 def parse_spec(
@@ -104,7 +107,9 @@ def _transformers_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> 
 def _diffusers_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:
     from interleave_thinker.backends.image.diffusers_backend import DiffusersImageBackend
 
-    return DiffusersImageBackend(spec.target, device=options.device, dtype=options.dtype)
+    return DiffusersImageBackend(
+        spec.target, device=options.device, dtype=options.dtype, seed_device=options.seed_device
+    )
 
 
 def _lazy(module: str, cls: str) -> Callable[..., Any]:

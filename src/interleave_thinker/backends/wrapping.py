@@ -84,6 +84,16 @@ def backend_spec(backend: Any) -> str | None:
     return spec if isinstance(spec, str) and spec else None
 
 
+def generator_device(backend: Any) -> str | None:
+    """``generator_device`` of ``backend`` or of a backend it wraps: where a local generator seeds its
+    ``torch.Generator`` (``cpu``, ``cuda:0``); None when not declared (a served generator seeds on its server)."""
+    for layer in chain(backend):
+        value = getattr(layer, "generator_device", None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def close_backend(backend: Any) -> None:
     """``close`` it; nothing for an object without one (``Closeable`` documents it as harmless twice)."""
     close = getattr(backend, "close", None)

@@ -14,6 +14,14 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from interleave_thinker.cli.data_report import (
+    MAX_ERRORS,
+    JudgePass,
+    fail_if_useless,
+    print_stats,
+    report_failed,
+    report_judge,
+)
 from interleave_thinker.cli.options import SettingsFlags, deprecated, with_flags, with_settings
 from interleave_thinker.cli.scoring import JUDGE_TOKENS, JudgeTokensOption, load_judge
 from interleave_thinker.cli.specs import check_spec
@@ -24,7 +32,6 @@ from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS
 from interleave_thinker.train.data.issues import DatasetError
 
 app = typer.Typer(help="Validate, build and count training data.", no_args_is_help=True)
-MAX_ERRORS = 20
 DataKind = Literal["planner_sft", "planner_rl", "critic_sft", "critic_rl", "record"]
 SynthRole = Literal["planner", "critic", "judge"]
 
@@ -94,18 +101,6 @@ def validate(
         typer.echo(line)
 
 
-@dataclasses.dataclass
-class JudgePass:
-    """What the judge pass did: how many attempts it was asked to score, and its errors."""
-
-    asked: int = 0
-    errors: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def all_failed(self) -> bool:
-        return self.asked > 0 and len(self.errors) == self.asked
-
-
 def _score(
     trajectories: list[Any], judge: str, cfg: PipelineConfig, max_new_tokens: int, quiet: bool = False
 ) -> tuple[dict[str, tuple[float, float]], JudgePass]:
@@ -150,7 +145,7 @@ def _gather(
 
     rules = BuildRules.load(rules_file)
     found = find_trajectories(source, image_dir=image_dir, limits=ImageLimits(max_pixels=max_image_pixels))
-    _report_failed(found.failed)
+    report_failed(found.failed)
     trajectories = found.trajectories
     if cache is not None:
         apply_scores(trajectories, load_cache(cache))
@@ -181,69 +176,11 @@ def writing_to(out: Path) -> Iterator[None]:
         ) from None
 
 
-def _report_failed(failed: list[dict[str, str]]) -> None:
-    """Each run or record left out, with its one-line reason, on stderr (at most :data:`MAX_ERRORS`)."""
-    if not failed:
-        return
-    typer.echo(f"{len(failed)} run(s) or record(s) could not be read and are left out:", err=True)
-    for entry in failed[:MAX_ERRORS]:
-        typer.echo(f"  {entry['run']}: {entry['reason']}", err=True)
-    if len(failed) > MAX_ERRORS:
-        typer.echo(f"  ... and {len(failed) - MAX_ERRORS} more", err=True)
-
-
-def _report_judge(judged: JudgePass, errors_file: Path | None) -> None:
-    """Counts only: the errors quote model replies, so they go to a file, never to the terminal."""
-    if not judged.errors:
-        if judged.asked:
-            typer.echo(f"judge: scored {judged.asked} attempt(s)", err=True)
-        return
-    where = f"; details in {errors_file}" if errors_file else ""
-    typer.echo(f"judge: {len(judged.errors)} of {judged.asked} judgement(s) failed{where}", err=True)
-
-
-def _fail_if_useless(judged: JudgePass, examples: int) -> None:
-    """Exit 1 with a reason when the command produced nothing useful."""
-    if judged.all_failed:
-        typer.echo(
-            f"error: every one of the {judged.asked} judgement(s) failed, so nothing was scored; "
-            "check the --judge spec (a judge must reply with a score list).",
-            err=True,
-        )
-        raise typer.Exit(1)
-    if examples == 0:
-        typer.echo(
-            "error: 0 examples: no plan to learn and no step matched a rule "
-            "(unscored steps need --judge SPEC or judge_scores.json; see `data stats`).",
-            err=True,
-        )
-        raise typer.Exit(1)
-
-
 def _settings(settings: SettingsFlags, judge: str | None) -> PipelineConfig:
     """The settings, with the judge spec checked first (before anything heavy is imported)."""
     if judge:
         check_spec("--judge", judge, "vlm")
     return settings.resolve()
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in counts.items())
-
-
-def _print_stats(stats: Any) -> None:
-    data = dataclasses.asdict(stats)
-    typer.echo(
-        f"trajectories: {data['trajectories']}, steps: {data['steps']}, attempts: {data['attempts']}, unscored steps: {data['unscored_steps']}"
-    )
-    typer.echo("rules matched (steps): " + _counts(data["rules"]))
-    typer.echo("pools (steps): " + _counts(data["pools"]))
-    typer.echo("examples: " + _counts(data["examples"]))
-    for name, counts in data["labels"].items():
-        typer.echo(f"labels {name}: true {counts['true']}, false {counts['false']}")
-    if set(data["policies"]) - {"release"} or any(data["with_references"].values()):
-        typer.echo("references policy (trajectories): " + _counts(data["policies"]))
-        typer.echo("critic examples with references: " + _counts(data["with_references"]))
 
 
 SOURCE_HELP = "A run folder, a folder of runs, a batch folder, or a folder of execution records."
@@ -322,7 +259,7 @@ def build(
     trajectories, build_rules, judged, failed = _gather(
         source, image_dir, rules, judge, out, cfg, judge_max_new_tokens, quiet, max_image_pixels
     )
-    _report_judge(judged, save_errors(out, judged.errors) if judged.asked else None)
+    report_judge(judged, save_errors(out, judged.errors) if judged.asked else None)
     with tempfile.TemporaryDirectory() as tmp:
         canvas = write_canvas(Path(tmp) / "white.png")
         result = build_examples(
@@ -330,9 +267,9 @@ def build(
         )
         with datasets_bars(show=not quiet or no_trl), writing_to(out):
             export(result, out, trl=not no_trl, failed=failed)
-    _print_stats(result.stats)
+    print_stats(result.stats)
     typer.echo(f"wrote {out}")
-    _fail_if_useless(judged, sum(result.stats.examples.values()))
+    fail_if_useless(judged, sum(result.stats.examples.values()))
 
 
 @app.command()
@@ -360,7 +297,7 @@ def stats(
     trajectories, build_rules, judged, _ = _gather(
         source, image_dir, rules, judge, scores, cfg, judge_max_new_tokens, max_image_pixels=max_image_pixels
     )
-    _report_judge(judged, None)
+    report_judge(judged, None)
     with tempfile.TemporaryDirectory() as tmp:
         canvas = write_canvas(Path(tmp) / "white.png")
         result = build_examples(
@@ -369,8 +306,8 @@ def stats(
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(result.stats), indent=2))
     else:
-        _print_stats(result.stats)
-    _fail_if_useless(judged, 1)
+        print_stats(result.stats)
+    fail_if_useless(judged, 1)
 
 
 __all__ = ["InputError", "app"]

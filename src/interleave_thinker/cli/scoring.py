@@ -32,6 +32,19 @@ def load_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int | None) -> An
     return Judge(backend, templates, max_new_tokens=max_new_tokens)
 
 
+def load_reward_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int | None, text_first: bool) -> Any:
+    """The step-wise reward's judge, built as ``train grpo`` builds it (``RewardSection.judge_agent``: the
+    release's request); ``None`` tokens: the reward's bound (4096)."""
+    from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
+    from interleave_thinker.train.grpo.config import RewardSection
+
+    keys: dict[str, Any] = {"judge_text_first": text_first}
+    if max_new_tokens is not None:
+        keys["judge_max_new_tokens"] = max_new_tokens
+    backend = load_vlm_backend(spec, BackendOptions.from_config(cfg), role="judge")
+    return RewardSection(**keys).judge_agent(backend, cfg.prompts.store().load())
+
+
 JudgeTokensOption = Annotated[int, typer.Option(min=1, help="Judge reply length bound (tokens).")]
 JUDGE_TOKENS = Judge.DEFAULT_MAX_NEW_TOKENS
 """``JudgeTokensOption``'s default: the judge agent's own reply bound (one source)."""
@@ -73,7 +86,8 @@ CriticSpecOption = Annotated[
     typer.Option(help="VLM backend spec that answers rows without a response (release critic_rl rows)."),
 ]
 RewardJudgeTokensOption = Annotated[
-    int | None, typer.Option(min=1, help="Judge reply length bound (tokens) \\[default: the judge's, 1024].")
+    int | None,
+    typer.Option(min=1, help="Judge reply length bound (tokens) \\[default: the GRPO reward's, 4096]."),
 ]
 
 
@@ -97,6 +111,14 @@ def answer_missing(
     close_backend(backend)
 
 
+JudgeOrderOption = Annotated[
+    bool,
+    typer.Option(
+        "--judge-text-first/--judge-images-first",
+        help="The judge's turn: the text, then the images, as the release's reward sends it (GRPO's "
+        "reward.judge_text_first); or the images first, as `judge` and `data build` ask.",
+    ),
+]
 SampleConcurrencyOption = Annotated[
     int, typer.Option(min=1, help="Rollouts scored at once (as the GRPO key reward.sample_concurrency).")
 ]
@@ -114,6 +136,7 @@ def reward(
     sample_concurrency: int = 64,
     deadline: Annotated[float, typer.Option(help="Seconds per sample before it scores 0.5/0.5.")] = 70.0,
     max_new_tokens: RewardJudgeTokensOption = None,
+    judge_text_first: JudgeOrderOption = True,
 ) -> None:
     """Score saved critic rollouts offline with the release's critic reward, in input order."""
     from interleave_thinker.backends.specs import BackendOptions, load_image_backend
@@ -135,7 +158,7 @@ def reward(
     with LoadingDisplay(console, f"loading the generator {generator} and the judge {judge}"):
         scorer = StepwiseScorer(
             load_image_backend(generator, BackendOptions.from_config(cfg)),
-            load_judge(judge, cfg, max_new_tokens),
+            load_reward_judge(judge, cfg, max_new_tokens, judge_text_first),
             deadline=deadline,
             base_dir=input.parent,
         )

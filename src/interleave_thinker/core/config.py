@@ -41,6 +41,7 @@ FirstRewrittenPrompt = Literal["planned", "empty"]
 Decoding = Literal["checkpoint", "greedy"]
 ReferencePolicy = Literal["release", "previous+inputs", "anchor"]
 SelectBest = Literal["off", "critic", "judge"]
+SeedDevice = Literal["pipeline", "cpu"]
 """The choices of settings fields, also the choices of their flags (one spelling everywhere)."""
 PRESETS: tuple[str, ...] = get_args(PresetName)
 
@@ -57,6 +58,13 @@ class ModelOptions(_Section):
     )
     attn_implementation: str | None = Field(
         default=None, description="VLM attention kernel, e.g. 'flash_attention_2' or 'sdpa'."
+    )
+    seed_device: SeedDevice = Field(
+        default="pipeline",
+        description="Where a local generator seeds its torch.Generator: 'pipeline' = on the pipeline's CUDA "
+        "device when it runs on one (as the release seeds: UEval/ueval_klein.py:208, 219; klein_api.py:137), "
+        "so the release's seed gives the release's images, else on the CPU; 'cpu' = on the CPU everywhere "
+        "(the same starting noise on every device). The trace records which (settings.generator_seed_device).",
     )
 
 

@@ -14,7 +14,12 @@ The models answer with a Python-literal-like dict. Valid JSON is read by :func:`
   last item is dropped when the end falls inside it (a number or an unfinished word touching the end,
   a key without its value, a bracket with nothing after it), because its value is unknown. Containers closed this way are reported in ``cut``.
 
-Anything else is an error, never a guess: ``True and False``, ``-True``, ``{"score"-1: [7, 4]}``,
+With ``lenient=True`` (the rewards, which score as the release's ``json_repair`` 0.64.4 reads) three slips
+more are read as ``json_repair`` reads them: a key given twice keeps its last value; ``#``, ``//`` and
+``/* */`` comments between items are skipped; words or numbers after a constant or number, up to the next
+delimiter, are ignored (``True and False`` is ``True``).
+
+Anything else is an error, never a guess: ``True and False`` (unless lenient), ``-True``, ``{"score"-1: [7, 4]}``,
 unquoted words as values, more values after the first (``{...}, {...}``). Nesting is capped at 32 levels and the
 work at 5,000 values, quotes and escapes (an answer holds a few dozen), so every answer is read in
 linear time, without recursion, in milliseconds: ``json.loads`` is tried only when the text holds at
@@ -51,6 +56,8 @@ _NUMBER = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BODY = {q: re.compile(rf"[^{q}\\]*(?:\\.[^{q}\\]*)*", re.DOTALL) for q in ("'", '"')}
 _STRING_END = re.compile(r"\s*(?:[,:}\]]|\Z)")
+_TRAILING_WORDS = re.compile(r"(?:[ \t\r\n]+(?:[A-Za-z_][A-Za-z0-9_]*|-?[0-9][0-9.]*))+(?=\s*(?:[,}\]]|\Z))")
+"""Lenient: the words or numbers after a scalar, up to the next delimiter (``True and False``)."""
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)", re.DOTALL)
 _PARTIAL_ESCAPE = re.compile(r"(?:u[0-9a-fA-F]{0,3}|x[0-9a-fA-F]?)?")
 _SIMPLE_ESCAPES = {
@@ -112,8 +119,9 @@ def _drop_partial_escape(body: str) -> str:
 
 
 class _Reader:
-    def __init__(self, text: str, raw: str) -> None:
+    def __init__(self, text: str, raw: str, lenient: bool = False) -> None:
         self.text, self.raw, self.pos, self.work = text, raw, 0, 0
+        self.lenient = lenient
         self.cut: set[int] = set()
 
     def fail(self, problem: str) -> ParseError:
@@ -130,6 +138,13 @@ class _Reader:
         """The next non-space character ('' at the end), leaving the position on it."""
         char = self.text[self.pos : self.pos + 1]
         if char.isspace():
+            self.pos = _SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
+            char = self.text[self.pos : self.pos + 1]
+        while self.lenient and (char == "#" or self.text.startswith(("//", "/*"), self.pos)):
+            self.spend(1)  # a comment, skipped as json_repair skips it: to the line's end, or to */
+            closing = "*/" if self.text.startswith("/*", self.pos) else "\n"
+            end = self.text.find(closing, self.pos + 2 if closing == "*/" else self.pos)
+            self.pos = len(self.text) if end < 0 else end + len(closing)
             self.pos = _SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
             char = self.text[self.pos : self.pos + 1]
         return char
@@ -159,12 +174,22 @@ class _Reader:
             raise self.fail(f"unexpected {self.text[start : start + 10]!r}")
         token, self.pos = match.group(), match.end()
         constant = CONSTANTS.get(token, _ANY_CASE.get(token.lower(), _MISSING))
+        if self.lenient and (constant is not _MISSING or not _WORD.fullmatch(token)):
+            trailing = _TRAILING_WORDS.match(self.text, self.pos)
+            if trailing is not None:  # json_repair keeps the first value and drops the rest
+                self.spend(1)
+                self.pos = trailing.end()
+                if constant is _MISSING:
+                    return self._number(token)
         if constant is not _MISSING:
             return constant  # complete even at the end: no other value starts with it
         if self.pos == len(self.text):
             return _MISSING  # a number or word cut by the end: its last characters may be missing
         if _WORD.fullmatch(token):
             raise self.fail(f"unquoted word {token[:40]!r} where a value belongs")
+        return self._number(token)
+
+    def _number(self, token: str) -> int | float:
         if len(token) > MAX_NUMBER_CHARS:
             raise self.fail(f"a number of {len(token)} characters (at most {MAX_NUMBER_CHARS})")
         return float(token) if "." in token or "e" in token or "E" in token else int(token)
@@ -237,7 +262,7 @@ class _Reader:
             if item is _MISSING:
                 self.cut.add(id(result))
                 return result
-            if key in result:
+            if key in result and not self.lenient:
                 raise self.fail(f"the key {str(key)[:40]!r} is given twice")
             result[str(key)] = item
             if self.closes(result, "}", f"the value of {str(key)[:40]!r}"):
@@ -259,24 +284,27 @@ class _Reader:
         return False
 
 
-def _read_json(text: str, raw: str) -> tuple[Any, int] | None:
+def _read_json(text: str, raw: str, lenient: bool = False) -> tuple[Any, int] | None:
     """The strict-JSON value at the start of ``text`` and where it ends; None when it is not JSON."""
     if _structure(text) > MAX_JSON_VALUES:  # json costs per value: only when they are few
         return None
     try:
-        return json.JSONDecoder(object_pairs_hook=_unique_pairs).raw_decode(text)  # one per call: threads
+        hook = None if lenient else _unique_pairs  # lenient: a key given twice keeps its last value
+        return json.JSONDecoder(object_pairs_hook=hook).raw_decode(text)  # one per call: threads
     except _DuplicateKey as exc:
         raise ParseError(f"the answer gives the key {str(exc)[:40]!r} twice", raw=raw) from None
     except (ValueError, RecursionError):
         return None  # not strict JSON: read it as the models' literal dialect
 
 
-def read_literal(text: str, *, raw: str) -> ReadResult:
-    """Read the dict or list at the start of ``text``; :class:`ParseError` (with ``raw``) otherwise."""
-    reader = _Reader(text, raw)
+def read_literal(text: str, *, raw: str, lenient: bool = False) -> ReadResult:
+    """Read the dict or list at the start of ``text``; :class:`ParseError` (with ``raw``) otherwise.
+
+    ``lenient``: json_repair's three further slips too (the module's docstring)."""
+    reader = _Reader(text, raw, lenient)
     if reader.peek() not in ("{", "["):
         raise reader.fail("the answer must start with '{' or '['")
-    result = _read_json(text, raw)
+    result = _read_json(text, raw, lenient)
     if result is not None:
         reader.pos = result[1]
         value, cut = result[0], set()

@@ -31,12 +31,13 @@ from interleave_thinker.eval.report_data import (
     published,
     table,
 )
+from interleave_thinker.eval.scoring import STAND_IN
 
 MAX_PAIRED = 200
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
 table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}
-th{background:#f3f3f3}.note{color:#555;font-size:.9rem}.pair{border-top:1px solid #ddd;padding:.6rem 0}
+th{background:#f3f3f3}.note{color:#555;font-size:.9rem}.notice{background:#fff4d6;padding:.4rem .6rem}.pair{border-top:1px solid #ddd;padding:.6rem 0}
 .runs{display:flex;gap:1rem;flex-wrap:wrap}.run{border:1px solid #ddd;border-radius:6px;padding:.4rem;width:300px}
 .pass{color:#070}.fail{color:#a00}img{width:140px;border:1px solid #ccc;margin:2px}
 .attempt{display:flex;gap:.4rem;font-size:.8rem;margin:.3rem 0}.attempt img{width:80px}
@@ -159,7 +160,7 @@ def gallery(first: Run, other: Run, page_dir: Path) -> str:
 
 def _html_table(table_id: str, header: list[str], body: list[list[str]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body)
+    rows = "".join("\n<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body)
     return f'<table id="{table_id}"><tr>{head}</tr>{rows}</table>'
 
 
@@ -177,17 +178,17 @@ def _provenance(runs: list[Run]) -> str:
         counts = run.summary.get("counts") or {}
         items.append(
             f"<li><b>{_e(run.label)}</b>: measured with {_e(run.judge)}, protocol {_e(run.protocol)}, "
-            f"scorer {_e(run.summary.get('scorer_version', '?'))}; counts {_e(json.dumps(counts))}"
-            + (f"; {_e(note)}" if note else "")
+            f"scorer {_e(run.summary.get('scorer_version', '?'))};\ncounts {_e(json.dumps(counts))}"
+            + (f";\n{_e(note)}" if note else "")
             + "".join(f"; {_e(t)} measured with {_e(c.judge)}" for t, c in run.columns.items())
-            + "</li>"
+            + "</li>\n"
         )
     return "<ul>" + "".join(items) + "</ul>"
 
 
 def _published_html(protocol: str) -> str:
     rows = "".join(
-        f"<tr><td>{_e(p.system)}</td><td>{_e(p.metric)}</td><td>{_e(p.value)}</td><td>{_e(p.source)}</td></tr>"
+        f"\n<tr><td>{_e(p.system)}</td>\n<td>{_e(p.metric)}</td><td>{_e(p.value)}</td>\n<td>{_e(p.source)}</td></tr>"
         for p in published(protocol)
     )
     if not rows:
@@ -201,11 +202,13 @@ def _published_html(protocol: str) -> str:
 def render(runs: list[Run], page_dir: Path) -> str:
     protocol = runs[0].protocol
     galleries = "".join(gallery(runs[0], other, page_dir) for other in runs[1:])
+    stand_in = any((run.summary.get("judge") or {}).get("stand_in") for run in runs)
+    notice = f'<p class="notice"><b>Stand-in judge</b>:\n{_e(STAND_IN)}.</p>' if stand_in else ""
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Evaluation report: {_e(protocol)}'
-        f"</title><style>{STYLE}</style></head><body><h1>Evaluation report: {_e(protocol)}</h1>"
-        f"{_table_html(runs)}{_provenance(runs)}<h2>Published numbers (for reference)</h2>"
-        f"{_published_html(protocol)}{galleries}</body></html>\n"
+        f"</title><style>{STYLE}</style></head><body><h1>Evaluation report: {_e(protocol)}</h1>\n"
+        f"{notice}\n{_table_html(runs)}\n{_provenance(runs)}\n<h2>Published numbers (for reference)</h2>\n"
+        f"{_published_html(protocol)}\n{galleries}</body></html>\n"
     )
 
 

@@ -56,6 +56,11 @@ class ItemResult:
 
 
 NOT_VERIFIED = "the name is the server's word: which weights answered was not verified"
+STAND_IN = (
+    "the judge is a tiny stand-in model: it was taught only the reply format (imposed as it decodes), "
+    "so these scores mean nothing; use it to try the commands offline"
+)
+"""The note of a ``tiny:`` judge (``tiny/formats.py``), on the console, in summary.json and on the page."""
 
 
 def judge_metadata(official: str | None, spec: str, model_id: str) -> dict[str, Any]:
@@ -70,7 +75,10 @@ def judge_metadata(official: str | None, spec: str, model_id: str) -> dict[str, 
         "verified": False,
         "verification": NOT_VERIFIED,
     }
-    if official is None:
+    if redact_spec(spec).startswith("tiny:"):
+        meta["stand_in"] = True
+        meta["note"] = STAND_IN
+    elif official is None:
         meta["note"] = "this benchmark has no official judge: scores compare only runs judged alike"
     elif not matches:
         meta["note"] = f"judge {model_id!r} is not the protocol's official {official!r}: {NOT_COMPARABLE}"

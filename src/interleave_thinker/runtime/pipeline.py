@@ -27,7 +27,7 @@ from interleave_thinker.backends.specs import (
     load_image_backend,
     load_vlm_backend,
 )
-from interleave_thinker.backends.wrapping import close_backend, reference_cap
+from interleave_thinker.backends.wrapping import close_backend, generator_device, reference_cap
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.prompt_store import TemplateSet
@@ -335,6 +335,7 @@ class Pipeline:
                 "loop": self.config.loop.trace_settings(),
                 "generation": self.config.generation.model_dump(),
                 **call_settings(self.call_overrides),
+                **self._seed_device(),
             },
             templates=self.templates.info(),
             warnings=warnings + self._template_warnings(),
@@ -344,6 +345,12 @@ class Pipeline:
             recorder.add_image(f"input_{i}.png", im) for i, im in enumerate(input_images, start=1)
         ]
         return recorder
+
+    def _seed_device(self) -> dict[str, str]:
+        """``generator_seed_device``: where a local generator seeds (``cpu``, ``cuda:0``; model.seed_device);
+        nothing for a served generator (its server seeds)."""
+        device = generator_device(self.generator)
+        return {} if device is None else {"generator_seed_device": device}
 
     def _used_backends(self) -> dict[str, str]:
         """Each role's backend as it ran (its spec, name or class; ``runtime/used_backends``)."""

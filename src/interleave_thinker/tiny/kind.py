@@ -52,7 +52,10 @@ def _tiny_vlm(spec: BackendSpec, options: BackendOptions, role: str) -> VLMBacke
         raise ConfigError(
             f"tiny VLM spec {spec.raw!r}: target must be planner, critic, judge, planner-sft or critic-sft."
         )
-    return load_vlm_backend(f"transformers:{tiny_vlm_folder(which)}", options, role=role)
+    backend = load_vlm_backend(f"transformers:{tiny_vlm_folder(which)}", options, role=role)
+    from interleave_thinker.tiny.formats import constrain_formats
+
+    return constrain_formats(backend)
 
 
 def _tiny_image(spec: BackendSpec, options: BackendOptions) -> ImageBackend:

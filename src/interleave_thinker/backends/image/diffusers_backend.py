@@ -1,5 +1,11 @@
 """Local image backend on diffusers: FLUX.2-klein (t2i and edit) and any pipeline taking ``prompt`` and ``image``.
 
+Seeds: with ``seed_device="pipeline"`` (``model.seed_device``) a pipeline on a CUDA device draws its noise
+from a ``torch.Generator`` on that device, as every release generator does (``UEval/ueval_klein.py:208,
+219``; ``inference/server/apis/klein_api.py:137``), so the release's seed gives the release's images; on
+any other device, or with ``"cpu"``, from a CPU generator (the same noise on every device).
+:attr:`DiffusersImageBackend.generator_device` says which, and the trace records it.
+
 References (``ImageRequest.references``) go to FLUX.2 pipelines in their ``image`` list after the edited
 image: ``Flux2KleinPipeline.__call__(image=[edited, ref1, ...])`` encodes each as a condition image (the
 installed diffusers' ``pipeline_flux2_klein.py``, "4. process images"). Other pipelines take none.
@@ -17,14 +23,39 @@ from interleave_thinker.backends._loading import not_found, pick_device, pick_dt
 from interleave_thinker.backends.model_defaults import model_defaults
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest
 from interleave_thinker.backends.references import check_request, model_reference_cap, wire_images
-from interleave_thinker.core.errors import BackendError, InputError
+from interleave_thinker.core.errors import BackendError, ConfigError, InputError
+
+SEED_DEVICES = ("pipeline", "cpu")
+
+
+def seeded_on(device: str, seed_device: str) -> str:
+    """The device of the seeded ``torch.Generator``: ``device`` when it is CUDA and ``seed_device`` is
+    ``pipeline`` (the release's way), else ``cpu``."""
+    if seed_device not in SEED_DEVICES:
+        raise ConfigError(f"model.seed_device {seed_device!r}: choose one of {', '.join(SEED_DEVICES)}.")
+    return device if seed_device == "pipeline" and device.startswith("cuda") else "cpu"
+
+
+def seeded_generator(seed: int, device: str) -> Any:
+    """A ``torch.Generator`` on ``device`` seeded with ``seed``: the noise of one generation."""
+    import torch
+
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 class DiffusersImageBackend(ImageBatchMixin):
-    def __init__(self, checkpoint: str, *, device: str | None = None, dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        checkpoint: str,
+        *,
+        device: str | None = None,
+        dtype: str = "auto",
+        seed_device: str = "pipeline",
+    ) -> None:
         self.name = f"diffusers:{checkpoint}"
         self.checkpoint = resolve_checkpoint(checkpoint)
         self.device = pick_device(None if device == "auto" else device)
+        self.generator_device = seeded_on(self.device, seed_device)
         self.pipe = self._load(dtype)
         # A diffusers pipeline keeps per-call state (the scheduler's timesteps and step index), so two
         # threads inside one call corrupt each other's images; calls on one device gain nothing anyway.
@@ -107,13 +138,12 @@ class DiffusersImageBackend(ImageBatchMixin):
     def _call_kwargs(
         self, settings: tuple[int, int, int | None, float | None], requests: list[ImageRequest]
     ) -> dict[str, Any]:
-        """The pipeline arguments of requests sharing ``settings``: one prompt and seeded CPU generator
-        each (a list when batched), the model's default steps and guidance where the call has none."""
-        import torch
-
+        """The pipeline arguments of requests sharing ``settings``: one prompt and seeded generator each
+        (on :attr:`generator_device`; a list when batched), the model's default steps and guidance where the
+        call has none."""
         width, height, steps, guidance = settings
         prompts = [r.prompt for r in requests]
-        generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in requests]
+        generators = [seeded_generator(r.seed, self.generator_device) for r in requests]
         kwargs: dict[str, Any] = {
             "prompt": prompts if len(requests) > 1 else prompts[0],
             "width": width,

@@ -9,7 +9,7 @@ same reply on the same machine.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,10 @@ _SAMPLING_LOCK = threading.Lock()
 
 class TransformersVLMBackend(VLMBatchMixin):
     """``AutoProcessor`` + ``AutoModelForImageTextToText``; decoding as :func:`decoding_kwargs` says."""
+
+    extra_generation: Callable[[list[Message], int], dict[str, Any]] | None = None
+    """Keywords added to one conversation's ``generate``, given its messages and the prompt's length in
+    tokens: how the tiny kind imposes a reply format on its stand-ins (``tiny/formats.py``). None: none."""
 
     def __init__(
         self,
@@ -90,6 +94,10 @@ class TransformersVLMBackend(VLMBatchMixin):
     ) -> list[str]:
         import torch
 
+        extra = self.extra_generation
+        if extra is not None and len(conversations) > 1 and any(extra(c, 0) for c in conversations):
+            # a conversation with keywords of its own (an imposed reply format) is generated alone
+            return [self._generate([c], max_new_tokens, temperature, seed)[0] for c in conversations]
         prepared = [apply_max_pixels(m, self.pixel_factor) for m in conversations]
         try:
             inputs = self.processor.apply_chat_template(
@@ -104,6 +112,8 @@ class TransformersVLMBackend(VLMBatchMixin):
             raise InputError(f"{self.name}: the processor refused the conversation: {exc}") from exc
         try:
             generation = {"max_new_tokens": max_new_tokens, **decoding_kwargs(temperature)}
+            if extra is not None and len(conversations) == 1:
+                generation.update(extra(conversations[0], inputs["input_ids"].shape[1]))
             with torch.inference_mode(), self._seeded(seed if self._samples(temperature) else None):
                 output = self.model.generate(**inputs, **generation)
         except (RuntimeError, ValueError) as exc:

@@ -53,7 +53,9 @@ def load_backend(spec: str, device: str, threads: int | None, dtype: str = "auto
         pass
     from interleave_thinker.backends.specs import BackendOptions, load_image_backend
 
-    return load_image_backend(spec, BackendOptions(device=device, dtype=dtype))
+    # seeded on the CPU on every device: the OpenAI route accepts generator_device "cpu" only, and a served
+    # image equals the one the vllm-omni client's local counterpart makes with model.seed_device cpu
+    return load_image_backend(spec, BackendOptions(device=device, dtype=dtype, seed_device="cpu"))
 
 
 def job_request(backend: ImageBackend, job: dict[str, Any], max_pixels: int) -> ImageRequest:

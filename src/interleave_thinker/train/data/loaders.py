@@ -5,8 +5,7 @@ raises one :class:`~interleave_thinker.train.data.issues.DatasetError` listing t
 examples. Aliases seen in the wild are accepted: ``evaluation`` / ``ground_truth``,
 ``previous_prompt`` / ``rewritten_prompt``, ``images`` as a list or one string, ``image``,
 LLaMA-Factory's ``conversations`` with ``from`` / ``value``, and for ``planner_rl`` (the format of
-FastVideo's InterleaveThinker branch) ``instruction`` / ``prompt`` / ``origin_prompt`` for
-``text_input`` and ``planner_score`` for ``plan_score``. Relative image paths are resolved
+FastVideo's InterleaveThinker branch) its fields in its priority (:mod:`.planner_rl`). Relative image paths are resolved
 against ``image_dir`` (default: the file's folder) and may not leave it.
 """
 
@@ -34,6 +33,7 @@ from interleave_thinker.train.data.examples import (
     TrajectoryRecord,
 )
 from interleave_thinker.train.data.issues import DatasetError, Issue, LineIndex, PathPart
+from interleave_thinker.train.data.planner_rl import parse_planner_rl
 from interleave_thinker.train.data.record_reader import RecordReader
 
 T = TypeVar("T")
@@ -220,29 +220,6 @@ def _parse_rl(obj: dict[str, Any], r: RecordReader) -> CriticRLExample | None:
     return CriticRLExample(problem, tuple(images), origin_prompt, origin, edited, previous, truth)
 
 
-def _parse_planner_rl(obj: dict[str, Any], r: RecordReader) -> PlannerRLExample | None:
-    text = r.string(obj, (), "text_input", "instruction", "prompt", "origin_prompt", empty=False)
-    images = r.images(obj, ())
-    score = None
-    name = next((n for n in ("plan_score", "planner_score") if obj.get(n) is not None), None)
-    if name is not None:
-        value = obj[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            r.issue((name,), f"must be a number from 0 to 1, got {value!r}")
-        else:
-            score = float(value)
-    if r.issues or text is None or images is None:
-        return None
-    if count_image_markers(text) != len(images):
-        r.issue(
-            ("images",),
-            f"{len(images)} image(s) but {count_image_markers(text)} <image> marker(s) in text_input; "
-            "put one <image> where each image belongs",
-        )
-        return None
-    return PlannerRLExample(text, tuple(images), score)
-
-
 def _parse_plan_steps(value: Any, r: RecordReader, where: tuple[PathPart, ...]) -> list[PlanStep] | None:
     if not isinstance(value, list) or not value:
         r.issue(where, "must be a non-empty list of plan steps")
@@ -344,7 +321,7 @@ def load_critic_rl(path: Path, *, image_dir: Path | None = None) -> list[CriticR
 def load_planner_rl(path: Path, *, image_dir: Path | None = None) -> list[PlannerRLExample]:
     """``planner_rl.jsonl`` (a JSON list is accepted too): planner GRPO requests, with images for guidance."""
     rows = _array_records(path, image_dir) if path.suffix == ".json" else _jsonl_records(path, image_dir)
-    return _collect(rows, _parse_planner_rl)
+    return _collect(rows, parse_planner_rl)
 
 
 def load_record(path: Path, *, image_dir: Path | None = None) -> TrajectoryRecord:

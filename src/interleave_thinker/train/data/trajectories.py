@@ -16,7 +16,7 @@ from interleave_thinker.core.config import ReferencePolicy
 from interleave_thinker.core.errors import InputError, TraceVersionError
 from interleave_thinker.core.run_folder import TRACE_FILE, load_trace, run_image
 from interleave_thinker.core.sanitize import clean_text
-from interleave_thinker.core.types import WHITE_CANVAS, PlanStep
+from interleave_thinker.core.types import WHITE_CANVAS, PlanStep, Trace
 from interleave_thinker.core.untrusted import (
     MAX_JSON_BYTES,
     ImageLimits,
@@ -87,11 +87,7 @@ def from_trace(run_dir: Path, name: str | None = None, limits: ImageLimits | Non
     naming the file and field (an :class:`~interleave_thinker.core.untrusted.UnsafeFile` for an image)."""
     path = run_dir / TRACE_FILE
     name = name or run_dir.name
-    try:
-        trace = load_trace(path, max_bytes=MAX_JSON_BYTES)  # an older schema is migrated; a newer one refused
-    except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"{path}: not a readable trace ({first}).") from None
+    trace = _read_trace(path)
 
     def image(file: str, field: str) -> Path:
         return run_image(run_dir, file, what=f"{path} {field}", limits=limits)
@@ -141,6 +137,15 @@ def from_trace(run_dir: Path, name: str | None = None, limits: ImageLimits | Non
         steps=steps,
         references_policy=_policy(trace.settings, path),
     )
+
+
+def _read_trace(path: Path) -> Trace:
+    """The trace, read bounded; an older schema is migrated, a newer one refused (as an InputError)."""
+    try:
+        return load_trace(path, max_bytes=MAX_JSON_BYTES)
+    except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{path}: not a readable trace ({first}).") from None
 
 
 def _policy(settings: dict[str, object], path: Path) -> ReferencePolicy:

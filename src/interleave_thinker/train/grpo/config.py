@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -26,6 +26,11 @@ from interleave_thinker.core.config import PromptOptions, RemoteOptions
 from interleave_thinker.train.overrides import load_run_config
 from interleave_thinker.train.rewards.critic import CriticRewardWeights
 from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, OutputDir, _Section
+
+if TYPE_CHECKING:
+    from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.backends.protocols import VLMBackend
+    from interleave_thinker.core.prompt_store import TemplateSet
 
 RELEASE_ADVANTAGE_EPSILON = 1e-6
 """EasyR1's GRPO advantage: (reward - group mean) / (group Bessel std + 1e-6) (``core_algos.py:194-208``)."""
@@ -146,6 +151,25 @@ class RewardSection(_Section):
         description="Judge calls per judgement while replies do not parse (the release's scorer default: 5).",
     )
     cache_dir: Path | None = Field(default=None, description="Keep regenerated images across steps and runs.")
+
+    def judge_agent(self, backend: VLMBackend, templates: TemplateSet) -> Judge:
+        """The step-wise reward's judge on ``backend``: the one request builder of ``train grpo`` and the
+        ``reward`` command (text first, ``judge_max_new_tokens``, no temperature, ``judge_max_attempts``
+        as released with the defaults)."""
+        from interleave_thinker.agents.judge import Judge
+        from interleave_thinker.agents.retry import RetryPolicy
+
+        judge = Judge(
+            backend,
+            templates,
+            max_new_tokens=self.judge_max_new_tokens,
+            retry=RetryPolicy(
+                max_attempts=self.judge_max_attempts,
+                temperature=None if self.judge_decoding == "checkpoint" else 0.0,
+            ),
+        )
+        judge.text_first = self.judge_text_first
+        return judge
 
     def weights(self) -> CriticRewardWeights:
         """The critic reward's mix from the ``*_weight`` keys."""

@@ -107,22 +107,13 @@ def reward_functions(
             weights,
             [],
         )
-    from interleave_thinker.agents.judge import Judge
-    from interleave_thinker.agents.retry import RetryPolicy
     from interleave_thinker.backends.specs import load_image_backend, load_vlm_backend
     from interleave_thinker.train.rewards.cache import GenerationCache
 
     options = reward_backend_options(config)
-    judge = Judge(
-        judge_backend or load_vlm_backend(section.judge, options, role="judge"),
-        config.prompts.store().load(),
-        max_new_tokens=section.judge_max_new_tokens,
-        retry=RetryPolicy(
-            max_attempts=section.judge_max_attempts,
-            temperature=None if section.judge_decoding == "checkpoint" else 0.0,
-        ),
+    judge = section.judge_agent(
+        judge_backend or load_vlm_backend(section.judge, options, role="judge"), config.prompts.store().load()
     )
-    judge.text_first = section.judge_text_first
     side = section.regenerate_size
     scorer = StepwiseScorer(
         generator or load_image_backend(section.generator, options),

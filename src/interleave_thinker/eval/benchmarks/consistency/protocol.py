@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import interleave_thinker.eval.benchmarks.consistency.scorer as scs
+from interleave_thinker.agents.reply_formats import scores
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.pinned_texts import sha256_text
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.datasets import EvalItem, load_questions
+from interleave_thinker.eval.judge_formats import register_system_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import PromptSet
 
@@ -34,6 +36,19 @@ PINNED = {
     scs.PAIR: "ec41dc151fd801d24b0ebe09f715474650ad3d160d5221200ec1a07d5b598b1e",
 }
 """The rubric's digests: a changed text is refused until pinned again, so one name means one rubric."""
+register_system_format(
+    "consistency pair",
+    PINNED[scs.SYSTEM],
+    (
+        '{"identity": ',
+        scores(),
+        ', "style": ',
+        scores(),
+        ', "scene": ',
+        scores(),
+        ', "reason": "a stand-in"}',
+    ),
+)
 PASS_MARK = 7.0
 """A sequence scoring at least this (of 10) counts as consistent in the report's paired gallery."""
 COLUMN = "consistency (ours, 0-10)"

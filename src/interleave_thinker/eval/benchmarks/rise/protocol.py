@@ -7,18 +7,24 @@ import functools
 from typing import Any
 
 import interleave_thinker.eval.benchmarks.rise.scorer as score_rise
+from interleave_thinker.agents.reply_formats import scores
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.benchmarks.rise.data import load as load_data
 from interleave_thinker.eval.benchmarks.rise.prompts import PROMPTS, REPO
+from interleave_thinker.eval.judge_formats import register_prompt_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
+
+REPLY = ("Final Score: ", scores(1, 5))
+"""A judgement of a tiny stand-in judge (``agents/reply_formats.py``): the score is the value."""
 
 
 def _scorer(ctx: ScoreContext) -> Scorer:
     columns: set[str] = set().union(*(item.raw.keys() for item in ctx.items))
     for item in ctx.items:  # bad samples (category, references) fail now, before any judge call
         score_rise.plan_judges(item, columns, ctx.prompts)
+    register_prompt_format("RISEBench", ctx.prompts, REPLY)  # read by tiny stand-in judges only
     one = functools.partial(
         score_rise.score_item, ctx.prompts, ctx.client, ctx.outputs, columns, ctx.scorer_version
     )

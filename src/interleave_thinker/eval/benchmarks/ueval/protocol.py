@@ -7,20 +7,25 @@ import functools
 from typing import Any
 
 import interleave_thinker.eval.benchmarks.ueval.scorer as score_ueval
+from interleave_thinker.agents.reply_formats import Choice
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.benchmarks.ueval.data import load as load_data
 from interleave_thinker.eval.benchmarks.ueval.prompts import PROMPTS, REPO
+from interleave_thinker.eval.judge_formats import register_prompt_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
 
 MODE_FLAG = "--ueval-mode"
 """The flag of a rubric protocol's request shape (``score_ueval.MODES``)."""
+REPLY = ('{"criteria_met": ', Choice(("true", "false")), ', "explanation": "a stand-in judge"}')
+"""A rubric judgement of a tiny stand-in judge (``agents/reply_formats.py``): met or not is the value."""
 
 
 def rubric_scorer(ctx: ScoreContext, prefix: str = "ueval_") -> Scorer:
     """UEval's scorer (also that of any rubric benchmark whose prompt roles are named ``prefix...``)."""
     submission, folder = score_ueval.load_submission(ctx.outputs)
+    register_prompt_format("rubric", ctx.prompts, REPLY)  # read by tiny stand-in judges only
     one = functools.partial(
         score_ueval.score_item, ctx.prompts, ctx.client, submission, folder, ctx.request_mode, ctx.attempts
     )

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.agents.reply_formats import Choice, scores
 from interleave_thinker.core.errors import InputError
-from interleave_thinker.eval.benchmarks.wise.prompts import fill
+from interleave_thinker.eval.benchmarks.wise.prompts import LEGACY_PROMPTS, VERIFIED_PROMPTS, fill
 from interleave_thinker.eval.datasets import EvalItem
+from interleave_thinker.eval.judge_formats import register_system_format
 from interleave_thinker.eval.judging import JudgeClient, JudgeImage, JudgeRequest, Question
 from interleave_thinker.eval.outputs import Limits, file_digest, read_image_bytes
 from interleave_thinker.eval.prompts import PromptSet
@@ -243,3 +245,13 @@ def summarize(protocol: WiseProtocol, rows: list[dict[str, Any]], *, sliced: boo
             "unless all 1000 are scored."
         )
     return result
+
+
+register_system_format(
+    "WISE_Verified", VERIFIED_PROMPTS[VERIFIED.system].sha256, ("Score: ", Choice(("0", "1")))
+)
+register_system_format(
+    "WiScore",
+    LEGACY_PROMPTS[LEGACY.system].sha256,
+    ("Consistency: ", scores(0, 2), "\nRealism: ", scores(0, 2), "\nAesthetic Quality: ", scores(0, 2)),
+)
