@@ -75,6 +75,9 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     # Gradio deletes what it cached when a server stops, and names cached files by content: a demo in the
     # other xdist worker producing the same image would delete this test's result (a fresh-clone CI flake).
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(home / "gradio"))
+    # The served doubles answer (and count) the calls of the run they script: the preflight's extra call to
+    # each served backend is off unless a test turns it on (`--preflight`; tests/runtime/test_preflight.py).
+    monkeypatch.setenv("INTERLEAVE_THINKER_REMOTE__PREFLIGHT", "false")
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS", raising=False)
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS_URL", raising=False)
     return home

@@ -50,3 +50,22 @@ def test_sigterm_stops_a_batch_at_once_with_one_line_saying_what_is_kept(tmp_pat
         "complete step); run the same command again to resume."
     ]
     assert "Traceback" not in stderr
+
+
+def test_the_preflight_asks_the_backends_the_run_will_call() -> None:
+    from interleave_thinker.cli.scheduled import used_specs
+    from interleave_thinker.core.config import PipelineConfig
+
+    chat, edit, judge, review = "openai:http://a/v1#m", "http:http://g", "openai:http://j/v1#j", "gemini:r"
+    cfg = PipelineConfig(planner=chat, critic=chat, generator=edit, judge=judge)
+    assert used_specs(cfg) == {"planner": chat, "critic": chat, "generator": edit}
+    assert used_specs(cfg, judge=True)["judge"] == judge  # data generate scores every attempt
+    assert used_specs(cfg, agentic=False) == {"generator": edit}  # eval generate --mode base
+    cfg.loop.select_best, cfg.loop.repair_budget, cfg.loop.repair_reviewer = "judge", 1, review
+    assert used_specs(cfg) == {
+        "planner": chat,
+        "critic": chat,
+        "generator": edit,
+        "judge": judge,
+        "review": review,
+    }

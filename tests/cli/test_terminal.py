@@ -21,6 +21,8 @@ from interleave_thinker.cli import main
 from interleave_thinker.cli.progress import RichObserver
 from interleave_thinker.core.types import Attempt, Plan, PlanStep, Verdict
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from tests.helpers.opt_in import PLAN as FOX_PLAN
+from tests.helpers.opt_in import SUCCESS
 
 MARKUP = "[bold]x[/bold]"
 PLAN = format_plan(
@@ -139,3 +141,28 @@ def test_user_paths_print_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(main.app, ["reward", "--input", str(rollouts), *flags])
     assert result.exit_code == 1, result.output
     assert buffer.getvalue() == f"error: {rollouts} holds no rollouts; nothing to score.\n"
+
+
+def test_run_says_what_the_opt_in_features_did(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--candidates 3 --select-best critic --repair-budget 2: each step's line counts its candidates and
+    names the selection; the review and the repair are printed after the last step (issue 45 item 3)."""
+    replies = {"planner": [FOX_PLAN], "critic": SUCCESS}
+    monkeypatch.setitem(
+        specs.VLM_BACKENDS,
+        "scripted",
+        lambda spec, options, role: ScriptedVLMBackend(list(replies[spec.target]), name=spec.raw),
+    )
+    monkeypatch.setitem(specs.IMAGE_BACKENDS, "scripted", lambda spec, options: ScriptedImageBackend())
+    monkeypatch.setattr(main, "quiet_diffusers", lambda generator: None)
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # `run` installs a SIGTERM handler
+    console, buffer = terminal()
+    monkeypatch.setattr(main, "console", console)
+    backends = ["--planner", "scripted:planner", "--critic", "scripted:critic", "--generator", "scripted:g"]
+    features = ["--candidates", "3", "--select-best", "critic", "--repair-budget", "2"]
+    args = ["run", "A fox's day", "--preset", "tiny", *backends, *features, "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(main.app, args)
+    assert result.exit_code == 0, result.output + screen(buffer)
+    shown = screen(buffer)
+    assert "; 3 candidates: 1 kept, 2 discarded; attempt 1 selected by the critic's ranking" in shown
+    assert "  review flagged 1 step(s): step 2: the fox turned grey" in shown
+    assert "  step 2 repaired: step02_repair0.png shown in place of step02_attempt0.png" in shown

@@ -98,6 +98,9 @@ class Teachers:
             assert original and rewritten
             entry.update(role="critic", original=original.group(1), rewritten=rewritten.group(1))
             reply = critic_reply(original.group(1), rewritten.group(1))
+        elif not urls:  # any other chat call (the preflight's one line): a served model answers it too
+            entry.update(role="other", text=text)
+            reply = "ready"
         else:
             sc, pq = judge_scores(urls)
             score = sc if len(urls) == 2 else pq

@@ -53,3 +53,20 @@ def test_tiny_specs_resolve_after_a_bare_import_without_loading_train() -> None:
         "train": [],
         "heavy": [],
     }
+
+
+CLI = """
+import json, sys
+import interleave_thinker.cli.main
+print(json.dumps({
+    "heavy": sorted(m for m in ("torch", "transformers", "diffusers", "trl", "datasets", "ray", "gradio")
+                    if m in sys.modules),
+    "train": sorted(m for m in sys.modules if m.startswith("interleave_thinker.train")),
+}))
+"""
+
+
+def test_importing_the_cli_loads_no_model_library_and_no_train_module() -> None:
+    """Before the first phase line a command imports only the CLI (issue 45 item 8: docs/notes/startup.md);
+    the model libraries and the trainers load inside the commands that use them."""
+    assert run(CLI) == {"heavy": [], "train": []}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,15 +22,18 @@ import httpx
 import pytest
 
 from interleave_thinker.cli.main import app
+from interleave_thinker.core.errors import RunFailedError
 from interleave_thinker.testing.doubles import scripted_models
 from interleave_thinker.testing.doubles.counting import Counting
-from interleave_thinker.testing.doubles.server import LocalServer
-from tests.helpers.common import stable, tiny_dir, write
+from interleave_thinker.testing.doubles.server import LocalServer, Reply, Request
+from tests.helpers.common import REPO, cli_command, stable, tiny_dir, write
 
 # Before Ray is imported: every node, the driver included, on the loopback address (Ray reads it once).
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
+
+from interleave_thinker.runtime.cluster import NAMESPACE, worker_names  # noqa: E402
 
 MAX_ATTEMPTS = 2
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "node_ip_address": "127.0.0.1"}
@@ -36,17 +41,25 @@ NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "node_ip_address
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three nodes (the head and two more) and this process connected as the driver; all stopped after."""
+    """Three nodes (the head and two more) and this process connected as the driver; all stopped after.
+
+    Every worker process imports the package (a local-model one torch, transformers and diffusers):
+    the compiled modules are kept in one folder of the module's, where this process writes them too,
+    so each module is compiled once, not once per worker (the suite may run with bytecode writes off)."""
     home = tmp_path_factory.mktemp("home")
     env = {
         "INTERLEAVE_THINKER_TINY_DIR": tiny_dir(),
         "INTERLEAVE_THINKER_HOME": str(home),
         "INTERLEAVE_THINKER_OFFLINE": "1",
         "HF_HUB_OFFLINE": "1",
+        "PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache")),
     }
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)  # the raylets, and so the workers, start with these
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        patch.setattr(sys, "pycache_prefix", env["PYTHONPYCACHEPREFIX"])
+        patch.setattr(sys, "dont_write_bytecode", False)
         head = {**NODE, "include_dashboard": False}
         made = Cluster(initialize_head=True, head_node_args=head)
         try:
@@ -88,8 +101,8 @@ def batch(source: Path, out: Path, *args: str) -> None:
     app(["batch", "--input", str(source), "--out", str(out), "--quiet", *args], standalone_mode=False)
 
 
-def served(doubles: dict[str, LocalServer]) -> list[str]:
-    chat = f"openai:{doubles['chat'].url}/v1#scripted"
+def served(doubles: dict[str, LocalServer], chat_server: LocalServer | None = None) -> list[str]:
+    chat = f"openai:{(chat_server or doubles['chat']).url}/v1#scripted"
     return [
         "--preset",
         "tiny",
@@ -157,6 +170,84 @@ def test_local_model_workers_make_the_one_process_images(cluster: Cluster, tmp_p
     assert sum(n["workers"] for n in nodes.values()) == 3
 
 
+def journaled(out: Path) -> int:
+    journal = out / "journal.jsonl"
+    return len(journal.read_text().splitlines()) if journal.exists() else 0
+
+
+def test_a_killed_driver_run_again_resumes_losing_nothing_repeating_little(
+    cluster: Cluster, doubles: dict[str, LocalServer], reference: tuple[Path, Path, int], tmp_path: Path
+) -> None:
+    """The driver (a child process) is killed mid-run; the same command again finishes the run."""
+    source, one_process, generator_calls = reference
+    out = tmp_path / "out"
+    before = calls(doubles["edit"])
+    command = cli_command("batch", "--input", str(source), "--out", str(out), "--quiet", *served(doubles))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    log = tmp_path / "driver.log"
+    with log.open("w") as stderr:
+        driver = subprocess.Popen([*command, "--ray", cluster.address], env=env, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 300
+        while driver.poll() is None and journaled(out) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        driver.kill()  # SIGKILL: its workers run on until Ray ends them with its job
+        driver.wait(60)
+    done = journaled(out)
+    assert 3 <= done < 12, log.read_text()[-2000:]  # killed mid-run
+
+    class Left:
+        """Stands for a worker of the killed driver still running (named as the folder's workers are)."""
+
+        def ping(self) -> str:
+            return "alive"
+
+    left = ray.remote(num_cpus=0)(Left).options(name=f"{worker_names(out)}-9", namespace=NAMESPACE).remote()
+    assert ray.get(left.ping.remote()) == "alive"
+
+    batch(source, out, *served(doubles), "--ray", cluster.address)
+
+    with pytest.raises(ValueError):  # the new driver ended it before starting its own workers
+        ray.get_actor(f"{worker_names(out)}-9", namespace=NAMESPACE)
+
+    assert outcome(out) == outcome(one_process)
+    assert journaled(out) == 12  # one line per request: none ran twice to its end
+    in_flight = min(12 - done, 3 * 2)  # three workers of two requests each
+    extra = calls(doubles["edit"]) - before - generator_calls
+    assert 0 <= extra <= in_flight * MAX_ATTEMPTS  # only the killed run's unfinished steps were made again
+
+
+GARBAGE = "I cannot answer"
+
+
+def test_past_the_tolerated_fallback_share_the_cluster_stops_starting_requests(
+    cluster: Cluster, doubles: dict[str, LocalServer], tmp_path: Path
+) -> None:
+    """agents.max_fallback_share (0.5 by default) holds on a cluster as in one process: a critic that never
+    parses stops the run once the workers' judgements, summed at the driver, pass it."""
+    scripted = scripted_models.handler("chat", scripted_models.State())
+
+    def unparsable_critic(request: Request) -> Reply:
+        if request.method == "POST" and "meant to achieve" in scripted_models.text_of(request.json()):
+            message = {"role": "assistant", "content": GARBAGE}
+            return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+        return scripted(request)
+
+    out = tmp_path / "out"
+    with LocalServer(unparsable_critic) as chat, pytest.raises(RunFailedError) as stopped:
+        batch(inputs(tmp_path, 16), out, *served(doubles, chat), "--ray", cluster.address)
+
+    message = str(stopped.value)
+    assert "critic judgements failed (100%), above the tolerated 50%" in message
+    assert int(message.split(" of ", 1)[0]) >= 10  # judged once ten were asked, as in one process
+    # ten judgements are four or five finished requests (two or three image steps each); at most six were
+    # in flight then, and none was started after: the rest are left for the next run
+    assert 4 <= journaled(out) <= 5 + 6 < 16
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fallbacks"]["judgements"]["critic"]["answered"] == 0
+
+
 def test_a_lost_node_loses_nothing_and_repeats_little(
     cluster: Cluster, doubles: dict[str, LocalServer], reference: tuple[Path, Path, int], tmp_path: Path
 ) -> None:
@@ -175,8 +266,7 @@ def test_a_lost_node_loses_nothing_and_repeats_little(
 
     driver = threading.Thread(target=drive)
     driver.start()
-    journal = out / "journal.jsonl"
-    while driver.is_alive() and (not journal.exists() or len(journal.read_text().splitlines()) < 3):
+    while driver.is_alive() and journaled(out) < 3:
         time.sleep(0.01)
     cluster.remove_node(victim)  # its requests in flight are lost with it
     driver.join(300)

@@ -114,13 +114,14 @@ def garbage_batch(servers: dict[str, Any], tmp_path_factory: pytest.TempPathFact
     cfg = config(folder, servers["garbage"], servers["garbage"], servers["edit"], loop={"max_attempts": 2})
     out = folder / "out"
     args = ["batch", "--config", str(cfg), "--input", str(inputs(folder, 2)), "--out", str(out)]
-    result = invoke(*args, "--select-best", "critic", "--repair-budget", "1", "--max-fallback-share", "1")
-    return out, result
+    flags = ("--select-best", "critic", "--repair-budget", "1", "--max-fallback-share", "1", "--preflight")
+    return out, invoke(*args, *flags)
 
 
 def test_a_critic_that_never_parses_is_counted_and_shown(garbage_batch: tuple[Path, Any]) -> None:
     out, result = garbage_batch
     assert result.exit_code == 0, result.output  # tolerated (--max-fallback-share 1): the release's rules ran
+    assert "preflight: planner, critic, generator answered" in result.output  # any reply passes it
     recorded = trace(out, "r0")
     assert recorded["status"] == "succeeded"
     assert [(e["role"], e["kind"], e["step"]) for e in recorded["fallbacks"]] == [
@@ -207,6 +208,40 @@ def test_a_dead_generator_is_a_failed_batch(servers: dict[str, Any], tmp_path: P
     assert generator["calls"] == generator["failed"] == 6  # counted as data generate counts them
 
 
+def test_the_preflight_stops_a_batch_whose_generator_is_down_before_any_request(
+    servers: dict[str, Any], tmp_path: Path
+) -> None:
+    dead = servers["dead_edit"]
+    cfg = config(tmp_path, servers["good"], servers["good"], dead)
+    out = tmp_path / "out"
+    args = ["batch", "--config", str(cfg), "--input", str(inputs(tmp_path, 2)), "--out", str(out)]
+    result = invoke(*args, "--preflight")
+    assert result.exit_code == 1
+    message = str(result.exception)
+    assert message.startswith(f"preflight: the generator {dead} did not answer one 32x32 image (")
+    assert "Connection refused" in message
+    assert "--no-preflight (remote.preflight: false) skips this check" in message
+    assert not (out / "journal.jsonl").exists() or not (out / "journal.jsonl").read_text().strip()
+    assert not (out / "requests").exists()  # no request started
+
+
+def test_the_preflight_of_eval_generate_base_mode_asks_the_generator_alone(
+    servers: dict[str, Any], tmp_path: Path
+) -> None:
+    dead = servers["dead_edit"]
+    # the planner and critic are dead too: base mode never calls them, so the preflight does not either
+    cfg = config(tmp_path, servers["dead_vlm"], servers["dead_vlm"], dead)
+    data = tmp_path / "ueval.json"
+    data.write_text(json.dumps([{"id": "a", "prompt": "Draw a map of an island", "task": "space"}]))
+    out = tmp_path / "out"
+    args = ["eval", "generate", "ueval", "--data", str(data), "--mode", "base", "--out", str(out)]
+    result = invoke(*args, "--config", str(cfg), "--preflight")
+    assert result.exit_code == 1
+    assert str(result.exception).startswith(
+        f"preflight: the generator {dead} did not answer one 32x32 image ("
+    )
+
+
 # -- `data generate` ---------------------------------------------------------------------------------
 
 
@@ -256,6 +291,21 @@ def test_data_generate_with_the_judge_down_counts_the_judge(servers: dict[str, A
     assert error.startswith("SC judgement got no reply (backend error: ")
     assert f"judge: {calls} calls ({calls} failed, no reply)" in result.output
     assert trace(out, "r0")["error"].startswith(f"{FALLBACKS_ONLY} the judge scored none of")
+
+
+def test_the_preflight_names_the_dead_judge_of_data_generate(servers: dict[str, Any], tmp_path: Path) -> None:
+    good, dead = servers["good"], servers["dead_vlm"]
+    cfg = config(tmp_path, good, good, servers["edit"], judge=dead, loop=LOOP)
+    out = tmp_path / "out"
+    source = inputs(tmp_path, 2, steps="")
+    result = invoke(
+        "data", "generate", "--config", str(cfg), "--input", str(source), "--out", str(out), "--preflight"
+    )
+    assert result.exit_code == 1
+    assert str(result.exception).startswith(
+        f"preflight: the judge {dead} did not answer a one-line chat call ("
+    )
+    assert not (out / "requests").exists()
 
 
 # -- the silent defaults ---------------------------------------------------------------------------

@@ -18,21 +18,13 @@ import pytest
 from PIL import Image
 
 from interleave_thinker.ui import DemoOptions, build_demo
+from tests.helpers.browser import chromium
 from tests.helpers.demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline, serve
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
 )
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SCREENSHOT_ENV = "INTERLEAVE_THINKER_DEMO_SCREENSHOT"  # set to a path to refresh the README's picture
 SCREENSHOTS_ENV = "INTERLEAVE_THINKER_DEMO_SCREENSHOTS"  # set to a folder to get a copy of each width's
 PHONE = 390
@@ -52,22 +44,10 @@ new MutationObserver(() => {
 """
 
 
-def chromium_path() -> str:
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.skip("Chromium not found; install it with `apt-get install -y chromium` (make install does)")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    path = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS, headless=True)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 def open_page(browser: Any, url: str, width: int = 1280) -> Any:

@@ -13,7 +13,13 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, close_run, run_scheduled
+from interleave_thinker.cli.scheduled import (
+    BatchInputOption,
+    RequestsJob,
+    close_run,
+    run_scheduled,
+    used_specs,
+)
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -90,6 +96,9 @@ class BatchJob(RequestsJob["tuple[BatchOutcome, RunStore]"]):
         manifest = batch_manifest(self.source, self.items, record)
         self.store.open(manifest, resume=resume, accept_changed=self.accept_changed)
         return None  # a batch loads its models even when nothing is left: its outputs need the run's figures
+
+    def served(self) -> tuple[PipelineConfig, dict[str, str]]:
+        return self.cfg, used_specs(self.cfg)
 
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.runtime.scheduler import batch_runner

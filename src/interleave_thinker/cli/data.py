@@ -29,7 +29,6 @@ from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS
-from interleave_thinker.train.data.issues import DatasetError
 
 app = typer.Typer(help="Validate, build and count training data.", no_args_is_help=True)
 DataKind = Literal["planner_sft", "planner_rl", "critic_sft", "critic_rl", "record"]
@@ -87,6 +86,7 @@ def validate(
     ] = None,
 ) -> None:
     """Check a training-data file: print the record count and a summary, or the first errors (exit 1)."""
+    from interleave_thinker.train.data.issues import DatasetError
     from interleave_thinker.train.data.loaders import load_kind
 
     try:
@@ -323,13 +323,15 @@ def synth(
     seed: SeedOpt = 0,
 ) -> None:
     """Generate a small synthetic SFT set in the release's formats (for the tiny configs and tests)."""
-    from interleave_thinker.core.paths import write_atomic
+    from interleave_thinker.core.paths import check_folder, confine, write_atomic
     from interleave_thinker.train.data.export import sharegpt_record
     from interleave_thinker.train.synthetic import critic_examples, judge_examples, planner_examples
 
     check_out_folder(out)
     templates = settings.resolve().prompts.store().load()
     out = out.resolve()
+    confine(out)
+    check_folder(out / "images")  # a link planted there out of --out: refused before anything is written
     if role == "planner":
         examples = planner_examples(templates, n, seed=seed)
     elif role == "critic":

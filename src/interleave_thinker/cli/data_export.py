@@ -14,9 +14,7 @@ from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.core.untrusted import MAX_IMAGE_PIXELS, ImageLimits
-from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
 from interleave_thinker.datagen.export_format import DROP_REASONS, Format
-from interleave_thinker.train.data.trl_format import datasets_bars
 
 SOURCE_HELP = "A run folder, a folder of runs, or a batch folder (traces in requests/<id>/)."
 FORMAT_HELP = (
@@ -35,6 +33,9 @@ def export(
     max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
     """Write an interleaved corpus (ShareGPT JSON, a datasets copy, stats); exit 1 when nothing is kept."""
+    from interleave_thinker.datagen.export import find_traces, read_runs, write_corpus
+    from interleave_thinker.train.data.trl_format import datasets_bars
+
     if input is None:
         raise InputError(f"Missing option --input: {SOURCE_HELP[0].lower()}{SOURCE_HELP[1:]}")
     source = input

@@ -11,7 +11,13 @@ import typer
 from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, close_run, run_scheduled
+from interleave_thinker.cli.scheduled import (
+    BatchInputOption,
+    RequestsJob,
+    close_run,
+    run_scheduled,
+    used_specs,
+)
 from interleave_thinker.cli.scoring import JUDGE_TOKENS, JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
@@ -90,6 +96,9 @@ class TeacherJob(RequestsJob["tuple[dict[str, Any], int]"]):
     def open(self, resume: bool, retry_failed: bool) -> int | None:
         self.resume = resume  # the store opens with the teachers (TeacherRun opens it before loading)
         return None
+
+    def served(self) -> tuple[PipelineConfig, dict[str, str]]:
+        return self.cfg, used_specs(self.cfg, judge=True)
 
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.datagen.generate import TeacherRun

@@ -14,7 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import ScheduledJob, close_run, run_scheduled, scheduled_runner
+from interleave_thinker.cli.scheduled import (
+    ScheduledJob,
+    close_run,
+    run_scheduled,
+    scheduled_runner,
+    used_specs,
+)
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.eval import benchmarks
 
@@ -130,6 +136,10 @@ class EvalJob(ScheduledJob[dict[str, Any]]):
         where = escape(str(self.gen.out))
         console.print(f"all {len(self.gen.items)} items already finished in {where}; no model loaded")
         return finish_without_models(self.gen, self.store)
+
+    def served(self) -> tuple[PipelineConfig, dict[str, str]]:
+        cfg = self.gen.effective_config
+        return cfg, used_specs(cfg, agentic=self.gen.mode == "agentic")
 
     def load(self, settings: BatchSettings) -> None:
         from interleave_thinker.eval.generate import eval_runner

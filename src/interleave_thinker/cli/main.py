@@ -132,6 +132,7 @@ def run(
     from interleave_thinker.backends.specs import check_specs
     from interleave_thinker.cli.progress import LoadingDisplay, RichObserver
     from interleave_thinker.runtime.fallbacks import fallback_counts, fallback_line
+    from interleave_thinker.runtime.opt_in import repair_lines
     from interleave_thinker.runtime.outlock import folder_lock
     from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
     from interleave_thinker.runtime.resume import reopen_if_failed
@@ -151,8 +152,10 @@ def run(
             quiet_diffusers(cfg.generator)  # imports torch and diffusers: part of the time shown
             pipe = Pipeline.from_config(cfg)
         console.print(Text(f"templates: {pipe.templates.kind} ({pipe.templates.origin})"))
-        with pipe, RichObserver(console) as observer:
+        with pipe, RichObserver(console, cfg.loop.candidates) as observer:
             result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer, resume=resume)
+        for line in repair_lines(result.trace):  # the sequence review and repairs, after the last step
+            console.print(Text(f"  {line}"))
     if not result.ok:
         raise InterleaveThinkerError(f"{result.trace.error} (trace: {out_dir / 'trace.json'})")
     for warning in result.trace.warnings:

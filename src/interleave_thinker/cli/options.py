@@ -228,6 +228,7 @@ EXTRA_KEYS: dict[str, tuple[str, Any]] = {
     "folder": ("prompts.folder", None),
     "max_fallback_share": setting_flag("agents.max_fallback_share"),
     "ray": setting_flag("scale.ray_address"),  # the commands on the batch scheduler (docs/cluster.md)
+    "preflight": setting_flag("remote.preflight"),
 }
 """Settings flags only some commands take, passed to :meth:`SettingsFlags.resolve` by name."""
 
@@ -247,10 +248,11 @@ def with_settings(*, pipeline: bool = False, extra: tuple[str, ...] = ()) -> Cal
 
 def with_scheduling_flags() -> Callable[[F], F]:
     """Make a command one on the batch scheduler: the scheduling flags, and the settings flags with the
-    pipeline's (every such command builds a pipeline), ``--max-fallback-share`` and ``--ray``; it declares
+    pipeline's (every such command builds a pipeline), ``--max-fallback-share``, ``--ray`` and
+    ``--preflight/--no-preflight``; it declares
     ``settings: SettingsFlags`` and ``scheduling: SchedulingFlags`` instead of the flags."""
     scheduling = with_flags(SCHEDULING_FLAGS, "scheduling", SchedulingFlags.given)
-    settings = with_settings(pipeline=True, extra=("max_fallback_share", "ray"))
+    settings = with_settings(pipeline=True, extra=("max_fallback_share", "ray", "preflight"))
     return lambda func: scheduling(settings(func))
 
 

@@ -30,6 +30,7 @@ from interleave_thinker.core.build_progress import BuildReporter, reporting_buil
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
 from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.runtime.observer import Observer
+from interleave_thinker.runtime.opt_in import step_note
 
 SHOWN_CHARS = 200
 """Longest model text one terminal line shows (the trace and the page keep all of it)."""
@@ -184,10 +185,13 @@ class LoadingDisplay(BuildReporter):
 
 class RichObserver(Observer):
     """One bar for the run: a pulsing bar and the phase while planning, then ``N/M steps``; a line with
-    the time taken when planning and each step end (also off a terminal, where no bar is drawn)."""
+    the time taken when planning and each step end (also off a terminal, where no bar is drawn); a step's
+    line also says what the opt-in features did (candidates kept and discarded, the selection)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, candidates: int = 1) -> None:
         self.console = console
+        self.candidates = candidates
+        """``loop.candidates``: above 1, each step's line counts its candidates kept and discarded."""
         self.progress = phase_bar(console)
         self.task = self.progress.add_task("starting the run", total=None)
         self.phase_start = time.monotonic()
@@ -222,5 +226,7 @@ class RichObserver(Observer):
     def on_step_end(self, step_index: int, record: StepRecord) -> None:
         self.progress.update(self.task, advance=1, description=f"step {step_index} done")
         of = f"/{self.steps}" if self.steps else ""  # a resumed run may not announce its plan again
-        self.console.print(Text(f"  step {step_index}{of} done in {elapsed_since(self.phase_start)}"))
+        note = step_note(record, self.candidates)
+        extra = f"; {note}" if note else ""
+        self.console.print(Text(f"  step {step_index}{of} done in {elapsed_since(self.phase_start)}{extra}"))
         self.phase_start = time.monotonic()

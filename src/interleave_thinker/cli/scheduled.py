@@ -84,6 +84,10 @@ class ScheduledJob(Generic[R]):
         """More to show on the progress bar (e.g. the calls of each backend)."""
         return ""
 
+    def served(self) -> tuple[PipelineConfig, dict[str, str]] | None:
+        """The settings and the backends (role -> spec) the run will call, for the preflight (None: none)."""
+        return None
+
 
 class RequestsJob(ScheduledJob[R]):
     """A job over the requests of ``--input`` (`batch`, `data generate`): the settings, the requests this
@@ -118,11 +122,42 @@ def run_scheduled(out: Path, total: int, flags: SchedulingFlags, job: ScheduledJ
         if left == 0 and (result := job.finish_unloaded()) is not None:
             return result
         settings = flags.batch_settings()
+        if (served := job.served()) is not None:
+            preflight(*served)
         with LoadingDisplay(console, job.loading, quiet=flags.quiet):
             if job.generator is not None:
                 quiet_diffusers(job.generator)  # imports torch and diffusers: part of the time shown
             job.load(settings)
         return _with_progress(job, total, flags.quiet)
+
+
+def used_specs(cfg: PipelineConfig, *, agentic: bool = True, judge: bool = False) -> dict[str, str]:
+    """role -> spec of every backend a run of ``cfg`` calls: planner and critic (``agentic``), the
+    generator, the judge (``judge``: every attempt scored, or ``loop.select_best: judge``) and the sequence
+    review's own backend."""
+    specs = {"planner": cfg.planner, "critic": cfg.critic} if agentic else {}
+    specs["generator"] = cfg.generator
+    if cfg.judge and (judge or (agentic and cfg.loop.select_best == "judge")):
+        specs["judge"] = cfg.judge
+    reviewer = cfg.loop.repair_reviewer
+    if agentic and cfg.loop.repair_budget > 0 and reviewer and reviewer != cfg.critic:
+        specs["review"] = reviewer
+    return specs
+
+
+def preflight(cfg: PipelineConfig, specs: dict[str, str]) -> None:
+    """One cheap call to each served backend of ``specs`` before anything loads (``remote.preflight``,
+    ``--no-preflight``); a failure is one line naming the role, the spec and what it answered."""
+    if not cfg.remote.preflight:
+        return
+    from interleave_thinker.agents.preflight import check_served, served
+    from interleave_thinker.backends.specs import BackendOptions
+
+    if not any(served(spec) for spec in specs.values()):
+        return
+    size = (cfg.generation.width, cfg.generation.height)
+    checked = check_served(specs, BackendOptions.from_config(cfg), size)
+    console.print(f"preflight: {', '.join(checked)} answered", highlight=False, markup=False)
 
 
 def _with_progress(job: ScheduledJob[R], total: int, quiet: bool) -> R:
@@ -162,6 +197,7 @@ def scheduled_runner(
         address=address,
         specs=specs,
         object_store_mb=cfg.scale.object_store_mb,
+        max_fallback_share=cfg.agents.max_fallback_share,
         notice=cfg.notice,
     )
     shown = runner.dashboard or "none (the head node runs `ray[default]` for one)"
@@ -230,10 +266,11 @@ def close_run(summary: dict[str, Any], stopped: str | None = None) -> None:
     passed ``agents.max_fallback_share`` (``stopped``, the scheduler's word), or when the folder has
     requests and none succeeded."""
     from interleave_thinker.runtime.fallbacks import fallback_line
+    from interleave_thinker.runtime.opt_in import opt_in_line
 
-    line = fallback_line(summary.get("fallbacks") or {})
-    if line is not None:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in (opt_in_line(summary.get("opt_in") or {}), fallback_line(summary.get("fallbacks") or {})):
+        if line is not None:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     if stopped is not None:
         raise RunFailedError(stopped)
     requests = summary.get("requests") or {}

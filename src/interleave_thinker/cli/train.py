@@ -14,7 +14,7 @@ from rich.console import Console
 
 from interleave_thinker.cli.options import deprecated, with_flags
 from interleave_thinker.core.storage import check_out_folder
-from interleave_thinker.train.sft.config import Role
+from interleave_thinker.core.types import TrainedRole as Role
 
 if TYPE_CHECKING:
     from interleave_thinker.train.grpo.trainer import GRPOResult

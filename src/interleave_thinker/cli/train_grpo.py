@@ -17,7 +17,12 @@ from interleave_thinker.cli.train import (
     train_phase,
     with_train_flags,
 )
+from interleave_thinker.core.config_sections import RemoteOptions
 from interleave_thinker.core.storage import check_out_folder
+
+PreflightOption = Annotated[
+    bool, typer.Option("--preflight/--no-preflight", help=RemoteOptions.model_fields["preflight"].description)
+]
 
 
 @with_train_flags
@@ -27,14 +32,16 @@ def grpo(
         Path, typer.Option(help="GRPO config YAML (see configs/grpo_*.yaml and docs/training.md).")
     ],
     flags: TrainFlags,
+    preflight: PreflightOption = True,
 ) -> None:
     """GRPO on TRL's GRPOTrainer with our rewards (critic: the release's reward; planner: format + plan)."""
     from interleave_thinker.train.grpo.config import GRPORunConfig
 
+    skip = () if preflight else ("remote.preflight=false",)
     run_config = GRPORunConfig.load(
         config,
         {"output_dir": str(flags.out) if flags.out else None},
-        sets=config_sets(ctx, flags, GRPORunConfig),
+        sets=(*config_sets(ctx, flags, GRPORunConfig), *skip),
     )
     check_out_folder(run_config.output_dir, "--out" if flags.out else "output_dir")
     training = run_config.training

@@ -58,6 +58,12 @@ class RemoteOptions(Section):
     max_image_pixels: int = Field(
         default=4096 * 4096, ge=1, description="Largest reply image (width x height), read before decoding."
     )
+    preflight: bool = Field(
+        default=True,
+        description="Before the first request or rollout, make one cheap call to each served backend the "
+        "command uses (and for `train grpo`'s step-wise reward one image and one SC + PQ judgement) and stop "
+        "with one line if one does not answer usably; false (--no-preflight) skips it.",
+    )
 
 
 class PromptOptions(Section):

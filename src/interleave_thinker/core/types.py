@@ -228,6 +228,8 @@ class RepairRecord(_Model):
     complete: bool = False
 
 
+TrainedRole = Literal["planner", "critic"]
+"""The agents `train sft` and `train grpo` fine-tune (here so the CLI names them without importing ``train``)."""
 FallbackRole = Literal["planner", "critic", "judge", "ranking", "review", "generator"]
 FallbackKind = Literal[
     "forced", "unparsable", "unreachable", "selection_failed", "review_failed", "judgement_failed"

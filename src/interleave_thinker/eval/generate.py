@@ -28,6 +28,7 @@ from interleave_thinker.eval.layouts import write_item_image, write_layout
 from interleave_thinker.runtime.batch_inputs import BatchItem, batch_manifest
 from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.runtime.fallbacks import fallback_counts
+from interleave_thinker.runtime.opt_in import opt_in_counts
 from interleave_thinker.runtime.pipeline import Pipeline
 from interleave_thinker.runtime.resume import pending, restore_pages
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
@@ -174,6 +175,7 @@ def finish(run: GenerationRun, store: RunStore, outcome: BatchOutcome | None = N
         "requests": {"total": len(mine), "succeeded": statuses["succeeded"], "failed": statuses["failed"]},
         "failure_reasons": dict(failures.most_common(5)),
         "fallbacks": fallback_counts(mine),
+        "opt_in": opt_in_counts(mine),
     }
     if outcome is not None and outcome.stopped is not None:
         record["stopped"] = outcome.stopped

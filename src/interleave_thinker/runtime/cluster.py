@@ -10,20 +10,28 @@ actor's event loop, exactly as one process would: same pipeline, same per-backen
 worker), same step-granular trace in ``OUT/requests/<id>/``.
 
 One owner per request: the driver hands a request to one worker and to no other until Ray reports that
-worker dead (its node lost; a worker reported unreachable is ended first); then the request goes to a survivor, which continues the trace on the
-shared ``OUT`` after its last complete step (:func:`~interleave_thinker.runtime.resume.resume_recorder`),
-so a finished step's calls are never made again. The driver writes the journal line when a worker
-answers, so a driver killed and started again with the same command skips what was journaled and resumes
-the rest. A worker sends the backend statistics recorded since its last answer with each answer, so the
-summary counts a lost node's calls too.
+worker dead (its node lost; a worker reported unreachable is ended first); then the request goes to a
+survivor, which continues the trace on the shared ``OUT`` after its last complete step
+(:func:`~interleave_thinker.runtime.resume.resume_recorder`), so a finished step's calls are never made
+again. The driver writes the journal line when a worker answers, so a driver killed and started again
+with the same command skips what was journaled and resumes the rest. The workers are named after the
+folder (``OUT``'s lock is the driver's alone): a driver started on it first ends the workers a killed
+driver left running, and waits until Ray has them gone, before it starts its own.
+
+A worker sends the backend statistics and the judgements (``agents.max_fallback_share``) counted since
+its last answer with each answer, so the summary counts a lost node's calls too, and the driver stops
+handing out requests past the tolerated share as one process stops starting them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections import deque
+import time
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from interleave_thinker.backends.specs import is_local
@@ -31,6 +39,7 @@ from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.core.green import finish_loop, run_green
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.failures import failure_reason, one_line
+from interleave_thinker.runtime.fallbacks import FallbackBound
 from interleave_thinker.runtime.limits import BackendStats
 from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings, restore_finished
 from interleave_thinker.runtime.store import RunStore
@@ -45,6 +54,13 @@ except ImportError:  # pragma: no cover - the extra installed in dev
 logger = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'interleave-thinker[ray]'"
 Mark = tuple[int, int, int, float, int]
+Judged = Counter[tuple[str, str]]
+Answer = tuple[str, str | None, dict[str, dict[str, Any]], Judged]
+"""A worker's answer: the request's status and error, then the statistics and judgements since its last."""
+NAMESPACE = "interleave-thinker"
+"""The Ray namespace of the workers' names (``run-<digest of OUT>-<n>``)."""
+GONE_S = 120.0
+"""How long a driver waits for Ray to end the workers a killed driver left on its folder."""
 
 
 def connect(address: str, object_store_mb: int) -> tuple[bool, str | None]:
@@ -84,17 +100,20 @@ class Worker:
             diffusers_logging.disable_progress_bar()
         self.runner = make_runner()
         self.marks: dict[str, Mark] = dict.fromkeys(self.runner.stats, (0, 0, 0, 0.0, 0))
+        self.judged: Judged = Counter()
 
     def ready(self) -> tuple[str, dict[str, int]]:
         """The node this worker runs on and its per-backend limits (the models are loaded by now)."""
         return ray.get_runtime_context().get_node_id(), {r: s.limit for r, s in self.runner.stats.items()}
 
-    async def run(self, item: BatchItem) -> tuple[str, str | None, dict[str, dict[str, Any]]]:
+    async def run(self, item: BatchItem) -> Answer:
         status, error = await run_green(self.runner.execute, item)
         deltas = {}
         for role, stats in self.runner.stats.items():
             deltas[role], self.marks[role] = stats.since(self.marks[role])
-        return status, error, deltas
+        judged = self.runner.bound.counted()
+        since, self.judged = judged - self.judged, judged
+        return status, error, deltas, since
 
     async def close(self) -> None:
         try:
@@ -124,6 +143,7 @@ class ClusterRunner:
         *,
         address: str,
         specs: list[str],
+        max_fallback_share: float,
         object_store_mb: int = 128,
         notice: str | None = None,
         on_done: Callable[[str, str], None] | None = None,
@@ -133,6 +153,7 @@ class ClusterRunner:
         self.started, self.dashboard = connect(address, object_store_mb)
         self.nodes: dict[str, dict[str, int]] = {}
         self.stats: dict[str, BackendStats] = {}
+        self.bound = FallbackBound(max_fallback_share)
         self.slots = self._start(make_runner, any(is_local(spec) for spec in specs))
 
     # 1. workers ----------------------------------------------------------------------------------------
@@ -141,11 +162,17 @@ class ClusterRunner:
         labels = {
             n["NodeID"]: f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}" for n in ray.nodes() if n["Alive"]
         }
+        prefix = worker_names(self.store.root)
+        _end_earlier(prefix)
         actors = []
-        for node_id, resources in _placements(local_models):
+        for number, (node_id, resources) in enumerate(_placements(local_models)):
             strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
             remote = ray.remote(Worker).options(
-                scheduling_strategy=strategy, max_concurrency=self.settings.concurrency + 4, **resources
+                name=f"{prefix}-{number}",
+                namespace=NAMESPACE,
+                scheduling_strategy=strategy,
+                max_concurrency=self.settings.concurrency + 4,
+                **resources,
             )
             actors.append(remote.remote(make_runner, local_models))
         slots = []
@@ -178,8 +205,6 @@ class ClusterRunner:
         return pending(items, self.store.finished(), retry_failed=self.settings.retry_failed)
 
     def run(self, items: list[BatchItem]) -> BatchOutcome:
-        import time
-
         todo = self.todo(items)
         waiting = {item.id for item in todo}
         for item in items:
@@ -189,9 +214,11 @@ class ClusterRunner:
         flying: dict[Any, tuple[_Slot, BatchItem]] = {}
         finished: dict[str, str] = {}
         start = time.perf_counter()
-        while queue or flying:
-            for slot in self.slots:
+        while (queue and self.bound.stopped is None) or flying:
+            for slot in self.slots:  # past the tolerated fallbacks none is started: left for the next run
                 while slot.alive and queue and len(slot.owns) < self.settings.concurrency:
+                    if self.bound.stopped is not None:
+                        break
                     item = queue.popleft()
                     slot.owns.add(item.id)
                     flying[slot.actor.run.remote(item)] = (slot, item)
@@ -211,12 +238,14 @@ class ClusterRunner:
                 finished[item.id] = answer
                 self._done(item.id, answer)
         wall = time.perf_counter() - start
-        return BatchOutcome(finished, len(items) - len(todo), wall, self.stats, nodes=self.nodes)
+        outcome = BatchOutcome(finished, len(items) - len(todo), wall, self.stats, nodes=self.nodes)
+        outcome.stopped = self.bound.final()
+        return outcome
 
     def _answer(self, ref: Any, slot: _Slot, item: BatchItem) -> str | None:
         """The request's status (journaled, counted), or None when its worker was lost."""
         try:
-            status, error, deltas = ray.get(ref)
+            status, error, deltas, judged = ray.get(ref)
         except RayActorError as exc:
             if slot.alive:
                 slot.alive = False
@@ -226,9 +255,10 @@ class ClusterRunner:
             self.nodes[slot.node]["reassigned"] += 1
             return None
         except RayTaskError as exc:  # execute has its own failure boundary; this is Ray's
-            status, error, deltas = "failed", one_line(str(exc), 400), {}
+            status, error, deltas, judged = "failed", one_line(str(exc), 400), {}, Counter()
         for role, delta in deltas.items():
             self.stats.setdefault(role, BackendStats(role, 0)).add(delta)
+        self.bound.merge(judged)
         self.nodes[slot.node][status if status in ("succeeded", "failed") else "failed"] += 1
         try:
             self.store.mark(item.id, status, error)
@@ -268,6 +298,41 @@ def _kill(actor: Any) -> None:
         ray.kill(actor, no_restart=True)
     except Exception as exc:  # already gone
         logger.debug("ending a Ray worker: %s", failure_reason(exc))
+
+
+def worker_names(root: Path) -> str:
+    """The workers' name prefix of the run folder ``root``: the same for every driver started on it."""
+    return "run-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+
+
+def _end_earlier(prefix: str) -> None:
+    """End the workers an earlier driver of this folder left (killed, its job not yet ended by Ray) and wait
+    until Ray has them gone: two workers never write one request."""
+    earlier = [
+        entry["name"]
+        for entry in ray.util.list_named_actors(all_namespaces=True)
+        if entry.get("namespace") == NAMESPACE and str(entry.get("name", "")).startswith(prefix + "-")
+    ]
+    for name in earlier:
+        logger.warning("ending Ray worker %s, left by an earlier driver of this folder", name)
+        if (actor := _actor(name)) is not None:
+            _kill(actor)
+    deadline = time.monotonic() + GONE_S
+    while earlier := [name for name in earlier if _actor(name) is not None]:
+        if time.monotonic() > deadline:
+            raise BackendError(
+                f"Ray workers of an earlier run of this folder are still alive after {GONE_S:.0f}s "
+                f"({', '.join(earlier)}); check `ray list actors --namespace {NAMESPACE}`, then run again."
+            )
+        time.sleep(0.05)
+
+
+def _actor(name: str) -> Any:
+    """The live worker called ``name``, or None."""
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
 
 
 def _placements(local_models: bool) -> list[tuple[str, dict[str, float]]]:

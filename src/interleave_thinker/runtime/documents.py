@@ -14,6 +14,7 @@ from interleave_thinker.core.run_folder import DOCUMENT_MD, IMAGES_DIR, INDEX_HT
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.fallbacks import FALLBACK_WARNING
 from interleave_thinker.runtime.file_writes import off_loop
+from interleave_thinker.runtime.opt_in import ranked_attempts, repair_note, review_note, selection_note
 
 TEMPLATES_DIR = "templates"
 """The package data folder of the page templates (``runtime/templates/*.j2``), shared with ``reports``."""
@@ -128,6 +129,10 @@ def render_html(trace: Trace, notice: str | None = None) -> str:
             notices=notices(trace, notice),
             input_images=trace.input_images,
             steps=trace.shown_steps(),
+            selections={i: selection_note(s) for i, s in enumerate(trace.steps, start=1) if s.selected},
+            ranked={i: ranked_attempts(s) for i, s in enumerate(trace.steps, start=1)},
+            review=review_note(trace.repair) if trace.repair is not None else None,
+            repairs={r.step_number: (r, repair_note(r)) for r in trace.repair.steps} if trace.repair else {},
             reasoning=plan.reasoning if plan is not None else None,
             backends=trace.backends,
             status=trace.status,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX
@@ -177,10 +177,19 @@ class FallbackBound:
         self._lock = threading.Lock()
 
     def add(self, trace: Trace) -> None:
+        self.merge(_judgements(trace))
+
+    def merge(self, judgements: Mapping[tuple[str, str], int]) -> None:
+        """Add judgements counted elsewhere (a cluster's driver adds what each worker counted)."""
         with self._lock:
-            self._counts.update(_judgements(trace))
+            self._counts.update(judgements)
             if self.stopped is None:
                 self.stopped = share_exceeded(_as_table(self._counts), self.limit)
+
+    def counted(self) -> Counter[tuple[str, str]]:
+        """Every judgement added so far: (role, "asked" | "failed") -> count."""
+        with self._lock:
+            return Counter(self._counts)
 
     def final(self) -> str | None:
         """Why the run ended past ``limit``: stopped during it, or over all its requests at its end (any

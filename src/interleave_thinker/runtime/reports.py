@@ -16,7 +16,8 @@ from interleave_thinker.core.stats import latency_percentiles
 from interleave_thinker.core.types import Trace
 from interleave_thinker.runtime.documents import page_templates
 from interleave_thinker.runtime.failures import backend_errors
-from interleave_thinker.runtime.fallbacks import fallback_counts
+from interleave_thinker.runtime.fallbacks import fallback_counts, fallback_line
+from interleave_thinker.runtime.opt_in import opt_in_counts, opt_in_line
 
 _WHERE = re.compile(r"^.*?(?::\d+|: (?:item|row) \d+): ")
 """The input location that starts a failed request's error (``in.jsonl:3: ``), left out when grouping."""
@@ -133,6 +134,7 @@ def summarize(
         },
         "backend_errors": _backend_errors(traces),
         "fallbacks": fallback_counts(traces.values()),
+        "opt_in": opt_in_counts(traces.values()),
         "backends": backends or {},
         "wall_s": round(wall_s, 3) if wall_s is not None else None,
         "failure_reasons": dict(failures.most_common(20)),
@@ -185,8 +187,18 @@ def render_report(
         .render(
             counts=summary["requests"],
             success_rate=summary["success_rate"],
+            opt_in=opt_in_line(summary.get("opt_in") or {}),
+            fallbacks=fallback_line(summary.get("fallbacks") or {}),
             tasks=sorted({t.request.task for t in traces.values() if t.request.task}),
-            cards=[{"id": i, "trace": t, "folder": request_folder(i, folders)} for i, t in traces.items()],
+            cards=[
+                {
+                    "id": i,
+                    "trace": t,
+                    "folder": request_folder(i, folders),
+                    "opt_in": opt_in_line(opt_in_counts([t])),
+                }
+                for i, t in traces.items()
+            ],
             images_dir=IMAGES_DIR,
         )
     )

@@ -114,6 +114,7 @@ def planner_examples(templates: TemplateSet, n: int, *, seed: int = 0) -> list[S
 def _image(
     path: Path, color: tuple[int, int, int], rng: random.Random, size: tuple[int, int] = (64, 64)
 ) -> Path:
+    _no_link(path)
     if not path.exists():
         image = Image.new("RGB", size, color)
         pixels = image.load()
@@ -125,10 +126,17 @@ def _image(
     return path
 
 
+def _no_link(path: Path) -> None:
+    """A link planted at an image's name is removed (the image is made anew), never written through."""
+    if path.is_symlink():
+        path.unlink()
+
+
 def _white_canvas(image_dir: Path) -> Path:
     """The blank canvas a first step is judged against (written once per folder)."""
     image_dir.mkdir(parents=True, exist_ok=True)
     white = image_dir / "white.png"
+    _no_link(white)
     if not white.exists():
         Image.new("RGB", CANVAS_SIZE, (255, 255, 255)).save(white)
     return white

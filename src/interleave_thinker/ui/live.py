@@ -89,7 +89,8 @@ class RunView:
     def gallery(self) -> list[tuple[str, str]]:
         """The run's result, each image once: the inputs, then each finished step's accepted image,
         as (file in the run folder, caption). Steps are added as they are accepted; once the run has
-        finished, each step's image is the one its trace shows (``Trace.shown_image``: a repair's)."""
+        finished, each step's image is the one its trace shows (``Trace.shown_image``: a repair's), followed
+        by the original a repair replaced."""
         if self.run_dir is None:
             return []
         items: list[tuple[str, str]] = []
@@ -106,4 +107,7 @@ class RunView:
             text = f": {record.text}" if record.text else ""
             caption = _clip(f"{index}. {self.step_title(index)}{text}")
             items.append((str(path), f"{caption} ({shown})"))
+            original = record.accepted_image
+            if original and original != shown and (before := image_path(self.run_dir, original)).is_file():
+                items.append((str(before), f"{index}. before its repair ({original})"))  # beside the repair
         return items

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import html
 
-from interleave_thinker.core.types import Attempt, PlanStep
+from interleave_thinker.core.types import Attempt, PlanStep, StepRecord
+from interleave_thinker.runtime.opt_in import ranked_attempts, repair_note, review_note, selection_note
 from interleave_thinker.ui.live import AttemptView, RunView
 
 PHASES = {
@@ -112,6 +113,16 @@ def _attempt(view: AttemptView, run_phase: str) -> str:
     return "".join(parts)
 
 
+def _selection(index: int, record: StepRecord) -> str:
+    """What ``loop.select_best`` kept at this step, and the critic's ranking (best first) when it ranked."""
+    note = selection_note(record)
+    if note is None:
+        return ""
+    ranked = ", ".join(f"attempt {a.attempt}" for a in ranked_attempts(record))
+    order = f'<br><span data-ev="ranking-{index}">ranking, best first: {esc(ranked)}</span>' if ranked else ""
+    return f'<p data-ev="selection-{index}" class="it-feature">{esc(note)}{order}</p>'
+
+
 def render_live(view: RunView) -> str:
     if view.plan is None:
         return ""
@@ -124,6 +135,7 @@ def render_live(view: RunView) -> str:
         if record is not None:
             state = "accepted image: " + esc(record.accepted_image) if record.accepted_image else "text step"
             parts.append(f'<p data-ev="step-done-{index}" class="it-meta">{state}</p>')
+            parts.append(_selection(index, record))
             if record.kind == "text" and record.text:
                 parts.append(f'<p data-ev="answer-{index}">{esc(record.text)}</p>')
         parts.append("</section>")
@@ -143,6 +155,7 @@ def render_final(view: RunView) -> str:
     if trace.input_images:
         names = ", ".join(esc(n) for n in trace.input_images)
         parts.append(f'<p class="it-meta" data-role="inputs">input images (in the gallery): {names}</p>')
+    repairs = {r.step_number: r for r in trace.repair.steps} if trace.repair is not None else {}
     for index, step in enumerate(trace.shown_steps(), start=1):
         parts.append(f"<h3>{index}. {esc(step.step.step_name or f'Step {index}')}</h3>")
         if step.text:
@@ -151,6 +164,12 @@ def render_final(view: RunView) -> str:
             parts.append(
                 f'<p class="it-meta" data-role="picture">picture: {esc(step.accepted_image)} (in the gallery)</p>'
             )
+        if index in repairs:  # the repaired picture beside the original it replaced (both in the gallery)
+            fixed = repairs[index]
+            note = f"flagged by the review: {fixed.reason} {repair_note(fixed)}"
+            parts.append(f'<p class="it-feature" data-ev="repair-{index}">{esc(note)}</p>')
+    if trace.repair is not None:
+        parts.append(f'<p class="it-feature" data-ev="review">{esc(review_note(trace.repair))}</p>')
     parts.append("</article>")
     return "".join(parts)
 
@@ -161,6 +180,7 @@ CSS = """
 .it-attempt{border:1px solid #ddd;border-radius:6px;padding:.4rem .6rem;margin:.4rem 0}
 .it-attempt img{width:160px;max-width:100%;image-rendering:pixelated}
 .it-meta{color:#666;font-size:.85rem}
+.it-feature{background:#eef6ee;border-left:3px solid #3a7d44;padding:.3rem .6rem;color:#222}
 .it-good{color:#1b7f3b}.it-bad{color:#b00020}.it-forced{color:#9a6700}
 .it-attempt pre{white-space:pre-wrap;font-size:.8rem}
 #it-status,#it-plan,#it-live,#it-final,#it-gallery{overflow-wrap:anywhere;min-width:0}

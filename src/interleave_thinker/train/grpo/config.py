@@ -151,6 +151,17 @@ class RewardSection(_Section):
         description="Judge calls per judgement while replies do not parse (the release's scorer default: 5).",
     )
     cache_dir: Path | None = Field(default=None, description="Keep regenerated images across steps and runs.")
+    max_failure_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Largest share of judged step-wise samples (skipped ones not counted) whose judge or "
+        "generator failed (each scored 0.5, as released) over the last failure_window logging steps; past "
+        "it training stops with a checkpoint, to continue with --resume after the fix. 1 never stops.",
+    )
+    failure_window: int = Field(
+        default=5, ge=1, description="Logging steps over which max_failure_share is measured."
+    )
 
     def judge_agent(self, backend: VLMBackend, templates: TemplateSet) -> Judge:
         """The step-wise reward's judge on ``backend``: the one request builder of ``train grpo`` and the

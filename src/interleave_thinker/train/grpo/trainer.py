@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.core.build_progress import Phase, no_phase
-from interleave_thinker.core.errors import ConfigError
+from interleave_thinker.core.errors import ConfigError, RunFailedError
 from interleave_thinker.train.common import (
     build_trl_config,
     finish_run,
@@ -247,18 +248,23 @@ def build_grpo_trainer(
     phase: Phase = no_phase,
 ) -> tuple[Any, list[Any]]:
     """The configured ``GRPOTrainer`` and the reward resources to close after training."""
-    with phase("importing TRL"):
-        from trl import GRPOTrainer
-
-    from interleave_thinker.train.grpo.advantages import with_advantage_settings
-
     chosen = _role(config, role)
-    with phase(f"loading model {config.model.name_or_path}"):
-        model, processor = _load_policy(config)
     with phase("setting up the rewards"):
         functions, weights, closers = reward_functions(
             config, chosen, generator=generator, judge_backend=judge_backend
         )
+    try:  # the reward's backends answer before TRL and the policy load: a dead judge stops in seconds
+        callbacks = [*callbacks, *reward_guards(config, closers, phase)]
+        with phase("importing TRL"):
+            from trl import GRPOTrainer
+
+            from interleave_thinker.train.grpo.advantages import with_advantage_settings
+        with phase(f"loading model {config.model.name_or_path}"):
+            model, processor = _load_policy(config)
+    except BaseException:
+        for closer in closers:
+            closer.close()
+        raise
     # The TRL config first: it sets up the distributed state, so the main process writes the synthetic
     # prompts' images before the other ranks read them. Reward backends are loaded on every rank (each
     # scores its own slice of the rollouts; served backends are shared through their URLs).
@@ -274,10 +280,39 @@ def build_grpo_trainer(
     return trainer, closers
 
 
+def reward_guards(config: GRPORunConfig, closers: list[Any], phase: Phase = no_phase) -> list[Any]:
+    """With the step-wise reward: its preflight (``remote.preflight``), then the failure budget callback."""
+    from interleave_thinker.train.rewards.critic import preflight_stepwise
+
+    scorer = next((c for c in closers if isinstance(c, StepwiseScorer)), None)
+    if scorer is None:
+        return []
+    if config.remote.preflight:
+        try:
+            with phase("preflight: the reward's served generator and judge"):
+                preflight_stepwise(scorer)
+        except BaseException:
+            close_backend(scorer.judge.backend)  # the connections the stopped run opened
+            close_backend(scorer.generator)
+            raise
+    from interleave_thinker.train.grpo.budget import FailureBudget
+
+    return [FailureBudget(scorer, config.reward.max_failure_share, config.reward.failure_window)]
+
+
 def run_grpo(
-    config: GRPORunConfig, role: Role | None = None, *, resume: bool = False, phase: Phase = no_phase
+    config: GRPORunConfig,
+    role: Role | None = None,
+    *,
+    resume: bool = False,
+    phase: Phase = no_phase,
+    callbacks: Sequence[Any] = (),
 ) -> GRPOResult:
-    trainer, closers = build_grpo_trainer(config, role, phase=phase)
+    """Train; a run the failure budget stopped raises :class:`RunFailedError` (its checkpoint kept)."""
+    trainer, closers = build_grpo_trainer(config, role, callbacks, phase=phase)
+    from interleave_thinker.train.grpo.budget import FailureBudget  # after the preflight: it imports torch
+
+    budget = next((c for c in trainer.callback_handler.callbacks if isinstance(c, FailureBudget)), None)
     checkpoint = resume_checkpoint(config.output_dir, resume)
     try:
         with warnings.catch_warnings():
@@ -289,6 +324,11 @@ def run_grpo(
     finally:
         for closer in closers:
             closer.close()
+            if isinstance(closer, StepwiseScorer):  # loaded here from the config's specs: ours to close
+                close_backend(closer.judge.backend)
+                close_backend(closer.generator)
+    if budget is not None and budget.stopped is not None:
+        raise RunFailedError(budget.stopped)
     facts = finish_run(trainer, config, checkpoint)  # saved as SFT and TRL's own scripts save it
     return GRPOResult(
         config.output_dir,

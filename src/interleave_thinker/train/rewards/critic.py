@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,9 @@ from typing import Any
 from PIL import Image
 
 from interleave_thinker.agents.judge import Judge, Judgement, judge_inputs
+from interleave_thinker.agents.preflight import check_generator, check_judgement, probe_image, served
 from interleave_thinker.backends.protocols import ImageBackend, ImageRequest
+from interleave_thinker.backends.wrapping import backend_spec
 from interleave_thinker.core.images import is_white_canvas, open_rgb
 from interleave_thinker.train.rewards._columns import GroundTruth, column, completion_text
 from interleave_thinker.train.rewards.answers import CriticReading, read_critic
@@ -92,6 +95,32 @@ class StepwiseOutcome:
 
 
 @dataclass
+class StepwiseTally:
+    """Step-wise samples judged (not skipped) and failed since the last :meth:`StepwiseScorer.take_tally`,
+    with each failure's first line counted under the backend that failed it: ``judge`` once the image was
+    regenerated, ``generator`` before (GRPO's failure budget reads it, ``reward.max_failure_share``)."""
+
+    judged: int = 0
+    failed: int = 0
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, outcomes: list[StepwiseOutcome]) -> None:
+        for outcome in outcomes:
+            if outcome.skipped:
+                continue
+            self.judged += 1
+            if outcome.error is not None:
+                self.failed += 1
+                role = "judge" if outcome.regenerated else "generator"
+                self.errors[role, outcome.error.strip().split("\n", 1)[0][:300]] += 1
+
+    def merge(self, other: StepwiseTally) -> None:
+        self.judged += other.judged
+        self.failed += other.failed
+        self.errors.update(other.errors)
+
+
+@dataclass
 class StepwiseScorer:
     """Regenerates with the refined prompt and judges it; concurrent under backend limits, cached."""
 
@@ -112,6 +141,13 @@ class StepwiseScorer:
         self._judge_pool = ThreadPoolExecutor(self.judge_concurrency, thread_name_prefix="reward-judge")
         self._judge_cache: dict[str, Future[Judgement]] = {}
         self._judge_lock = threading.Lock()
+        self._tally = StepwiseTally()
+
+    def take_tally(self) -> StepwiseTally:
+        """The samples judged and failed since the last call (a fresh count starts)."""
+        with self._judge_lock:
+            tally, self._tally = self._tally, StepwiseTally()
+        return tally
 
     def score_batch(
         self,
@@ -127,7 +163,10 @@ class StepwiseScorer:
                 samples.submit(self.score_one, p, t, o, b)
                 for p, t, o, b in zip(refine_prompts, truths, origin_prompts, befores, strict=True)
             ]
-            return [f.result() for f in futures]
+            outcomes = [f.result() for f in futures]
+        with self._judge_lock:
+            self._tally.add(outcomes)
+        return outcomes
 
     def score_one(
         self, prompt: str, truth: GroundTruth, origin_prompt: str, before_path: str
@@ -197,6 +236,29 @@ class StepwiseScorer:
     def close(self) -> None:
         self._generate_pool.shutdown(wait=False, cancel_futures=True)
         self._judge_pool.shutdown(wait=False, cancel_futures=True)
+
+
+PROBE_SIDE = 256
+"""Side of the preflight image when the reward regenerates at the "before" image's size."""
+
+
+def preflight_stepwise(scorer: StepwiseScorer) -> list[str]:
+    """One image from a served generator and one SC + PQ judgement from a served judge (a drawn image
+    when the generator runs here); the first failure raises a BackendError naming the spec. Returns the
+    roles checked."""
+    width, height = scorer.size or (PROBE_SIDE, PROBE_SIDE)
+    checked: list[str] = []
+    generator = backend_spec(scorer.generator)
+    if generator is not None and served(generator):
+        after = check_generator(generator, scorer.generator, width, height)
+        checked.append("generator")
+    else:
+        after = probe_image(width, height)
+    judge = backend_spec(scorer.judge.backend)
+    if judge is not None and served(judge):
+        check_judgement(judge, scorer.judge, after)
+        checked.append("judge")
+    return checked
 
 
 def refine_prompt_of(reading: CriticReading, previous_prompt: str) -> str:

@@ -17,9 +17,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from interleave_thinker.core.types import TrainedRole
 from interleave_thinker.train.overrides import load_run_config
 
-Role = Literal["planner", "critic"]
+Role = TrainedRole
 
 
 class _Section(BaseModel):
