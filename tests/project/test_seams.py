@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import interleave_thinker
@@ -224,3 +225,148 @@ def test_kinds_declare_their_own_locality() -> None:
 def test_the_cli_checks_specs_with_the_backend_registry_s_validator() -> None:
     """`cli/specs.check_spec` adds the flag's name; the syntax and the kinds are `backends/specs.parse_spec`'s."""
     assert 'partition(":")' not in source("cli/specs.py") and "parse_spec(" in source("cli/specs.py")
+
+
+# --- a benchmark is a folder, named only there and in the registry ---------------------------------
+
+BENCHMARK_NAME = re.compile(r"(?<![a-z-])(ueval|wise|rise|risebench)(?![a-z])", re.IGNORECASE)
+"""The published benchmarks' names as a word (``step-wise``, ``raise`` and ``otherwise`` are not); our own
+``custom`` and ``consistency`` are ordinary words elsewhere and are not counted."""
+
+
+def named_words(tree: ast.AST) -> list[str]:
+    """Identifiers, imported modules and string constants of ``tree``, docstrings and bare strings left out."""
+    bare = {
+        id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+    }
+    found: list[str | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.append(node.id)
+        elif isinstance(node, ast.Attribute | ast.keyword):
+            found.append(node.attr if isinstance(node, ast.Attribute) else node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.append(node.name)
+        elif isinstance(node, ast.arg):
+            found.append(node.arg)
+        elif isinstance(node, ast.alias):
+            found += [node.name, node.asname]
+        elif isinstance(node, ast.ImportFrom):
+            found.append(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare:
+            found.append(node.value)
+    return [w for w in found if w and BENCHMARK_NAME.search(w.replace("_", " ").replace(".", " "))]
+
+
+def test_benchmark_names_stay_in_their_folders() -> None:
+    """`eval/*.py` (top level), `cli/` and `runtime/` ask the registry (`eval/benchmarks/__init__.py`);
+    each benchmark's reader, prompts, scorer and help texts are in `eval/benchmarks/<name>/`."""
+    naming = {
+        relative: found
+        for path in modules()
+        if (parts := path.relative_to(PACKAGE).parts)[0] in ("cli", "runtime")
+        or (parts[0] == "eval" and len(parts) == 2)
+        if (found := named_words(tree(path)))
+        for relative in [path.relative_to(PACKAGE).as_posix()]
+    }
+    assert naming == {}
+    sample = 'from x import score_ueval\nHELP = "rise only"\nSTEP = "step-wise"\ndef f():\n    """UEval."""\n'
+    assert named_words(ast.parse(sample)) == ["score_ueval", "rise only"]
+
+
+def test_one_rule_for_a_spec_s_syntax() -> None:
+    """The settings and the backend registry both split a spec with `core/spec_syntax.split_spec`."""
+    stating = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        if "no backend kind" in path.read_text("utf-8")
+    ]
+    assert stating == ["core/spec_syntax.py"]
+    assert "split_spec(" in source("core/config.py") and "split_spec(" in source("backends/specs.py")
+
+
+def test_flag_defaults_have_one_source() -> None:
+    """A flag's default is read from where the value is defined (the judge agent's reply bound, the
+    scheduling flags' dataclass), not written again beside the flag."""
+    from interleave_thinker.agents.judge import Judge
+    from interleave_thinker.cli.options import SCHEDULING_FLAGS, SchedulingFlags
+    from interleave_thinker.cli.scoring import JUDGE_TOKENS
+
+    restating = [
+        p.relative_to(PACKAGE).as_posix() for p in modules() if "TokensOption = 1024" in p.read_text("utf-8")
+    ]
+    assert restating == [] and JUDGE_TOKENS == Judge.DEFAULT_MAX_NEW_TOKENS
+    dataclass_defaults = vars(SchedulingFlags())
+    assert {n: d for n, (_, d) in SCHEDULING_FLAGS.items() if d is not None} == {
+        n: dataclass_defaults[n] for n, (_, d) in SCHEDULING_FLAGS.items() if d is not None
+    }
+
+
+# --- the one exception hierarchy ---------------------------------------------------------------------
+
+INTERNAL_EXCEPTIONS = {
+    "backends/encoding.py:ImageTooLarge": "caught by the image backends, raised again as their BackendError",
+    "backends/hub_download.py:HubRefused": "caught with the transport's errors: ModelNotFoundError naming the repo",
+    "backends/remote.py:RetryableError": "the retry loop's signal; its last one becomes a BackendError",
+    "backends/vlm/openai_backend.py:MalformedReply": "caught in the backend: BackendError naming the server",
+    "core/images.py:ImageRefused": "caught at the boundaries (core/untrusted.py, ui/limits.py): InputError",
+    "core/literal.py:_DuplicateKey": "caught in the literal reader: its ParseError",
+    "server/generator/pool.py:QueueFull": "the service's 503 (server/generator/app.py)",
+    "server/generator/pool.py:JobTimeout": "the service's 504 (server/generator/app.py)",
+    "server/generator/pool.py:ClientGone": "a client that left: nothing to answer (server/generator/app.py)",
+    "server/limits.py:BodyTooLarge": "the body reader's signal: the 413 reply",
+    "ui/worker.py:RunCancelled": "the page's stop button: the worker ends the run quietly",
+}
+"""Exception classes outside the hierarchy, each a signal between two functions, translated where named."""
+
+
+def defined_exceptions() -> dict[str, list[str]]:
+    """``module:Class`` -> its base names, for every exception class the package defines (by the AST:
+    a class deriving from a builtin exception, or from such a class)."""
+    classes = {
+        f"{path.relative_to(PACKAGE).as_posix()}:{node.name}": [
+            ast.unparse(b).split(".")[-1] for b in node.bases
+        ]
+        for path in modules()
+        if not path.relative_to(PACKAGE).as_posix().startswith("testing/")
+        for node in ast.walk(tree(path))
+        if isinstance(node, ast.ClassDef)
+    }
+    exceptions: dict[str, list[str]] = {}
+    for _ in range(4):  # subclasses of subclasses, a few levels deep
+        known = {key.split(":")[1] for key in exceptions} | {
+            "Exception",
+            "ValueError",
+            "RuntimeError",
+            "OSError",
+        }
+        exceptions |= {key: bases for key, bases in classes.items() if set(bases) & known}
+    return exceptions
+
+
+def test_every_exception_is_in_the_one_hierarchy_or_a_named_internal_signal() -> None:
+    """A user sees only errors of `core/errors.py`'s tree (drawn in its docstring); an exception class of
+    its own elsewhere is an internal signal, listed above with where it is translated."""
+    from interleave_thinker.core import errors
+
+    tree_names = {
+        name for name, obj in vars(errors).items() if isinstance(obj, type) and issubclass(obj, Exception)
+    }
+    drawn = errors.__doc__ or ""
+    assert sorted(n for n in tree_names if n not in drawn) == []
+    exceptions = defined_exceptions()
+    in_tree = set(tree_names)
+    for _ in range(4):  # subclasses of subclasses, a few levels deep
+        in_tree |= {key.split(":")[1] for key, bases in exceptions.items() if set(bases) & in_tree}
+    outside = sorted(key for key in exceptions if key.split(":")[1] not in in_tree)
+    assert outside == sorted(INTERNAL_EXCEPTIONS)
+
+
+def test_served_backends_and_wrappers_declare_served_backend() -> None:
+    """Every served backend (`RemoteBackend`) and every wrapper states `ServedBackend` as a base, so mypy
+    checks their members against it; a user's object without them still works (read in `wrapping.py`)."""
+    from interleave_thinker.backends.protocols import ServedBackend
+    from interleave_thinker.backends.remote_backend import RemoteBackend
+    from interleave_thinker.backends.wrapping import Wrapper
+
+    assert ServedBackend in RemoteBackend.__mro__ and ServedBackend in Wrapper.__mro__

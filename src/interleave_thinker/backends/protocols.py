@@ -127,9 +127,11 @@ class ServedBackend(Protocol):
     ignored). Every wrapper inherits :class:`~interleave_thinker.backends.wrapping.Wrapper`, which
     forwards them to the backend it wraps."""
 
-    cooperative: bool
-    """True when every blocking point of a call waits cooperatively (HTTP through the caller), so a batch
-    may run the call on its event loop; a backend without the member is run in an executor."""
+    @property
+    def cooperative(self) -> bool:
+        """True when every blocking point of a call waits cooperatively (HTTP through the caller), so a batch
+        may run the call on its event loop; a backend without the member is run in an executor."""
+        ...
 
     def set_concurrency(self, concurrency: int) -> None:
         """Allow ``concurrency`` calls in flight in the transport (the scheduler's per-backend limit)."""

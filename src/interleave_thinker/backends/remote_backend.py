@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from interleave_thinker.backends.protocols import Closeable
+from interleave_thinker.backends.protocols import Closeable, ServedBackend
 from interleave_thinker.backends.remote import (
     EndpointPool,
     RemoteCaller,
@@ -90,7 +90,7 @@ def sdk_status(exc: BaseException) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
-class RemoteBackend(Closeable):
+class RemoteBackend(Closeable, ServedBackend):
     """Subclasses call :meth:`open_caller` in their constructor, then send requests through
     ``self.caller.call``, classifying replies with ``self.caller.check_status`` (HTTP) or
     :meth:`sdk_error` (SDKs), and may override :meth:`status_hint` to say the fix for a status."""

@@ -20,6 +20,7 @@ from interleave_thinker.backends.references import KINDS_WITHOUT_REFERENCES, che
 from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.redact import redact_spec
+from interleave_thinker.core.spec_syntax import split_spec
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
@@ -63,17 +64,16 @@ def parse_spec(
     """The one check of a backend spec: a kind, one of ``known`` (when given). With ``source`` (the flag
     or key that set it, as the CLI names it), errors start with it and an empty target is refused too,
     unless the kind takes one (:data:`EMPTY_TARGET_KINDS`)."""
-    kind, sep, target = spec.partition(":")
     kinds = ", ".join(sorted(known)) if known is not None else ""
+    where = f"{source or 'Backend spec'} {spec!r}"
+    try:
+        kind, target = split_spec(spec, example)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}" + (f" (kinds: {kinds})." if kinds else ".")) from None
     if source is None:
-        if not sep or not kind:
-            raise ConfigError(f"Backend spec {spec!r} has no kind; write KIND:TARGET, e.g. {example!r}.")
         if known is not None and kind not in known:
             raise ConfigError(f"Unknown backend kind '{kind}' in {spec!r}; known kinds: {kinds}.")
         return BackendSpec(kind=kind, target=target)
-    where = f"{source} {spec!r}"
-    if not sep or not kind:
-        raise ConfigError(f"{where}: no backend kind; write KIND:TARGET, e.g. {example!r} (kinds: {kinds}).")
     if known is not None and kind not in known:
         raise ConfigError(f"{where}: Unknown backend kind '{kind}'; known kinds: {kinds}.")
     if not target.strip() and kind not in EMPTY_TARGET_KINDS:

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from interleave_thinker.backends.protocols import ChatOptions, Closeable, Message, VLMBatchMixin, seed_kwargs
+from interleave_thinker.backends.protocols import (
+    ChatOptions,
+    Closeable,
+    Message,
+    ServedBackend,
+    VLMBatchMixin,
+    seed_kwargs,
+)
 
 MAX_WRAPPERS = 32
 """How deep :func:`chain` looks: a longer chain is a loop of wrappers, not a design."""
@@ -104,7 +111,7 @@ def last_usage(backend: Any) -> dict[str, Any]:
     return {}
 
 
-class Wrapper(Closeable):
+class Wrapper(Closeable, ServedBackend):
     """Keeps the wrapped backend as ``inner`` (``runtime/used_backends.py`` and the token meter look
     through it), takes its ``name``, and forwards ``cooperative``, ``set_concurrency``, ``capacity``,
     ``max_references`` and ``close``. A subclass that changes how a call blocks, or must not close what it wraps, overrides

@@ -23,7 +23,7 @@ from interleave_thinker.cli.data_report import (
     report_judge,
 )
 from interleave_thinker.cli.options import SettingsFlags, deprecated, with_flags, with_settings
-from interleave_thinker.cli.scoring import JudgeTokensOption, load_judge
+from interleave_thinker.cli.scoring import JUDGE_TOKENS, JudgeTokensOption, load_judge
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InputError
@@ -238,7 +238,7 @@ def build(
     rules: RulesOpt = None,
     image_dir: ImageDirOpt = None,
     no_trl: Annotated[bool, typer.Option("--no-trl", help="Skip the TRL save_to_disk copies.")] = False,
-    judge_max_new_tokens: JudgeTokensOption = 1024,
+    judge_max_new_tokens: JudgeTokensOption = JUDGE_TOKENS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
@@ -286,7 +286,7 @@ def stats(
         Path | None, typer.Option(help="A build folder whose judge_scores.json to reuse.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
-    judge_max_new_tokens: JudgeTokensOption = 1024,
+    judge_max_new_tokens: JudgeTokensOption = JUDGE_TOKENS,
     max_image_pixels: MaxPixelsOpt = MAX_IMAGE_PIXELS,
 ) -> None:
     """Count what `data build` would keep, per rule, without writing anything."""

@@ -18,7 +18,7 @@ from interleave_thinker.cli.scheduled import (
     run_scheduled,
     used_specs,
 )
-from interleave_thinker.cli.scoring import JudgeTokensOption
+from interleave_thinker.cli.scoring import JUDGE_TOKENS, JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def generate(
         str | None,
         typer.Option(help="VLM spec of the judge scoring every attempt (SC/PQ) \\[default: config 'judge']."),
     ] = None,
-    judge_max_new_tokens: JudgeTokensOption = 1024,
+    judge_max_new_tokens: JudgeTokensOption = JUDGE_TOKENS,
 ) -> None:
     """Teacher trajectories for training data: plan, generate, criticise and judge every attempt.
 

@@ -41,8 +41,26 @@ def flag(kind: Any, default: Any, help: str, *names: str, min: int | None = None
     return Annotated[kind, typer.Option(*names, min=min, help=help)], default
 
 
+def scheduling_flag(kind: Any, name: str, help: str, *names: str, min: int | None = None) -> tuple[Any, Any]:
+    """:func:`flag` with the default of :class:`SchedulingFlags`'s field ``name`` (one source for both)."""
+    return flag(kind, SCHEDULING_DEFAULTS[name], help, *names, min=min)
+
+
+SCHEDULING_DEFAULTS: dict[str, Any] = {
+    "concurrency": 16,
+    "resume": True,
+    "retry_failed": True,
+    "accept_changed_input": False,
+    "quiet": False,
+    "fresh": False,
+}
+"""The defaults of the scheduling flags that have one: the flags' and :class:`SchedulingFlags`'s."""
+
+
 SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
-    "concurrency": flag(int, 16, "Requests (benchmark items) in flight at once.", min=1),
+    "concurrency": scheduling_flag(
+        int, "concurrency", "Requests (benchmark items) in flight at once.", min=1
+    ),
     "per_backend_limit": flag(list[str] | None, None, "ROLE=N calls in flight for one backend."),
     "micro_batch": flag(list[str] | None, None, "ROLE whose local model batches calls across requests."),
     "speculate_share": flag(
@@ -54,21 +72,23 @@ SCHEDULING_FLAGS: dict[str, tuple[Any, Any]] = {
     ),
     "shard": flag(str | None, None, "I/N: run every N-th request starting at I (0-based)."),
     "limit": (LimitOption, None),
-    "resume": flag(bool, True, "Continue the run in --out: skip finished requests."),
-    "retry_failed": flag(
-        bool, True, "When resuming, run the requests that failed again (--no-retry-failed keeps them)."
-    ),
-    "accept_changed_input": flag(
+    "resume": scheduling_flag(bool, "resume", "Continue the run in --out: skip finished requests."),
+    "retry_failed": scheduling_flag(
         bool,
-        False,
+        "retry_failed",
+        "When resuming, run the requests that failed again (--no-retry-failed keeps them).",
+    ),
+    "accept_changed_input": scheduling_flag(
+        bool,
+        "accept_changed_input",
         "When resuming, run again the requests whose prompt, images or task changed in the input (their "
         "earlier outputs move to <out>.old-<time>) instead of refusing.",
         "--accept-changed-input",
     ),
-    "quiet": flag(bool, False, "Log lines instead of a progress bar."),
-    "fresh": flag(
+    "quiet": scheduling_flag(bool, "quiet", "Log lines instead of a progress bar."),
+    "fresh": scheduling_flag(
         bool,
-        False,
+        "fresh",
         "Start over: move what --out holds aside to <out>.old-<time> (nothing is deleted).",
         "--fresh",
     ),
@@ -155,17 +175,17 @@ class SettingsFlags:
 class SchedulingFlags:
     """How a command on the batch scheduler runs its items: one declaration, read the same everywhere."""
 
-    concurrency: int = 16
+    concurrency: int = SCHEDULING_DEFAULTS["concurrency"]
     per_backend_limit: tuple[str, ...] = ()
     micro_batch: tuple[str, ...] = ()
     speculate_share: float = 1.0
     shard: str | None = None
     limit: int | None = None
-    resume: bool = True
-    retry_failed: bool = True
-    accept_changed_input: bool = False
-    quiet: bool = False
-    fresh: bool = False
+    resume: bool = SCHEDULING_DEFAULTS["resume"]
+    retry_failed: bool = SCHEDULING_DEFAULTS["retry_failed"]
+    accept_changed_input: bool = SCHEDULING_DEFAULTS["accept_changed_input"]
+    quiet: bool = SCHEDULING_DEFAULTS["quiet"]
+    fresh: bool = SCHEDULING_DEFAULTS["fresh"]
 
     @classmethod
     def given(cls, values: dict[str, Any]) -> SchedulingFlags:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from interleave_thinker.agents.judge import Judge
 from interleave_thinker.backends.wrapping import close_backend
 from interleave_thinker.cli.options import SettingsFlags, renamed, with_settings
 from interleave_thinker.cli.progress import LoadingDisplay, counter_bar
@@ -45,6 +46,8 @@ def load_reward_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int | None
 
 
 JudgeTokensOption = Annotated[int, typer.Option(min=1, help="Judge reply length bound (tokens).")]
+JUDGE_TOKENS = Judge.DEFAULT_MAX_NEW_TOKENS
+"""``JudgeTokensOption``'s default: the judge agent's own reply bound (one source)."""
 
 
 @with_settings()
@@ -54,7 +57,7 @@ def judge(
     after: Annotated[Path, typer.Option(help="Image after the step.")],
     instruction: Annotated[str, typer.Option(help="The step's planned prompt.")],
     judge: Annotated[str, typer.Option("--judge", help="VLM backend spec of the judge.")] = "tiny:judge",
-    max_new_tokens: JudgeTokensOption = 1024,
+    max_new_tokens: JudgeTokensOption = JUDGE_TOKENS,
 ) -> None:
     """Score one edit: semantic consistency (SC), perceptual quality (PQ) and sqrt(SC*PQ), as JSON."""
     from interleave_thinker.runtime.pipeline import load_input_images

@@ -29,6 +29,7 @@ from interleave_thinker.core.config_sections import (
 from interleave_thinker.core.config_sources import deep_merge, format_validation_error, load_yaml
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.redact import redact_spec
+from interleave_thinker.core.spec_syntax import split_spec
 
 ENV_PREFIX = "INTERLEAVE_THINKER_"
 PresetName = Literal[
@@ -271,11 +272,10 @@ class PipelineConfig(_Section):
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:
         for role in ("planner", "critic", "generator"):
-            if ":" not in getattr(self, role):
-                raise ValueError(
-                    f"{role} spec {getattr(self, role)!r} has no backend kind; write e.g. 'transformers:ID' "
-                    "or 'diffusers:ID' or 'tiny:'"
-                )
+            try:
+                split_spec(getattr(self, role), "diffusers:ID" if role == "generator" else "transformers:ID")
+            except ValueError as exc:
+                raise ValueError(f"{role} spec {getattr(self, role)!r}: {exc} (or 'tiny:')") from None
         if self.loop.select_best == "judge" and not self.judge:
             raise ValueError(
                 "loop.select_best 'judge' needs a judge to score the attempts: set the key 'judge' (flag "

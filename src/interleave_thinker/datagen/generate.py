@@ -59,7 +59,7 @@ class GenerateSettings:
 
     batch: BatchSettings = field(default_factory=BatchSettings)
     resume: bool = True
-    judge_max_new_tokens: int = 1024
+    judge_max_new_tokens: int = Judge.DEFAULT_MAX_NEW_TOKENS
     accept_changed: bool = False
     """Run again a request whose input changed since the batch started, instead of refusing the resume."""
 

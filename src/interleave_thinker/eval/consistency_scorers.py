@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from PIL import Image
 
+import interleave_thinker.eval.benchmarks.consistency.scorer as scs
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.core.run_folder import IMAGES_DIR
 from interleave_thinker.core.untrusted import open_image
-from interleave_thinker.eval.benchmarks.consistency import scorer as scs
 from interleave_thinker.eval.benchmarks.consistency.protocol import NAME as PROTOCOL
 from interleave_thinker.eval.scoring import mean
 

@@ -1,18 +1,16 @@
 """The benchmark registry: every :class:`~interleave_thinker.eval.benchmark.Benchmark`, one line each.
 
-Adding a benchmark is a module beside these (its reader, layout, protocols, published numbers) and one
-line in :data:`BENCHMARKS`; the CLI's choices, the scorer, the layout writer and the report follow.
+Adding a benchmark is a folder beside these (``protocol.py``: its reader, layout, protocols, published
+numbers, help texts; ``data.py``, ``prompts.py``, ``scorer.py``) whose ``__init__`` exports its
+``BENCHMARK``, and one line in :data:`BENCHMARKS`; the CLI's choices and help, the scorer, the layout
+writer and the report follow.
 """
 
 from __future__ import annotations
 
 from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.eval.benchmark import Benchmark, Protocol
-from interleave_thinker.eval.benchmarks.consistency import protocol as consistency
-from interleave_thinker.eval.benchmarks.custom import protocol as custom
-from interleave_thinker.eval.benchmarks.rise import protocol as rise
-from interleave_thinker.eval.benchmarks.ueval import protocol as ueval
-from interleave_thinker.eval.benchmarks.wise import protocol as wise
+from interleave_thinker.eval.benchmarks import consistency, custom, rise, ueval, wise
 from interleave_thinker.eval.datasets import EvalItem
 from interleave_thinker.eval.published import Published
 

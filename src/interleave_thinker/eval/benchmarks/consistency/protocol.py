@@ -19,11 +19,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import interleave_thinker.eval.benchmarks.consistency.scorer as scs
 from interleave_thinker.agents.reply_formats import scores
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.pinned_texts import sha256_text
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
-from interleave_thinker.eval.benchmarks.consistency import scorer as scs
 from interleave_thinker.eval.datasets import EvalItem, load_questions
 from interleave_thinker.eval.judge_formats import register_system_format
 from interleave_thinker.eval.layouts import Layout

@@ -1,1 +1,5 @@
 """RISEBench: the benchmark (protocol.py: reader, layout, protocol, published numbers) and its scorer."""
+
+from interleave_thinker.eval.benchmarks.rise.protocol import BENCHMARK
+
+__all__ = ["BENCHMARK"]

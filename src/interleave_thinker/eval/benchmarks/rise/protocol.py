@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import interleave_thinker.eval.benchmarks.rise.scorer as score_rise
 from interleave_thinker.agents.reply_formats import scores
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
-from interleave_thinker.eval.benchmarks.rise import data, prompts
-from interleave_thinker.eval.benchmarks.rise import scorer as score_rise
+from interleave_thinker.eval.benchmarks.rise.data import load as load_data
+from interleave_thinker.eval.benchmarks.rise.prompts import PROMPTS, REPO
 from interleave_thinker.eval.judge_formats import register_prompt_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import EvalPromptStore
@@ -47,16 +48,16 @@ PROTOCOL = Protocol(
     official_judge="gpt-4.1-2025-04-14",
     judge_settings=score_rise.SETTINGS,
     attempts=1,
-    prompts=lambda: EvalPromptStore().load(prompts.PROMPTS, "rise"),
+    prompts=lambda: EvalPromptStore().load(PROMPTS, "rise"),
     scorer=_scorer,
-    code=prompts.REPO,
+    code=REPO,
     scorer_versions=score_rise.SCORER_VERSIONS,
     report=ReportRules(cell=_cell, passed=lambda row: bool(row.get("accuracy"))),
 )
 
 BENCHMARK = Benchmark(
     name="rise",
-    load=data.load,
+    load=load_data,
     layout=Layout(
         lambda out, item_id, category, suffix: out / "images" / category / f"{item_id}.{suffix}",
         ("png", "jpg", "jpeg"),

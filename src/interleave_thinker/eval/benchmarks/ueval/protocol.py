@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import interleave_thinker.eval.benchmarks.ueval.scorer as score_ueval
 from interleave_thinker.agents.reply_formats import Choice
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
-from interleave_thinker.eval.benchmarks.ueval import data, prompts
-from interleave_thinker.eval.benchmarks.ueval import scorer as score_ueval
+from interleave_thinker.eval.benchmarks.ueval.data import load as load_data
+from interleave_thinker.eval.benchmarks.ueval.prompts import PROMPTS, REPO
 from interleave_thinker.eval.judge_formats import register_prompt_format
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import EvalPromptStore
@@ -58,9 +59,9 @@ PROTOCOL = Protocol(
     official_judge="gemini-2.5-pro",
     judge_settings={},  # the official script passes none: the API's defaults
     attempts=score_ueval.ATTEMPTS,
-    prompts=lambda: EvalPromptStore().load(prompts.PROMPTS, "ueval"),
+    prompts=lambda: EvalPromptStore().load(PROMPTS, "ueval"),
     scorer=rubric_scorer,
-    code=prompts.REPO,
+    code=REPO,
     report=RUBRIC_REPORT,
     modes=score_ueval.MODES,
     mode_flag=MODE_FLAG,
@@ -68,7 +69,7 @@ PROTOCOL = Protocol(
 
 BENCHMARK = Benchmark(
     name="ueval",
-    load=data.load,
+    load=load_data,
     layout=Layout(),
     protocols=(PROTOCOL,),
     help={

@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import interleave_thinker.eval.benchmarks.wise.scorer as score_wise
 from interleave_thinker.eval.benchmark import Benchmark, Protocol, ReportRules, ScoreContext, Scorer, fmt
 from interleave_thinker.eval.benchmark import plain_cell as cell
-from interleave_thinker.eval.benchmarks.wise import data, prompts
-from interleave_thinker.eval.benchmarks.wise import scorer as score_wise
+from interleave_thinker.eval.benchmarks.wise.data import load as load_data
+from interleave_thinker.eval.benchmarks.wise.prompts import LEGACY_PROMPTS, REPO, VERIFIED_PROMPTS
 from interleave_thinker.eval.layouts import Layout
 from interleave_thinker.eval.prompts import EvalPrompts, EvalPromptStore
 from interleave_thinker.eval.published import PAPER, Published
@@ -48,21 +49,21 @@ def _protocol(wise: score_wise.WiseProtocol, judge: str, names: EvalPrompts, pas
         attempts=score_wise.ATTEMPTS,
         prompts=lambda: EvalPromptStore().load(names, wise.name),
         scorer=functools.partial(_scorer, wise),
-        code=prompts.REPO,
+        code=REPO,
         report=ReportRules(overall=_overall, passed=passed),
     )
 
 
 VERIFIED = _protocol(
-    score_wise.VERIFIED, "Qwen3.5-35B-A3B", prompts.VERIFIED_PROMPTS, lambda row: row.get("score") in (1, 1.0)
+    score_wise.VERIFIED, "Qwen3.5-35B-A3B", VERIFIED_PROMPTS, lambda row: row.get("score") in (1, 1.0)
 )
 LEGACY = _protocol(
-    score_wise.LEGACY, "gpt-4o-2024-05-13", prompts.LEGACY_PROMPTS, lambda row: row.get("consistency") == 2
+    score_wise.LEGACY, "gpt-4o-2024-05-13", LEGACY_PROMPTS, lambda row: row.get("consistency") == 2
 )
 
 BENCHMARK = Benchmark(
     name="wise",
-    load=data.load,
+    load=load_data,
     layout=Layout(lambda out, item_id, category, suffix: out / f"{item_id}.{suffix}"),
     protocols=(VERIFIED, LEGACY),
     help={"outputs": "WISE a folder of {prompt_id}.png", "protocol": "wise is WISE_Verified"},
