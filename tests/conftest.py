@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from interleave_thinker.tiny.pinned import PINNED_NUMERICS
@@ -64,6 +65,16 @@ def v1_run(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_preflight() -> Iterator[None]:
+    """The served doubles answer (and count) the calls of the run they script: the preflight's extra call to
+    each served backend is off unless a test turns it on (``--preflight``). Session-wide, so a module
+    fixture's run (set up before any function-scoped fixture) is covered too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("INTERLEAVE_THINKER_REMOTE__PREFLIGHT", "false")
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test downloads or touches the user's caches, except the (expensive, deterministic) tiny models."""
@@ -75,9 +86,6 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     # Gradio deletes what it cached when a server stops, and names cached files by content: a demo in the
     # other xdist worker producing the same image would delete this test's result (a fresh-clone CI flake).
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(home / "gradio"))
-    # The served doubles answer (and count) the calls of the run they script: the preflight's extra call to
-    # each served backend is off unless a test turns it on (`--preflight`; tests/runtime/test_preflight.py).
-    monkeypatch.setenv("INTERLEAVE_THINKER_REMOTE__PREFLIGHT", "false")
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS", raising=False)
     monkeypatch.delenv("INTERLEAVE_THINKER_PROMPTS_URL", raising=False)
     return home
