@@ -27,8 +27,7 @@ from interleave_thinker.core.config import RemoteOptions
 from interleave_thinker.core.errors import BackendError, ConfigError
 from interleave_thinker.server.generator.launcher import free_port
 from interleave_thinker.testing.doubles.omni import OmniServer, OmniState, diffusers_engine, scripted_engine
-from tests.helpers.common import assert_served_pixels
-from tests.helpers.common import stable_across_backends as stable
+from tests.helpers.common import assert_served_pixels, stable_served
 
 KLEIN = "black-forest-labs/FLUX.2-klein-4B"
 QWEN = "Qwen/Qwen-Image-Edit-2511"
@@ -345,7 +344,9 @@ def test_the_pipeline_through_the_served_generator_reproduces_the_local_run(
     with OmniServer(state) as running:
         served = run_tiny(f"vllm-omni:{running.url}/v1", tmp_path / "served", image)
     assert served["backends"]["generator"] == f"vllm-omni:{running.url}/v1"
-    assert stable(served) == stable(local)  # same plan, replies, verdicts, prompts, seeds, attempts
+    assert stable_served(served) == stable_served(
+        local
+    )  # same plan, replies, verdicts, prompts, seeds, attempts
     names = sorted(p.name for p in (tmp_path / "local" / "images").iterdir())
     assert len(names) >= 2 and len(state.engine_calls) == len(names) - 1  # all but the input image
     for name in names:

@@ -9,6 +9,7 @@ its own cases (tests/eval/test_eval_hostile.py), with a judge.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -62,6 +63,32 @@ WRITERS: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
 }  # fmt: skip
 
 
+LOADER_BINDERS = (
+    "interleave_thinker.backends.specs",
+    "interleave_thinker.runtime.pipeline",
+    "interleave_thinker.datagen.generate",
+    "interleave_thinker.eval.base_mode",
+    "interleave_thinker.tiny.kind",
+)
+"""The modules that bind the two loaders by name when imported (``from ... import load_vlm_backend``)."""
+
+
+def forbid_model_loads(monkeypatch: pytest.MonkeyPatch, no_model: Callable[..., None]) -> None:
+    """Replace both loaders wherever they are bound, for this test only. The binders are imported first:
+    a module a command imports lazily would otherwise bind the replacement for good, and every later
+    test in the worker would see "a model was loaded" (a fresh-clone failure of 15 tests)."""
+    for module_name in LOADER_BINDERS:
+        importlib.import_module(module_name)
+    real = {
+        name: getattr(sys.modules[LOADER_BINDERS[0]], name)
+        for name in ("load_vlm_backend", "load_image_backend")
+    }
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("interleave_thinker")]:
+        for name, function in real.items():
+            if getattr(module, name, None) is function:
+                monkeypatch.setattr(module, name, no_model)
+
+
 @pytest.mark.parametrize("command", list(WRITERS))
 def test_a_link_planted_in_the_output_folder_is_refused_before_anything_loads(
     command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -78,8 +105,7 @@ def test_a_link_planted_in_the_output_folder_is_refused_before_anything_loads(
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded")
 
-    for name in ("load_vlm_backend", "load_image_backend"):
-        monkeypatch.setattr(f"interleave_thinker.backends.specs.{name}", no_model)
+    forbid_model_loads(monkeypatch, no_model)
     if command == "eval run":  # it checks its judge's prompts first
         monkeypatch.setenv("INTERLEAVE_THINKER_EVAL_PROMPTS", str(shared_path("reference", "eval")))
     monkeypatch.setattr(sys, "argv", ["interleave-thinker", *arguments(tmp_path, out)])

@@ -63,8 +63,7 @@ def test_score_consistency_with_the_offline_scorer(tmp_path: Path) -> None:
         refused.exception
     )
     missing = invoke("eval", "score", "consistency", "--outputs", str(runs))
-    assert isinstance(missing.exception, ConfigError) and "--judge is required with --scorer vlm" in str(
-        missing.exception
-    )
+    assert isinstance(missing.exception, ConfigError) and "--judge is required" in str(missing.exception)
+    assert "--preset tiny brings the stand-in tiny:judge" in str(missing.exception)
     unknown = invoke("eval", "score", "consistency", "--outputs", str(runs), "--scorer", "clip")
     assert isinstance(unknown.exception, ConfigError) and "use perceptual" in str(unknown.exception)

@@ -56,6 +56,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stable_served(value: Any) -> Any:
+    """:func:`stable_across_backends`, and without where a local generator seeded
+    (``settings.generator_seed_device``): a served generator seeds on its server, so its trace leaves it out."""
+    return stable(value, TIMINGS | {"backends", "generator_seed_device"})
+
+
 def stable_across_backends(value: Any) -> Any:
     """``value`` without times and without the ``backends`` it names: one run through two sets of backends."""
     return stable(value, TIMINGS | {"backends"})

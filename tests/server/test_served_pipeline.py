@@ -15,8 +15,7 @@ from PIL import Image
 
 from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.server.generator import GeneratorProcess
-from tests.helpers.common import assert_served_pixels, cli_command
-from tests.helpers.common import stable_across_backends as stable
+from tests.helpers.common import assert_served_pixels, cli_command, stable_served
 from tests.helpers.served import Engine, offline_env, stop_all
 
 pytestmark = pytest.mark.slow
@@ -85,7 +84,9 @@ def test_served_backends_reproduce_the_local_run(servers: dict[str, str], route:
         image,
     )
     assert served["backends"]["generator"] == generator
-    assert stable(served) == stable(local)  # same plan, replies, verdicts, prompts, seeds, attempts
+    assert stable_served(served) == stable_served(
+        local
+    )  # same plan, replies, verdicts, prompts, seeds, attempts
     assert len(local["steps"][0]["attempts"]) == 3 and len(local["planner"]["raw_replies"]) == 3
     for name in sorted(p.name for p in (tmp_path / "local" / "images").iterdir()):
         with (

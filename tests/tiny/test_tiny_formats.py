@@ -145,3 +145,26 @@ def test_the_tiny_judge_answers_rise_and_ueval_in_the_format_their_scorer_regist
     request = JudgeRequest.one_turn((prompts.texts[first], JudgeImage(_png(WHITE), "image/png")))
     reply = ChatTransport(judge, "tiny:judge").send(request)
     assert parse(reply), reply
+
+
+def test_eval_score_consistency_offline_with_the_tiny_preset_alone(tmp_path: Path) -> None:
+    """Issue 45: `eval score consistency --preset tiny` (no --judge) scores offline with the stand-in
+    tiny:judge, and says it is one; without the tiny preset, --judge is required and the message says how."""
+    from typer.testing import CliRunner
+
+    from interleave_thinker.cli.main import app
+    from interleave_thinker.core.errors import ConfigError
+    from interleave_thinker.eval.scoring import STAND_IN
+    from tests.helpers.runs import make_batch
+
+    runs = make_batch(tmp_path / "batch")
+    (runs / "batch.json").write_text(json.dumps({"ids": ["req0", "req1"], "input": "in.jsonl"}))
+    args = ["eval", "score", "consistency", "--outputs", str(runs), "--quiet"]
+    result = CliRunner().invoke(app, [*args, "--preset", "tiny"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    summary = json.loads((runs / "scores-consistency" / "summary.json").read_text())
+    assert summary["judge"]["spec"] == "tiny:judge" and summary["judge"]["note"] == STAND_IN
+    assert summary["counts"]["scored"] == 2 and summary["overall"]["score"] is not None
+    refused = CliRunner().invoke(app, args)
+    assert isinstance(refused.exception, ConfigError)
+    assert "--judge is required" in str(refused.exception) and "--preset tiny" in str(refused.exception)

@@ -148,10 +148,10 @@ def test_grpo_names_its_phases_in_order(tmp_path: Path) -> None:
         yield
 
     build_grpo_trainer(config, phase=phase)
-    assert seen == [
+    assert seen == [  # the rewards (and their preflight) first: a dead judge stops before TRL loads
+        "setting up the rewards",
         "importing TRL",
         "loading model tiny:critic",
-        "setting up the rewards",
         "building the prompts",
         "building the trainer (2 prompts)",
     ]

@@ -81,8 +81,10 @@ def test_stepwise_reward_on_tiny_models(tmp_path: Path) -> None:
 def test_reward_cli_on_tiny_models(tmp_path: Path) -> None:
     path = rollouts(tmp_path)
     out = tmp_path / "scored.jsonl"
-    # the judge is tiny:critic, a random model: the failure path (tiny:judge is format-trained)
-    words = "reward --generator tiny:generator --judge tiny:critic --max-new-tokens 12"
+    # the judge is tiny:critic, a random model: the failure path (tiny:judge is format-trained). Images
+    # first: a text-first judgement (the reward's default) is a registered shape, which every tiny model
+    # answers in its format as it decodes (tiny/formats.py), so it would parse
+    words = "reward --generator tiny:generator --judge tiny:critic --max-new-tokens 12 --judge-images-first"
     result = run_cli(words, "--input", str(path), "--out", str(out), timeout=600)
     assert result.returncode == 1, result.stderr  # the one judged rollout failed: nothing useful, said so
     assert "every step-wise scoring failed" in result.stderr

@@ -43,6 +43,7 @@ from interleave_thinker.cli.options import (
     with_scheduling_flags,
 )
 from interleave_thinker.cli.scheduled import start_fresh
+from interleave_thinker.cli.scoring import JUDGE_REQUIRED, judge_or_preset
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.eval import benchmarks
@@ -68,7 +69,6 @@ def run(
     scheduling: SchedulingFlags,
     data: DataOption,
     out: Annotated[Path, typer.Option(help="Run folder: outputs, scores-<protocol>/, report.html.")],
-    judge: Annotated[str, typer.Option(help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL.")],
     protocol: Annotated[
         ProtocolName | None, typer.Option(help="Scoring protocol (default: the benchmark's first).")
     ] = None,
@@ -79,11 +79,21 @@ def run(
     scorer_version: ScorerVersionOption = "current",
     request_mode: RequestModeOption = "cached",
     fresh_scores: FreshScoresOption = False,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL (with --preset tiny: the "
+            "stand-in tiny:judge)."
+        ),
+    ] = None,
 ) -> None:
     """Generate, score and report a benchmark (or a slice of it: --limit/--ids are scored as a slice)."""
     from interleave_thinker.eval.report import write_report
 
     # 1. Everything cheap first: specs, the protocol, the items.
+    judge = judge_or_preset(judge, settings)
+    if judge is None:
+        raise ConfigError(JUDGE_REQUIRED)
     check_spec("--judge", judge, "vlm")
     bench = benchmarks.get(benchmark.value)
     chosen = _protocol(bench, protocol.value if protocol else None)

@@ -16,6 +16,7 @@ from interleave_thinker.cli.eval_generate import IdsOption, split_ids
 from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_settings
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.scheduled import start_fresh
+from interleave_thinker.cli.scoring import JUDGE_REQUIRED, judge_or_preset
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.eval import benchmarks
@@ -52,7 +53,7 @@ DataOption = Annotated[
 JudgeOption = Annotated[
     str | None,
     typer.Option(
-        help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL (not for an offline --scorer)."
+        help="Judge backend spec, e.g. openai:http://host:8000/v1#MODEL (not for an offline --scorer; with --preset tiny: the stand-in tiny:judge)."
     ),
 ]
 ScorerOption = Annotated[
@@ -112,6 +113,8 @@ def score(
 
     The judge runs on the settings' device and transport (`model.*`, `remote.*`); the judge prompts are
     the benchmark's own, obtained at run time, so `prompts.*` does not apply."""
+    if scorer == "vlm":
+        judge = judge_or_preset(judge, settings)
     if scorer != "vlm" or judge is None:
         _score_offline(protocol.value, scorer, judge, outputs, out)
         return
@@ -140,9 +143,7 @@ def _score_offline(protocol: str, scorer: str, judge: str | None, outputs: Path,
     from interleave_thinker.eval.score_run import default_out
 
     if scorer == consistency_scorers.VLM:
-        raise ConfigError(
-            "--judge is required with --scorer vlm (a judge spec, e.g. openai:http://host:8000/v1#MODEL)."
-        )
+        raise ConfigError(JUDGE_REQUIRED)
     if protocol != consistency_scorers.PROTOCOL:
         raise ConfigError(
             f"--scorer {scorer} scores consistency only; {protocol} is scored by its judge (--judge)."

@@ -21,6 +21,21 @@ from interleave_thinker.core.storage import check_out_folder
 console = Console(stderr=True)
 
 
+PRESET_JUDGES = {"tiny": "tiny:judge"}
+"""The judge a preset brings when ``--judge`` is not given: the tiny preset's is the tiny stand-in, so
+evaluation runs offline (its scores mean nothing, and every page says so)."""
+
+JUDGE_REQUIRED = (
+    "--judge is required (a judge spec, e.g. openai:http://host:8000/v1#MODEL); "
+    "offline, --preset tiny brings the stand-in tiny:judge."
+)
+
+
+def judge_or_preset(judge: str | None, settings: SettingsFlags) -> str | None:
+    """``--judge`` as given, else the preset's judge (:data:`PRESET_JUDGES`), else None."""
+    return judge or PRESET_JUDGES.get(str(settings.values.get("preset") or ""))
+
+
 def load_judge(spec: str, cfg: PipelineConfig, max_new_tokens: int | None) -> Any:
     """A judge on the settings' device, transport and templates (shared with `data build`); ``None``
     tokens: the judge's own bound."""
