@@ -52,16 +52,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two xdist workers (the test machine has 2 cores; more only fight for them), each file on one worker
-# (loadfile: pytest 9 ignores xdist 3.8's group suffix, so loadgroup grouped nothing) and
+# Two xdist workers (the test machine has 2 cores; more only fight for them), each file on one worker and
 # the longest files first: see tests/helpers/schedule.py and docs/notes/test-suite.md.
 TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=40
 
 # The edit loop: lint, types and every test not marked slow (no tiny model is built or trained).
 quick: lint typecheck
-	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: lint typecheck unit
 
