@@ -9,7 +9,8 @@ decided by a seeded hash of the attempt's seed and prompt, so every mode meets t
 the same attempt. The release's other settings hold: 3 attempts a step, the last one kept without a
 critic call. Each row is ``--requests`` requests (2-3 image steps each) in one batch through the
 scheduler, all in flight at once, with the generator's limit large enough that no call waits for a
-slot (the case candidates and speculation are for: a generator with spare capacity). A request's wall
+slot (the case candidates and speculation are for: a generator with spare capacity); ``--steps N`` makes
+every request N image steps, where speculation has more step boundaries to save a critic call at. A request's wall
 time is its trace's ``duration_s``; "@1x" divides it by the time scale (HTTP, PNG encoding and the
 run folder's fsynced writes, a few milliseconds a call, are magnified by the same factor: ``--run-dir``
 on a tmpfs takes the disk out); "ideal" is the request's time at scale 1 if only the served latencies
@@ -130,6 +131,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=24, help="Requests per row.")
     parser.add_argument("--seed", type=int, default=0, help="Seeds the critic's accept decisions.")
     parser.add_argument(
+        "--steps", type=int, default=None, help="Image steps of every request (default: 2 or 3 each)."
+    )
+    parser.add_argument(
+        "--probabilities",
+        type=float,
+        nargs="+",
+        default=list(PROBABILITIES),
+        help="The critic's acceptance probabilities of the rows.",
+    )
+    parser.add_argument(
         "--run-dir", type=Path, default=None, help="Where the rows' run folders go (e.g. a tmpfs: /dev/shm)."
     )
     parser.add_argument(
@@ -143,12 +154,15 @@ def main() -> None:
     )
     parser.add_argument("--saturated-only", action="store_true", help="Only the saturated rows.")
     args = parser.parse_args()
-    if args.time_scale <= 0 or args.requests < 1:
-        parser.error("--time-scale must be > 0 and --requests >= 1")
+    if args.time_scale <= 0 or args.requests < 1 or (args.steps is not None and args.steps < 1):
+        parser.error("--time-scale must be > 0, --requests >= 1 and --steps >= 1")
+    if not all(0 <= p <= 1 for p in args.probabilities):
+        parser.error("--probabilities must be 0 to 1")
     print(
         f"latency (s): planner {LATENCY['planner'] * args.time_scale:g}, critic {LATENCY['critic'] * args.time_scale:g}, "
         f"generator {LATENCY['generator'] * args.time_scale:g} (time scale {args.time_scale:g}); "
-        f"{args.requests} requests a row; 3 attempts a step; critic seed {args.seed}"
+        f"{args.requests} requests a row; {args.steps or '2-3'} image steps a request; 3 attempts a step; "
+        f"critic seed {args.seed}"
     )
     header = (
         f"{'p':>4} {'mode':>14} {'wall mean':>10} {'wall p95':>9} {'mean @1x':>9} {'p95 @1x':>8} "
@@ -157,18 +171,22 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     with tempfile.TemporaryDirectory(prefix="bench-candidates-", dir=args.run_dir) as tmp:
-        for p in () if args.saturated_only else PROBABILITIES:
+        for p in () if args.saturated_only else args.probabilities:
             world = SeededWorld(
-                accept=chance(p, args.seed), latency={k: v * args.time_scale for k, v in LATENCY.items()}
+                accept=chance(p, args.seed),
+                latency={k: v * args.time_scale for k, v in LATENCY.items()},
+                steps=args.steps,
             )
             with LocalServer(world) as server:
-                means: dict[tuple[int, int], float] = {}
+                means: dict[tuple[int, int], tuple[float, float]] = {}
                 for mode in MODES:
                     rows, _ = run_row(server.url, mode, args.requests, Path(tmp) / f"p{p}-{mode}")
-                    means[mode] = statistics.fmean(r[0] for r in rows)
+                    means[mode] = statistics.fmean(r[0] for r in rows), statistics.fmean(r[2] for r in rows)
                     print(row_line(p, mode, rows, args.time_scale))
-                ratios = ", ".join(f"{mode_name(m)} {means[m] / means[(1, 0)]:.2f}x" for m in MODES[1:])
-                print(f"{'':>4} mean wall vs sequential: {ratios}")
+                for what, column in (("mean wall", 0), ("ideal", 1)):
+                    base = means[(1, 0)][column]
+                    ratios = ", ".join(f"{mode_name(m)} {means[m][column] / base:.2f}x" for m in MODES[1:])
+                    print(f"{'':>4} {what} vs sequential: {ratios}")
         if args.saturated:
             saturated(args, Path(tmp))
 
@@ -184,7 +202,9 @@ def saturated(args: argparse.Namespace, tmp: Path) -> None:
     print("-" * len(header))
     for p in (0.5, 0.8):
         world = SeededWorld(
-            accept=chance(p, args.seed), latency={k: v * args.time_scale for k, v in LATENCY.items()}
+            accept=chance(p, args.seed),
+            latency={k: v * args.time_scale for k, v in LATENCY.items()},
+            steps=args.steps,
         )
         with LocalServer(world) as server:
             for mode in SATURATED_MODES:

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+
+# pytest's hook for an exception raised in a `__del__` imports tracemalloc on first use. When the garbage
+# collector runs such a `__del__` while a test is inside an import (Gradio's Blocks tries to import IPython
+# on every build), CPython 3.11's import lock meets an import nested on the same thread and the outer one
+# raises KeyError(<thread id>) (CPython gh-91351, fixed in 3.12). Loaded here, tracemalloc is never
+# imported inside another import. Seen in tests/ui beside two CPU burners (docs/notes/test-suite.md).
+import tracemalloc  # noqa: F401  (loaded before any test, for the reason above)
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +34,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest
 
-from tests.helpers.schedule import order_and_group
+from tests.helpers.schedule import adopt_xdist_groups, order_and_group
 
 SHARED_ENV = "INTERLEAVE_THINKER_SHARED"
 __all__ = ["REPO", "SHARED_ENV", "shared_path"]
@@ -91,8 +98,13 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     return home
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """Longest files first, each file on one xdist worker (its module fixtures built once); see
-    tests/helpers/schedule.py. Before xdist's own hook, which reads the groups."""
-    order_and_group(items, xdist=bool(os.environ.get("PYTEST_XDIST_WORKER")))
+    tests/helpers/schedule.py. The order and groups are set before xdist's own hook, which reads the
+    groups; its grouped ids are made the ones pytest 9 reports after it."""
+    xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    order_and_group(items, xdist=xdist)
+    yield
+    if xdist:
+        adopt_xdist_groups(items)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from interleave_thinker import Pipeline, PipelineConfig
+from interleave_thinker import PipelineConfig
 from interleave_thinker.backends.image.diffusers_backend import seeded_generator, seeded_on
 from interleave_thinker.backends.specs import BackendOptions
 from interleave_thinker.core.errors import ConfigError
-from interleave_thinker.core.prompt_store import builtin_templates
-from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from interleave_thinker.testing.scripted import ScriptedImageBackend
+from tests.helpers.pipelines import scripted_pipeline
 
 PLAN = (
     "<think>one</think><answer>{'execution_plan': [{'step_number': 1, 'step_name': 's', "
@@ -69,13 +69,7 @@ def test_the_trace_records_where_the_generator_seeds(
             "loop": {"max_attempts": 1},
         }
     )
-    pipe = Pipeline(
-        planner=ScriptedVLMBackend([PLAN], repeat_last=True),
-        critic=ScriptedVLMBackend(["unused"], repeat_last=True),
-        generator=generator,
-        config=config,
-        templates=builtin_templates(),
-    )
+    pipe = scripted_pipeline(config, PLAN, "unused", generator)
     settings = pipe("a cat").trace.settings
     assert settings.get("generator_seed_device") == recorded  # absent for a generator that does not say
 

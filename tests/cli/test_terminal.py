@@ -20,7 +20,7 @@ from interleave_thinker.backends import specs
 from interleave_thinker.cli import main
 from interleave_thinker.cli.progress import RichObserver
 from interleave_thinker.core.types import Attempt, Plan, PlanStep, Verdict
-from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
+from interleave_thinker.testing.scripted import Reply, ScriptedImageBackend, ScriptedVLMBackend
 from tests.helpers.opt_in import PLAN as FOX_PLAN
 from tests.helpers.opt_in import SUCCESS
 
@@ -146,7 +146,7 @@ def test_user_paths_print_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_run_says_what_the_opt_in_features_did(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--candidates 3 --select-best critic --repair-budget 2: each step's line counts its candidates and
     names the selection; the review and the repair are printed after the last step (issue 45 item 3)."""
-    replies = {"planner": [FOX_PLAN], "critic": SUCCESS}
+    replies: dict[str, list[Reply]] = {"planner": [FOX_PLAN], "critic": SUCCESS}
     monkeypatch.setitem(
         specs.VLM_BACKENDS,
         "scripted",
@@ -163,6 +163,8 @@ def test_run_says_what_the_opt_in_features_did(tmp_path: Path, monkeypatch: pyte
     result = CliRunner().invoke(main.app, args)
     assert result.exit_code == 0, result.output + screen(buffer)
     shown = screen(buffer)
-    assert "; 3 candidates: 1 kept, 2 discarded; attempt 1 selected by the critic's ranking" in shown
+    assert (
+        "; 3 candidates: 1 kept, 2 discarded; step01_attempt1.png selected by the critic's ranking" in shown
+    )
     assert "  review flagged 1 step(s): step 2: the fox turned grey" in shown
     assert "  step 2 repaired: step02_repair0.png shown in place of step02_attempt0.png" in shown

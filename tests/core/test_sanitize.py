@@ -11,10 +11,8 @@ from interleave_thinker import Pipeline
 from interleave_thinker.agents.critic import parse_verdict
 from interleave_thinker.agents.retry import RetryPolicy
 from interleave_thinker.core.errors import PlanningError
-from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.sanitize import MANY_SURROGATES, clean_text, is_clean
-from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
-from tests.helpers.pipelines import scripted_config
+from tests.helpers.pipelines import scripted_config, scripted_pipeline
 
 CUT_EMOJI_PLAN = "<answer>{'execution_plan': [{'step_number': 1, 'instruction': 'smile \ud83d"
 """A planner reply cut inside an emoji, as a client that decodes JSON escapes hands it over."""
@@ -54,21 +52,14 @@ def test_retry_policy_stores_clean_replies() -> None:
     json.dumps(outcome.raw_replies, ensure_ascii=False).encode("utf-8")
 
 
-def scripted_pipeline(planner_reply: str) -> Pipeline:
-    config = scripted_config(16, 1)
+def accepting_pipeline(planner_reply: str) -> Pipeline:
     verdict = "<answer>{'previous_step_success': True, 'refine_prompt': 'ok'}</answer>"
-    return Pipeline(
-        planner=ScriptedVLMBackend([planner_reply], repeat_last=True),
-        critic=ScriptedVLMBackend([verdict], repeat_last=True),
-        generator=ScriptedImageBackend(),
-        config=config,
-        templates=builtin_templates(),
-    )
+    return scripted_pipeline(scripted_config(16, 1), planner_reply, verdict)
 
 
 def test_run_with_a_bad_planner_reply_still_writes_its_trace(tmp_path: Path) -> None:
     with pytest.raises(PlanningError):
-        scripted_pipeline(CUT_EMOJI_PLAN)("Draw a cat", out_dir=tmp_path)
+        accepting_pipeline(CUT_EMOJI_PLAN)("Draw a cat", out_dir=tmp_path)
     trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
     assert trace["status"] == "failed"
     assert trace["planner"]["raw_replies"] == [CUT_EMOJI_PLAN.replace("\ud83d", "\ufffd")] * 3
@@ -78,7 +69,7 @@ def test_run_with_a_bad_planner_reply_still_writes_its_trace(tmp_path: Path) -> 
 def test_prompt_with_undecodable_bytes_is_stored_clean(tmp_path: Path) -> None:
     """A command-line argument with invalid UTF-8 arrives with surrogate escapes (``\\udcff``)."""
     plan = "<answer>{'execution_plan': [{'step_number': 1, 'instruction': 'i', 'prompt': 'p', 'auxiliary_text': None}]}</answer>"
-    result = scripted_pipeline(plan)("Draw a cat \udcff\x00", out_dir=tmp_path)
+    result = accepting_pipeline(plan)("Draw a cat \udcff\x00", out_dir=tmp_path)
     assert result.ok and result.trace.request.text == "Draw a cat \ufffd"
     trace = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))
     assert trace["request"]["text"] == "Draw a cat \ufffd"

@@ -222,3 +222,31 @@ def test_eval_prompts_download_that_cannot_fetch_does_not_advise_running_itself(
     assert str(tmp_path / "home" / "eval-prompts") in message and "INTERLEAVE_THINKER_EVAL_PROMPTS" in message
     with pytest.raises(TemplateError, match="eval prompts download wise"):  # scoring still points at it
         EvalPromptStore().load(PROTOCOL_PROMPTS["wise"], "wise")
+
+
+def test_the_pins_are_package_data_read_as_they_were_written() -> None:
+    """Each benchmark's `prompts.json` travels in the wheel (a package-data pattern) and names every
+    prompt with its source, shape, locator and SHA-256 (RISEBench's and UEval's, as pinned before)."""
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["interleave_thinker"]
+    folder = REPO / "src" / "interleave_thinker"
+    pins = sorted(p.relative_to(folder).as_posix() for p in folder.glob("eval/benchmarks/*/prompts.json"))
+    assert pins == ["eval/benchmarks/rise/prompts.json", "eval/benchmarks/ueval/prompts.json"]
+    assert all(any(fnmatch.fnmatch(pin, p) for p in patterns) for pin in pins)
+    consist, rubric = RISE_PROMPTS["rise_prompt_consist"], UEVAL_PROMPTS["ueval_image_rubric_template"]
+    assert (consist.repo.commit, consist.source, consist.kind, consist.locator) == (
+        "5f226519b25c005bb32fb83864bbd1845ab85c23",
+        "utils.py",
+        "literal",
+        "prompt_consist",
+    )
+    assert consist.sha256 == "84b272d821670cd2466866e27d80bed659dc677964a62a2c1459ad673c4eaf70"
+    assert (rubric.repo.name, rubric.kind, rubric.locator) == (
+        "zlab-princeton/UEval",
+        "strip",
+        "IMAGE_RUBRIC_TEMPLATE",
+    )
+    assert (len(RISE_PROMPTS), len(UEVAL_PROMPTS)) == (14, 6)

@@ -15,14 +15,13 @@ from PIL import Image
 from interleave_thinker import Pipeline
 from interleave_thinker.backends.protocols import ImageBatchMixin, ImageRequest, Message
 from interleave_thinker.cli.batch import in_order
-from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.reports import write_reports
 from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
 from tests.helpers.common import REPO, free_port
-from tests.helpers.pipelines import scripted_config
+from tests.helpers.pipelines import scripted_config, scripted_pipeline
 
 POISON = "POISON"
 PLAN = (
@@ -67,13 +66,7 @@ class PoisonImage(ImageBatchMixin):
 
 def pipeline(switch: Switch) -> Pipeline:
     config = scripted_config(32, 2, agents={"max_new_tokens": 8})
-    return Pipeline(
-        planner=ScriptedVLMBackend([switch.planner], repeat_last=True),
-        critic=ScriptedVLMBackend([VERDICT], repeat_last=True),
-        generator=PoisonImage(switch),
-        config=config,
-        templates=builtin_templates(),
-    )
+    return scripted_pipeline(config, switch.planner, VERDICT, PoisonImage(switch))
 
 
 def items_file(tmp_path: Path, poisoned_id: str = "p") -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import socket
@@ -101,3 +102,30 @@ def assert_served_pixels(local: Any, served: Any, name: str = "") -> None:
     off = [abs(x - y) for x, y in zip(a, b, strict=True) if x != y]
     assert max(off, default=0) <= SERVED_PIXEL_TOLERANCE, (name, max(off))
     assert len(off) <= SERVED_DIFFERING_SHARE * len(a), (name, len(off), len(a))
+
+
+CPU_TRAINING = {"bf16": False, "use_cpu": True, "report_to": "none"}
+"""The training keys of every GRPO run of the suite: this machine's CPU, float32, no tracker."""
+
+
+def grpo_config(out: Path, role: str, model: str, data: dict[str, Any], **sections: Any) -> Any:
+    """A GRPO run of ``model`` on the CPU writing to ``out``: ``sections["training"]`` keys beside
+    :data:`CPU_TRAINING`, the other sections as given."""
+    from interleave_thinker.train.grpo.config import GRPORunConfig
+
+    training = {**sections.pop("training", {}), **CPU_TRAINING}
+    base = {"role": role, "output_dir": str(out), "model": {"name_or_path": model}, "data": data}
+    return GRPORunConfig.model_validate({**base, **sections, "training": training})
+
+
+def parse_python(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, tried again when CPython 3.11's AST converter trips over another thread's conversion
+    (a process-wide recursion counter: "AST constructor recursion depth mismatch", CPython gh-106905). A
+    server thread a module fixture left running in the same xdist worker was enough, under load."""
+    for attempt in range(3):
+        try:
+            return ast.parse(source, filename)
+        except SystemError as error:
+            if "recursion depth mismatch" not in str(error) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")

@@ -1,11 +1,5 @@
 """The order and grouping of tests for ``make unit`` (two xdist workers, ``--dist loadgroup``).
 
-Known, not yet mended: pytest 9 keeps a test's id in ``Node._id`` and ignores the ``@group`` suffix
-pytest-xdist 3.8 writes to ``item._nodeid``, so ``loadgroup`` and the ``xdist_group`` marks below group
-nothing: a file's tests go to both workers and its module fixtures are built on both. ``--dist loadfile``
-groups by file but was slower in a fresh clone (1,254 s against 1,209 s: worse balance), so it is not used
-yet (docs/notes/test-suite.md).
-
 Why: on two cores the suite's wall time is the longer worker's, and xdist hands out work in collection
 order. The longest work goes first (largest first is close to the best split of a few long jobs), so no
 long test starts last while the other worker idles. Every test of a file shares one xdist group, so a
@@ -18,10 +12,11 @@ it only runs later.
 from __future__ import annotations
 
 import pytest
+from _pytest.nodeid import NodeId
 
 FIRST = (
     "tests/train/test_grpo.py::test_grpo_raises_held_out_accuracy_on_a_learnable_task",
-    "tests/tiny/test_reproducibility.py::test_the_shipped_models_are_what_a_fresh_build_makes",
+    "tests/tiny/test_reproducibility.py::test_a_fresh_build_makes_the_shipped_judge_and_generator",
     "tests/project/test_docs_commands.py",
     "tests/train/test_grpo.py",
     "tests/train/test_distributed.py",
@@ -60,3 +55,16 @@ def order_and_group(items: list[pytest.Item], *, xdist: bool) -> None:
     for item in items:
         if not ranks[id(item)][1]:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def adopt_xdist_groups(items: list[pytest.Item]) -> None:
+    """Make the grouped ids pytest-xdist writes the ids pytest reports.
+
+    pytest-xdist 3.8 appends ``@group`` to ``item._nodeid``; pytest 9 keeps a test's id in ``Node._id`` and
+    never reads ``_nodeid``, so without this ``loadgroup`` groups nothing: a file's tests go to both
+    workers and its module fixtures are built on both (docs/notes/test-suite.md).
+    """
+    for item in items:
+        grouped = item.__dict__.get("_nodeid")
+        if isinstance(grouped, str) and grouped != item.nodeid:
+            item._id = NodeId.parse(grouped)

@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import interleave_thinker
+from tests.helpers.common import parse_python
 
 PACKAGE = Path(interleave_thinker.__file__).parent
 MAX_MODULE_LINES = 400
@@ -44,7 +45,7 @@ def _long_functions(path: Path) -> list[tuple[str, int, int]]:
                 name += "."
             visit(child, name)
 
-    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), "")
+    visit(parse_python(path.read_text(encoding="utf-8"), filename=str(path)), "")
     return found
 
 

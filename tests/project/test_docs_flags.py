@@ -13,6 +13,7 @@ import typer
 
 from interleave_thinker.cli.main import app
 from interleave_thinker.cli.options import PIPELINE_FLAGS, SCHEDULING_FLAGS, SETTINGS_FLAGS
+from tests.helpers.common import parse_python
 
 SHARED = {"--" + name.replace("_", "-") for name in (*SETTINGS_FLAGS, *PIPELINE_FLAGS, *SCHEDULING_FLAGS)}
 """The flag bundles every command of a kind takes, each documented once for all of them."""
@@ -48,3 +49,60 @@ def test_every_flag_of_every_command_is_in_a_user_guide() -> None:
             continue
         missing.append(f"{command or 'interleave-thinker'} {flag}")
     assert missing == [], f"flags no user guide section naming their command documents: {missing}"
+
+
+def printed_command_lines() -> Iterator[tuple[str, str]]:
+    """(where, text after ``interleave-thinker ``) of every command line written in the product's strings:
+    messages, advice and help (an f-string's values read as ``{}``)."""
+    import ast
+
+    for path in sorted((REPO / "src" / "interleave_thinker").rglob("*.py")):
+        for node in ast.walk(parse_python(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            else:
+                continue
+            for match in re.finditer(r"interleave-thinker ([^`'\"\n;)]*)", text):
+                yield f"{path.relative_to(REPO)}:{node.lineno}", re.split(r"\. |, | \(|: ", match.group(1))[0]
+
+
+def flags_of_commands() -> dict[tuple[str, ...], set[str]]:
+    """Every command's path (``("eval", "run")``) and the flags it takes, hidden ones too."""
+    found: dict[tuple[str, ...], set[str]] = {}
+
+    def walk(command: Any, path: tuple[str, ...]) -> None:
+        found[path] = {
+            o for p in command.params for o in (*getattr(p, "opts", []), *getattr(p, "secondary_opts", []))
+        }
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_command_line_the_product_prints_names_flags_that_command_takes() -> None:
+    """Advice such as "run `interleave-thinker eval score --fresh-scores`" must work as written on the command
+    it names (the refusal that named ``--judge``, a flag of ``eval run`` only, on ``run`` was such a line).
+    Prose ("interleave-thinker keeps its caches") is told apart by its first word: not a command."""
+    commands = flags_of_commands()
+    top = {path[0] for path in commands if path}
+    checked, wrong = 0, []
+    for where, line in printed_command_lines():
+        words = line.split()
+        if not words or words[0] not in top:
+            continue
+        path: tuple[str, ...] = ()
+        while len(path) < len(words) and (*path, words[len(path)]) in commands:
+            path = (*path, words[len(path)])
+        flags = [w.split("=", 1)[0].rstrip(".,:]") for w in words[len(path) :] if w.startswith("--")]
+        missing = [flag for flag in flags if flag not in commands[path]]
+        checked += 1
+        if missing:
+            wrong.append(
+                f"{where}: `interleave-thinker {line}`: {' '.join(path)} has no {', '.join(missing)}"
+            )
+    assert checked >= 30  # the walk reached the product's advice
+    assert wrong == [], "\n".join(wrong)

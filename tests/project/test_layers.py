@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers.common import parse_python
 
 PACKAGE = "interleave_thinker"
 SRC = REPO / "src" / PACKAGE
@@ -44,7 +45,7 @@ def imported_names(source: str, module: str, is_package: bool) -> set[str]:
     """Every module name ``source`` imports, anywhere in it; ``from m import n`` gives ``m`` and ``m.n``."""
     here = module if is_package else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_python(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import interleave_thinker
+from tests.helpers.common import parse_python
 
 PACKAGE = Path(interleave_thinker.__file__).parent
 
@@ -28,7 +29,7 @@ def modules() -> list[Path]:
 @functools.cache
 def tree(path: Path) -> ast.Module:
     """The module's AST, parsed once for every check here."""
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return parse_python(path.read_text(encoding="utf-8"))
 
 
 def classes_named(name: str) -> list[str]:
@@ -114,9 +115,9 @@ def attributes_set_on_built(tree: ast.AST, constructor: str) -> list[str]:
 
 
 def test_the_scheduler_sets_no_attribute_on_a_built_pipeline() -> None:
-    assert attributes_set_on_built(ast.parse(source("runtime/scheduler.py")), "Pipeline") == []
+    assert attributes_set_on_built(parse_python(source("runtime/scheduler.py")), "Pipeline") == []
     caught = "def f(p):\n    limited = Pipeline(planner=p)\n    limited.judge = p.judge\n"
-    assert attributes_set_on_built(ast.parse(caught), "Pipeline") == ["limited.judge"]
+    assert attributes_set_on_built(parse_python(caught), "Pipeline") == ["limited.judge"]
 
 
 def test_the_loop_module_stays_short() -> None:
@@ -164,7 +165,7 @@ def test_optional_backend_members_are_read_only_by_the_wrapper_module() -> None:
         if (found := optional_member_reads(tree(path)))
     }
     assert reads == {}
-    assert optional_member_reads(ast.parse('getattr(b, "capacity", None)')) == ["capacity"]
+    assert optional_member_reads(parse_python('getattr(b, "capacity", None)')) == ["capacity"]
 
 
 def test_one_walker_of_wrapper_chains() -> None:
@@ -188,6 +189,16 @@ def test_chat_defaults_are_stated_once() -> None:
         if "max_new_tokens: int = 4096" in p.read_text("utf-8")
     ]
     assert len(literal) <= 1, literal
+    stating = sorted(
+        p.relative_to(PACKAGE).as_posix()
+        for p in modules()
+        for _ in re.finditer(
+            r"max_new_tokens: int = (?:4096|MAX_NEW_TOKENS)\b|temperature: float \| None = 0\.0",
+            p.read_text("utf-8"),
+        )
+    )
+    # the protocol's chat and chat_batch and ChatCall; a teacher's dataclass; the retry policy's own field
+    assert stating == ["agents/retry.py", *["backends/protocols.py"] * 3, "datagen/prompts_run.py"], stating
     for relative in ("ui/worker.py", "datagen/generate_usage.py", "eval/base_mode.py"):
         assert "Unpack[" in source(relative) and "MAX_NEW_TOKENS" not in source(relative), relative
 
@@ -271,7 +282,7 @@ def test_benchmark_names_stay_in_their_folders() -> None:
     }
     assert naming == {}
     sample = 'from x import score_ueval\nHELP = "rise only"\nSTEP = "step-wise"\ndef f():\n    """UEval."""\n'
-    assert named_words(ast.parse(sample)) == ["score_ueval", "rise only"]
+    assert named_words(parse_python(sample)) == ["score_ueval", "rise only"]
 
 
 def test_one_rule_for_a_spec_s_syntax() -> None:
@@ -300,6 +311,95 @@ def test_flag_defaults_have_one_source() -> None:
     assert {n: d for n, (_, d) in SCHEDULING_FLAGS.items() if d is not None} == {
         n: dataclass_defaults[n] for n, (_, d) in SCHEDULING_FLAGS.items() if d is not None
     }
+
+
+FLAGS_FROM_SETTINGS = {
+    "cli/serve_generator.py": ("server/generator/settings.py", "ServiceSettings"),
+    "cli/serve_vlm.py": ("server/settings.py", "VLMLimits"),
+    "cli/eval_score.py": ("eval/score_run.py", "ScoreOptions"),
+    "cli/eval_run.py": ("eval/score_run.py", "ScoreOptions"),
+}
+"""Commands whose flags fill a settings object: module -> where the object is defined, and its name."""
+SHARED_SERVICE_FLAGS = ("host", "read_timeout", "log_level", "max_body_mb", "max_pixels")
+
+
+def literal_flag_defaults(command_module: str, fields: set[str]) -> list[str]:
+    """The parameters of the module's commands that write a constant as their default while a settings
+    field holds the value (by name; ``max_body_mb`` fills ``max_body_bytes``)."""
+    found = []
+    for node in ast.walk(tree(PACKAGE / command_module)):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        arguments = node.args.args + node.args.kwonlyargs
+        defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + list(node.args.defaults)
+        defaults += list(node.args.kw_defaults)
+        for argument, default in zip(arguments, defaults, strict=True):
+            if default is None or (isinstance(default, ast.Constant) and default.value is None):
+                continue  # no default, or None: the flag not given
+            # a constant, or arithmetic of constants (64.0, 20 * 1024)
+            written = not any(isinstance(n, ast.Name | ast.Attribute) for n in ast.walk(default))
+            if written and (argument.arg in fields or argument.arg in SHARED_SERVICE_FLAGS):
+                found.append(f"{command_module}:{argument.arg}")
+    return found
+
+
+def test_service_and_scoring_flags_take_their_defaults_from_the_settings() -> None:
+    """`serve generator`, `serve vlm` and `--judge-concurrency` (`eval score`, `eval run`) read their flags'
+    defaults from the fields those flags fill: no constant written again beside the flag."""
+    import dataclasses
+    import inspect
+
+    from interleave_thinker.cli import eval_run, eval_score, serve_generator, serve_vlm
+    from interleave_thinker.eval.score_run import ScoreOptions
+    from interleave_thinker.server.generator.settings import ServiceSettings
+    from interleave_thinker.server.settings import VLMLimits
+
+    restating = []
+    for module, (defined_in, name) in FLAGS_FROM_SETTINGS.items():
+        settings = next(
+            n for n in ast.walk(tree(PACKAGE / defined_in)) if isinstance(n, ast.ClassDef) and n.name == name
+        )
+        fields = {
+            s.target.id
+            for s in settings.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+        }
+        restating += literal_flag_defaults(module, fields)
+    assert restating == []
+
+    def defaults(command: object) -> dict[str, object]:
+        return {n: p.default for n, p in inspect.signature(command).parameters.items()}  # type: ignore[arg-type]
+
+    service = {f.name: f.default for f in dataclasses.fields(ServiceSettings)}
+    generator = defaults(serve_generator.command)
+    shared = (
+        "host",
+        "port",
+        "queue_size",
+        "timeout",
+        "max_pixels",
+        "max_prompt_chars",
+        "read_timeout",
+        "log_level",
+    )
+    assert {n: generator[n] for n in shared} == {n: service[n] for n in shared}
+    assert generator["max_body_mb"] * 1024 * 1024 == service["max_body_bytes"]  # type: ignore[operator]
+    vlm, limits = defaults(serve_vlm.command), vars(VLMLimits())
+    assert {n: vlm[n] for n in limits if n != "max_body_bytes"} == {
+        n: v for n, v in limits.items() if n != "max_body_bytes"
+    }
+    assert vlm["max_body_mb"] * 1024 * 1024 == limits["max_body_bytes"]  # type: ignore[operator]
+    assert (vlm["host"], vlm["read_timeout"], vlm["log_level"]) == (
+        service["host"],
+        service["read_timeout"],
+        service["log_level"],
+    )
+    scoring = {f.name: f.default for f in dataclasses.fields(ScoreOptions)}
+    for command in (eval_score.score, eval_run.run):
+        given = defaults(command)
+        assert {n: given[n] for n in ("judge_concurrency", "scorer_version", "request_mode")} == {
+            n: scoring[n] for n in ("judge_concurrency", "scorer_version", "request_mode")
+        }
 
 
 # --- the one exception hierarchy ---------------------------------------------------------------------
@@ -370,3 +470,131 @@ def test_served_backends_and_wrappers_declare_served_backend() -> None:
     from interleave_thinker.backends.wrapping import Wrapper
 
     assert ServedBackend in RemoteBackend.__mro__ and ServedBackend in Wrapper.__mro__
+
+
+# --- what a user-facing error says ----------------------------------------------------------------
+
+USER_ERRORS = {
+    "ConfigError": 0,
+    "InputError": 0,
+    "TraceVersionError": 0,
+    "TemplateError": 0,
+    "StorageError": 0,
+    "ModelNotFoundError": 0,
+    "RunFailedError": 0,
+    "RequestError": 1,
+}
+"""The errors of the tree whose cause is the user's to fix (a flag, a key, a file, a request), by the
+position of their message argument; a backend's or a model's failure (BackendError, ParseError,
+PlanningError) names the service or the reply instead."""
+AT_FAULT = re.compile(
+    r"\{\}"  # the value, path or key at fault, formatted in
+    r"|--[a-z]"  # a flag
+    r"|\b[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*\b"  # a settings key (loop.max_attempts) or a file (trace.json)
+    r"|'[^' ]+'|`[^`]+`|<[a-z_]+>"  # a quoted key, command or placeholder
+    r"|/"  # a path
+    r"|^[a-z_]+(?:\[\d*\])?:"  # a field's name leading the message (``stream_options: ...``)
+    r"|\b[a-z-]+: ",  # a spec kind (``http:``)
+    re.IGNORECASE,
+)
+"""What names the field, flag or file at fault."""
+FIX = re.compile(
+    r"\b(?:give|use|set|run|write|add|remove|pass|install|check|put|drop|leave|choose|export|fix|rename|delete"
+    r"|move|free|start|try|make|point|name|see|pick|keep|call|wait|lower|increase|reduce|split|download|update"
+    r"|upgrade|enable|disable|omit|replace|continue|resume|restore|copy|open|send|ask|say|change|resize|retry"
+    r"|compare|score|must|should|needs?|expected|expects|takes?|one of|at least|at most|only|instead|known"
+    r"|no such|does not exist|missing|not valid|not UTF-8|larger than|longer than|more than|over (?:the|this)"
+    r"|limit|out of range|outside|already used|unknown|cannot (?:be )?read|not (?:a )?readable"
+    r"|could not be decoded|holds no|holds none|lists no|does not define|does not resolve)\b"
+    r"|\bnot an? |e\.g\.",
+    re.IGNORECASE,
+)
+"""What says how to fix it: the action, or the constraint the value must meet."""
+RELAYED = 10
+"""A message with fewer letters of its own than this relays another one (``f"{where}: {exc}"``)."""
+
+
+KNOWN_MESSAGES = frozenset(
+    {
+        "backends/_loading.py: Empty checkpoint reference; give a local folder or a Hugging Face id.",
+        "backends/hub.py: Model {} is not downloaded and the Hugging Face hub at {} cannot be reached ({}): {}.",
+        "backends/vlm/transformers_backend.py: {}: the processor refused the conversation: {}",
+        "eval/benchmarks/ueval/scorer.py: an image_answer {}.",
+        "eval/calibration/viescore.py: {}: no human ratings for model {} in {}.",
+        "eval/calibration/viescore.py: {}: no <task>/<model>/SC.json and PQ.json answers.",
+        "eval/prompts.py: {}: unexpected f-string field {}.",
+        "eval/prompts.py: {}: no message {} in {}(); is this the pinned file?",
+        "runtime/pipeline.py: The request text is empty; say what to generate.",
+        "server/generator/app.py: The client closed the connection.",
+        "server/generator/app.py: Generation timed out: no reply within the service's --timeout of {}s.",
+        "server/generator/guards.py: The body of {} bytes {}.",
+        "server/generator/guards.py: The client closed the connection before sending the whole body.",
+        "server/generator/openai_protocol.py: Model mismatch: request specifies '{}' but server is running '{}'.",
+        "train/data/rules.py: Invalid rules file {}: {}",
+        "train/sft/templates.py: The checkpoint's processor has no chat template; SFT needs one to render turns.",
+        "ui/options.py: Advanced setting {}: {}.",
+    }
+)
+"""Messages the rules above misread or that have no fix to give, each read and kept as they are (a ratchet:
+a new one fails, a mended one must leave the list): the fix is in a value formatted in (the hub's offline
+hint, pydantic's or the processor's own words), the thing at fault is named in words (the request text,
+the checkpoint, the judge's answers), the upstream file changed (the pinned prompts: a bug to report), or
+nobody is there to read it (a client that left)."""
+
+
+def message_skeleton(node: ast.expr) -> str | None:
+    """A message as written, each formatted value as ``{}``; None when it is not written at the raise (a
+    variable, a call): such messages are built and checked where they are written."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = message_skeleton(node.left), message_skeleton(node.right)
+        return None if left is None and right is None else (left or "{}") + (right or "{}")
+    return None
+
+
+def unhelpful_messages(module: ast.Module) -> list[tuple[int, str]]:
+    """``(line, message)`` of every user-facing error raised with a message that names nothing at fault or
+    says no fix."""
+    found = []
+    for node in ast.walk(module):
+        if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+            continue
+        name = ast.unparse(node.exc.func).split(".")[-1]
+        where = USER_ERRORS.get(name)
+        if where is None or len(node.exc.args) <= where:
+            continue
+        text = message_skeleton(node.exc.args[where])
+        if text is None or len(re.sub(r"\{\}|\W", "", text)) < RELAYED:
+            continue  # written elsewhere, or another message relayed ("{}: {}"): checked where it is written
+        if not (AT_FAULT.search(text.replace("e.g.", "")) and FIX.search(text)):
+            found.append((node.lineno, text))
+    return sorted(found)
+
+
+def test_user_facing_errors_name_what_is_at_fault_and_the_fix() -> None:
+    """Every ConfigError, InputError, ... raised in the package with its message written at the raise names
+    the flag, key, file or value at fault and says how to fix it (or the rule the value must meet)."""
+    unhelpful = {
+        f"{relative}: {text}"
+        for path in modules()
+        if not (relative := path.relative_to(PACKAGE).as_posix()).startswith("testing/")
+        for _, text in unhelpful_messages(tree(path))
+    }
+    assert sorted(unhelpful - KNOWN_MESSAGES) == [] and sorted(KNOWN_MESSAGES - unhelpful) == []
+    bad = (
+        "def f(x, path):\n"
+        "    raise ConfigError('Invalid value.')\n"  # names nothing, no fix
+        "    raise InputError(f'{path} went wrong somewhere')\n"  # names the file, no fix or rule
+        "    raise ConfigError('--max-attempts: give a whole number of at least 1.')\n"
+        "    raise InputError(f'{path}: no such file; give an existing image.')\n"
+        "    raise RequestError(400, 'bad request')\n"
+        "    raise ConfigError(message)\n"  # built elsewhere: checked where it is written
+    )
+    assert unhelpful_messages(parse_python(bad)) == [
+        (2, "Invalid value."),
+        (3, "{} went wrong somewhere"),
+        (6, "bad request"),
+    ]

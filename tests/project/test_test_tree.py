@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.helpers.common import REPO
+from tests.helpers.common import REPO, parse_python
 
 TESTS = REPO / "tests"
 PACKAGE = REPO / "src" / "interleave_thinker"
@@ -25,7 +25,7 @@ def imported_modules(path: Path, root: Path = REPO) -> set[str]:
     """Every module ``path`` imports, relative imports resolved against its package under tests/."""
     package = list(path.relative_to(root).parent.parts)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse_python(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):

@@ -145,3 +145,18 @@ def test_run_resume_from_redoes_a_served_run_with_no_call_for_the_steps_before(t
     }
     refused = CliRunner().invoke(app, ["run", "--resume-from", str(tmp_path / "nowhere"), "--redo-step", "2"])
     assert isinstance(refused.exception, InputError) and "no trace.json" in str(refused.exception)
+
+
+def test_redo_refuses_to_keep_a_failed_step(tmp_path: Path) -> None:
+    """A step that ended with no image kept is complete but failed: a redo past it would show nothing there."""
+    from interleave_thinker.core.run_folder import load_trace, trace_path, write_trace
+
+    pipe, *_ = scripted()
+    assert pipe("Draw a cat at night", out_dir=tmp_path / "first").ok
+    trace = load_trace(trace_path(tmp_path / "first"))
+    trace.steps[1].accepted_image = None  # step 2 failed: every attempt's image lost, nothing kept
+    write_trace(tmp_path / "first", trace)
+    with pytest.raises(InputError, match=r"step 2 of the run in .* did not finish; redo from step 2"):
+        scripted()[0].redo(tmp_path / "first", 3, out_dir=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    assert scripted()[0].redo(tmp_path / "first", 2, out_dir=tmp_path / "y").ok

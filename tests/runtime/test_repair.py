@@ -12,33 +12,24 @@ import pytest
 from PIL import Image
 
 from interleave_thinker import Pipeline
-from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.agents.sequence_review import format_review, parse_review
 from interleave_thinker.backends.protocols import ImageRequest
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import read_trace, trace_path
-from interleave_thinker.core.types import Flag, Plan, PlanStep
+from interleave_thinker.core.types import Flag
 from interleave_thinker.runtime.batch_inputs import BatchItem
 from interleave_thinker.runtime.scheduler import BatchRunner, BatchSettings
 from interleave_thinker.runtime.store import RunStore
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
-from tests.helpers.replies import scripted_config, verdict
+from tests.helpers.replies import plan_reply, scripted_config, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 REVIEW_TEMPLATE = REPO / "src" / "interleave_thinker" / "prompts" / "loop" / "review_sequence.txt"
 
 PROMPTS = ("a grey cat on a mat", "the cat jumps", "the cat sleeps")
-PLAN = format_plan(
-    Plan(
-        steps=[
-            PlanStep(step_number=i, step_name=f"S{i}", instruction=f"Step {i}.", prompt=p)
-            for i, p in enumerate(PROMPTS, start=1)
-        ],
-        reasoning="plan",
-    )
-)
+PLAN = plan_reply(*((f"Step {i}.", p, None) for i, p in enumerate(PROMPTS, start=1)))
 REQUEST = "<image>A story about this cat"
 INPUT = Image.new("RGB", (32, 32), (10, 20, 30))
 

@@ -11,29 +11,20 @@ import pytest
 
 from interleave_thinker import Pipeline, PipelineConfig
 from interleave_thinker.agents.judge import Judge
-from interleave_thinker.agents.planner import format_plan
 from interleave_thinker.agents.ranking import format_ranking, parse_ranking
 from interleave_thinker.agents.seeds import call_seed
 from interleave_thinker.core.errors import ConfigError, ParseError
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.core.run_folder import trace_json
-from interleave_thinker.core.types import Plan, PlanStep, Trace
+from interleave_thinker.core.types import Trace
 from interleave_thinker.testing.scripted import ScriptedImageBackend, ScriptedVLMBackend
-from tests.helpers.replies import scripted_config, verdict
+from tests.helpers.replies import accepting, plan_reply, scripted_config, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE_TRACES = REPO / "tests" / "fixtures" / "release_traces" / "forced_and_rejected.json"
 """Two traces written before loop.select_best existed (the scenario of :func:`release_scenario`)."""
 
-PLAN = format_plan(
-    Plan(
-        steps=[
-            PlanStep(step_number=1, step_name="S1", instruction="Draw a cat.", prompt="a cat"),
-            PlanStep(step_number=2, step_name="S2", instruction="Colour it.", prompt="orange cat"),
-        ],
-        reasoning="plan",
-    )
-)
+PLAN = plan_reply(("Draw a cat.", "a cat", None), ("Colour it.", "orange cat", None))
 
 
 def build(critic: list[Any], *, judge: list[str] | None = None, **loop: Any) -> dict[str, Any]:
@@ -169,3 +160,43 @@ def test_the_ranking_reply_is_read_within_bounds() -> None:
     for bad in ("[0]", "[4]", "[1, 1]", "[True]", "'2'", "[]", "[1, 2, 3, 1]"):
         with pytest.raises(ParseError):
             parse_ranking("<answer>{'ranking': " + bad + ", 'reason': 'r'}</answer>", 3)
+
+
+def test_a_round_with_several_accepted_candidates_keeps_the_one_ranked_first(tmp_path: Path) -> None:
+    """With loop.candidates the critic may accept more than one attempt of a round: the ranking compares
+    those (not the rejected ones), and its first is kept instead of the first in seed order."""
+    ranking = format_ranking([2, 1], "the second is calmer")
+    critic = [accepting("a cat", 100, 101)] * 3 + [ranking] + [accepting("orange cat", 200)] * 3
+    built = build(critic, select_best="critic", candidates=3, critic_on_last_attempt=True)
+    result = built["pipe"]("Draw a cat", out_dir=tmp_path)
+    assert result.ok and result.trace.steps[1].selected is None  # one accepted: nothing to compare
+    step = result.trace.steps[0]
+    assert [(a.attempt, a.accepted, a.forced) for a in step.attempts] == [
+        (0, False, False),
+        (1, True, False),  # kept with the critic's approval: not forced
+        (2, False, False),
+    ]
+    assert step.accepted_image == "step01_attempt1.png"
+    assert step.selected is not None and step.selected.attempt == 1
+    assert step.selected.reason == "ranked first of 2 accepted (ranking [2, 1]): the second is calmer"
+    images = ScriptedVLMBackend.images_in(built["critic"].calls[3])  # before + the two accepted attempts
+    assert [im.tobytes() for im in images[1:]] == [
+        result.images[f"step01_attempt{n}.png"].tobytes() for n in (0, 1)
+    ]
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    ranked = page.split('data-it="ranking-1"', 1)[1].split("</ol>", 1)[0]
+    assert [p.split('"', 1)[0] for p in ranked.split('src="images/')[1:]] == [
+        "step01_attempt1.png",
+        "step01_attempt0.png",
+    ]
+
+
+def test_an_unusable_ranking_of_accepted_candidates_keeps_the_first_accepted() -> None:
+    critic = [verdict(True), verdict(True), *["no ranking"] * 3, *[accepting("orange cat", 200)] * 2]
+    built = build(critic, select_best="critic", candidates=3)
+    result = built["pipe"]("Draw a cat")
+    step = result.trace.steps[0]
+    assert result.ok and len(built["critic"].calls) == len(critic)
+    assert step.accepted_image == "step01_attempt0.png" and step.selected is not None
+    assert step.selected.error is not None and not step.attempts[0].forced
+    assert step.selected.reason == "no usable ranking: the first accepted attempt is kept"

@@ -1,6 +1,7 @@
 """Reproducibility across machines: the tiny cache and the format training give byte-identical weights
 when built in fresh folders, whatever CPU kernels and thread count the calling process would use; and
-the shipped tiny models (``tiny/artefacts``) are exactly what a fresh build makes."""
+the shipped tiny models (``tiny/artefacts``) are exactly what a fresh build makes: every role's training
+inputs are checked, and one role (the judge) is trained in full."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from interleave_thinker.tiny import models as tiny
 from interleave_thinker.tiny import shipped
 from interleave_thinker.tiny.format_trained import (
     FORMAT_VERSION,
+    INPUTS_FILE,
     SHIPPED_ROLES,
     ensure_format_trained,
     format_recipe,
@@ -28,6 +30,7 @@ from interleave_thinker.tiny.models import (
     ensure_tiny_model,
     tiny_recipe,
 )
+from interleave_thinker.tiny.rebuild import build_shipped, shipped_inputs
 from interleave_thinker.tiny.shipped import REBUILD_ENV, file_digest, load_manifest, recipe_digest
 
 
@@ -50,11 +53,12 @@ def expected_recipes() -> dict[str, dict[str, Any]]:
 
 def test_shipped_models_match_their_manifest_and_the_current_recipes() -> None:
     """If this fails after a change to a tiny model's recipe, regenerate them:
-    python -m interleave_thinker.tiny.format_trained --write-artefacts (docs/testing.md)."""
+    python -m interleave_thinker.tiny.rebuild (docs/testing.md)."""
     models = load_manifest()["models"]
     assert json.loads(json.dumps(expected_recipes())) == {key: e["recipe"] for key, e in models.items()}
     for key, entry in models.items():
         assert entry["recipe_digest"] == recipe_digest(entry["recipe"])
+        assert key == "generator" or set(entry["inputs"]) == {"base", "data"}, key  # what it trained from
         assert any(name.endswith("model.safetensors") for name in entry["files"]), key
         found = {name: file_digest(shipped.ARTEFACTS / key / name) for name in entry["files"]}
         assert found == entry["files"], key
@@ -124,21 +128,46 @@ def this_cpu() -> str:
     return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no AVX2'})"
 
 
-@pytest.mark.slow
-def test_the_shipped_models_are_what_a_fresh_build_makes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The full recipe (minutes of format training), built from scratch with the pinned numerics, by a
-    caller whose own environment asks for other kernels and another thread count than the shipped build's:
-    the bytes must not depend on the machine or the calling process. (This also proves what a test of two
-    fresh builds in differently set callers did: the shipped bytes were built on another machine.)"""
+def ask_for_other_numerics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller whose own environment asks for other kernels and another thread count than the builds pin:
+    what a build makes must not depend on the machine or the calling process."""
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
+
+
+@pytest.mark.slow
+def test_every_shipped_model_trains_from_the_inputs_its_manifest_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-role half of "the shipped models are what a fresh build makes": each format-trained model's
+    base weights and training data, made afresh (no training, seconds) by a caller asking for other
+    numerics, are the ones its shipped bytes were trained from. The training itself is one code path for
+    every role, shown to make the shipped bytes by the full rebuild below."""
+    ask_for_other_numerics(monkeypatch)
     models = load_manifest()["models"]
-    built = tiny_format.build_shipped(tmp_path)
-    assert set(built) == set(models)
+    found = shipped_inputs(tmp_path)
+    assert set(found) == set(models) - {"generator"}
+    for key, inputs in found.items():
+        assert inputs == models[key]["inputs"], f"{key}, made on {this_cpu()}"
+
+
+@pytest.mark.slow
+def test_a_fresh_build_makes_the_shipped_judge_and_generator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full recipe of the judge (its format training, the shortest of the three: minutes) and the
+    generator, built from scratch with the pinned numerics by a caller asking for other ones: the shipped
+    bytes, which were built on another machine. With the test above this proves every shipped model: the
+    planner's and critic's inputs are checked there, and their training runs the same code as the judge's.
+    ``python -m interleave_thinker.tiny.rebuild`` rebuilds all of them."""
+    ask_for_other_numerics(monkeypatch)
+    models = load_manifest()["models"]
+    built = build_shipped(tmp_path, roles=("judge",))
+    assert set(built) == {"generator", *(key for key in models if key.endswith("/judge"))}
     for key, (recipe, folder) in built.items():
         assert recipe_digest(recipe) == models[key]["recipe_digest"], key
         made = {str(name): file_digest(folder / name) for name in shipped.model_files(folder)}
         assert made == models[key]["files"], f"{key}, built on {this_cpu()}"
+        if key != "generator":  # the build trained from the inputs the manifest records
+            assert json.loads((folder / INPUTS_FILE).read_text(encoding="utf-8")) == models[key]["inputs"]

@@ -3,7 +3,9 @@
 
 Two processes are started with ``accelerate launch --multi_gpu --num_processes 2``: on a machine without
 CUDA this is torchrun with the gloo backend (``--cpu`` alone starts a single process unless MPI is set up,
-see docs/training-gpus.md). The children inherit ``os.environ`` (pinned numerics from conftest.py).
+see docs/training-gpus.md). Two machines are two such launches on 127.0.0.1 (``--num_machines 2``,
+machine ranks 0 and 1, one process each): SFT runs both ways, GRPO trains on two machines and resumes
+as two processes of one machine. The children inherit ``os.environ`` (pinned numerics from conftest.py).
 """
 
 from __future__ import annotations
@@ -206,25 +208,40 @@ def machine_command(rank: int, port: int, cli: list[str], rendezvous_timeout: in
     ]
 
 
-def launch_machines(ranks: list[int], cli: list[str], cwd: Path, rendezvous_timeout: int = 120) -> list[Any]:
-    """Start the given machine ranks of a two-machine run at once and wait for each."""
-    port = free_port()
-    started = [
-        subprocess.Popen(
-            machine_command(rank, port, cli, rendezvous_timeout),
-            cwd=cwd,
-            env=dict(os.environ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in ranks
-    ]
+def start_machine(rank: int, port: int, cli: list[str], cwd: Path, rendezvous_timeout: int) -> Any:
+    """Machine ``rank``'s ``accelerate launch``, started (stdout and stderr together)."""
+    return subprocess.Popen(
+        machine_command(rank, port, cli, rendezvous_timeout),
+        cwd=cwd,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(started: list[Any]) -> list[Any]:
+    """Wait for each started launcher; their results in the same order."""
     done = []
     for process in started:
         out, _ = process.communicate(timeout=TIMEOUT)
         done.append(subprocess.CompletedProcess(process.args, process.returncode, out, ""))
     return done
+
+
+def launch_machines(ranks: list[int], cli: list[str], cwd: Path, rendezvous_timeout: int = 120) -> list[Any]:
+    """Start the given machine ranks of a two-machine run at once and wait for each."""
+    port = free_port()
+    return finish([start_machine(rank, port, cli, cwd, rendezvous_timeout) for rank in ranks])
+
+
+def launch_two_machines(cli: list[str], cwd: Path) -> str:
+    """Both machine ranks of a two-machine run; fails with a machine's output when either fails, else
+    returns the two machines' output together."""
+    done = launch_machines([0, 1], cli, cwd)
+    for result in done:
+        assert result.returncode == 0, failure_report(result.stdout)
+    return "".join(result.stdout for result in done)
 
 
 @pytest.mark.slow
@@ -235,9 +252,7 @@ def test_sft_on_two_machines_follows_the_two_process_loss_curve(
     trains as two processes of one machine do: the same losses, equal replicas, one report."""
     two, _ = sft_two
     config = sft_config(sft_work, "machines", 2, 4)
-    done = launch_machines([0, 1], ["train", "sft", "--config", str(config)], sft_work)
-    for result in done:
-        assert result.returncode == 0, failure_report(result.stdout)
+    output = launch_two_machines(["train", "sft", "--config", str(config)], sft_work)
 
     def losses(folder: Path) -> list[float]:
         return [e["loss"] for e in trainer_state(folder / "checkpoint-4")["log_history"] if "loss" in e]
@@ -245,21 +260,29 @@ def test_sft_on_two_machines_follows_the_two_process_loss_curve(
     assert losses(sft_work / "machines") == pytest.approx(losses(two), rel=1e-4)
     digests = replica_digests(sft_work / "machines")
     assert all(len(d) == 2 and d[0] == d[1] for d in digests.values())
-    assert sum(r.stdout.count("trained 4 steps") for r in done) == 1  # the main process of machine 0 reports
+    assert output.count("trained 4 steps") == 1  # the main process of machine 0 reports
     assert (sft_work / "machines" / "model.safetensors").is_file()
 
 
 @pytest.mark.slow
 def test_a_two_machine_run_missing_a_machine_rank_is_refused(sft_work: Path) -> None:
-    """Machine rank 1 never starts: machine 0 does not train alone as a one-machine run; it stops when the
-    rendezvous times out, non-zero, and writes no model."""
-    config = sft_config(sft_work, "alone", 2, 2)
-    (result,) = launch_machines(
-        [0], ["train", "sft", "--config", str(config)], sft_work, rendezvous_timeout=5
-    )
-    assert result.returncode != 0
-    assert "trained" not in result.stdout
-    assert not (sft_work / "alone" / "model.safetensors").exists()
+    """Machine rank 1 never starts: machine 0 does not train alone as a one-machine run, under ``train sft``
+    nor ``train grpo``; it stops when the rendezvous times out, non-zero, before any process of ours runs
+    (no output folder, so no model loaded). Both wait at once, so the check costs one timeout."""
+    alone = {"sft": sft_work / "alone", "grpo": sft_work / "alone-grpo"}
+    commands = {
+        "sft": ["train", "sft", "--config", str(sft_config(sft_work, "alone", 2, 2))],
+        "grpo": ["train", "grpo", "--config", str(REPO / "configs" / "grpo_critic_tiny.yaml")],
+    }
+    commands["grpo"] += ["--out", str(alone["grpo"])]
+    started = [
+        start_machine(0, free_port(), cli, sft_work, rendezvous_timeout=2) for cli in commands.values()
+    ]
+    for name, result in zip(commands, finish(started), strict=True):
+        assert result.returncode != 0, name
+        assert "1/2 clients joined" in result.stdout, failure_report(result.stdout)
+        assert "trained" not in result.stdout
+        assert not alone[name].exists()
 
 
 def test_the_slurm_script_launches_one_machine_rank_per_node(tmp_path: Path) -> None:
@@ -299,7 +322,7 @@ def test_the_slurm_script_launches_one_machine_rank_per_node(tmp_path: Path) -> 
         args = launch_command_parser().parse_args(argv[1:])
         assert (args.num_machines, args.num_processes, args.machine_rank) == (2, 8, rank)
         assert (args.main_process_ip, args.main_process_port) == ("node-a", 29500)
-        assert args.config_file == "configs/accelerate/deepspeed_zero3.yaml"
+        assert args.config_file == "configs/accelerate/deepspeed_zero3_multinode.yaml"
         assert args.module and args.training_script == "interleave_thinker"
         assert args.training_script_args == [
             "train",
@@ -345,9 +368,15 @@ def format_trained_critic() -> Path:
 
 
 @pytest.mark.slow
-def test_grpo_two_processes_log_each_rollout_once_with_whole_groups_and_resume(
+def test_grpo_on_two_machines_logs_each_rollout_once_with_whole_groups_and_resumes(
     tmp_path: Path, format_trained_critic: Path
 ) -> None:
+    """``train grpo`` on two machine ranks of one process each (127.0.0.1, gloo): the rollouts of both
+    machines are logged once, by the main process of machine 0, in whole groups; the replicas stay equal.
+    Every process here is its machine's local main process, so what only the global main process may do
+    (report, log, save) is told apart from what every machine does, which two processes of one machine
+    cannot show. ``--resume`` then continues the two-machine checkpoint as two processes of one machine
+    (the same ranks, so the same per-rank RNG states), which runs GRPO's one-machine path too."""
     pd = pytest.importorskip("pandas")
     steps = 2
     config = write_config(
@@ -374,7 +403,7 @@ def test_grpo_two_processes_log_each_rollout_once_with_whole_groups_and_resume(
             "trl": {"log_completions": True, "num_completions_to_print": 1},
         },
     )
-    stdout = launch(2, "train", "grpo", "--config", str(config), cwd=tmp_path)
+    stdout = launch_two_machines(["train", "grpo", "--config", str(config)], tmp_path)
     out = tmp_path / "grpo"
     assert stdout.count(f"trained {steps} steps") == 1
     logs = [e for e in trainer_state(out / f"checkpoint-{steps}")["log_history"] if "reward" in e]
@@ -382,7 +411,7 @@ def test_grpo_two_processes_log_each_rollout_once_with_whole_groups_and_resume(
     assert all("kl" in e for e in logs)
     for entry in logs:
         table = pd.read_parquet(out / "completions" / f"completions_{entry['step']:05d}.parquet")
-        # Every rollout of the step once: 2 ranks x PER_DEVICE completions, no row twice.
+        # Every rollout of the step once: 2 machines x PER_DEVICE completions, no row twice.
         assert len(table) == 2 * PER_DEVICE
         prompts = [str(p) for p in table["prompt"]]
         # Groups stay whole: consecutive runs of GROUP rows share one prompt, and groups differ.
@@ -398,7 +427,7 @@ def test_grpo_two_processes_log_each_rollout_once_with_whole_groups_and_resume(
     assert all(d[0] == d[1] for d in digests.values())
     assert digests[steps][0] != digests[0][0]
     assert (out / "model.safetensors").is_file()
-    # Resume from the 2-process checkpoint: one more step, counted from where it stopped.
+    # Resume from the two-machine checkpoint on one machine: one more step, counted from where it stopped.
     settings = yaml.safe_load(config.read_text(encoding="utf-8"))
     settings["training"]["max_steps"] = steps + 1
     write_config(config, settings)
@@ -412,12 +441,13 @@ def test_grpo_two_processes_log_each_rollout_once_with_whole_groups_and_resume(
 # --- Shipped DeepSpeed ZeRO-3 and FSDP configs --------------------------------------------------------
 
 
-def launch_env(config_file: Path) -> tuple[Any, dict[str, str]]:
-    """What ``accelerate launch --config_file FILE`` parses and puts into each process's environment."""
+def launch_env(config_file: Path, *flags: str) -> tuple[Any, dict[str, str]]:
+    """What ``accelerate launch --config_file FILE FLAGS`` parses and puts into each process's environment
+    (torchrun's per-node arguments are set on the parsed arguments)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
-    args = launch_command_parser().parse_args(["--config_file", str(config_file), "train.py"])
+    args = launch_command_parser().parse_args(["--config_file", str(config_file), *flags, "train.py"])
     args, defaults, _ = _validate_launch_command(args)
     if args.use_deepspeed:
         fields = [*defaults.deepspeed_config, "mixed_precision"]
@@ -495,3 +525,34 @@ def test_shipped_deepspeed_zero3_config_loads(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.delenv(key)
     sft, grpo = shipped_trl_configs(monkeypatch, {})
     assert sft.bf16 and grpo.bf16
+
+
+@pytest.mark.parametrize("single", ["deepspeed_zero3.yaml", "fsdp.yaml"])
+def test_shipped_multi_node_configs_leave_the_machine_rank_and_address_to_the_launcher(single: str) -> None:
+    """``configs/accelerate/*_multinode.yaml``: two machines of 8 processes, no machine rank or main
+    address in the file (each node's launch passes its own), the single-node file's sharding settings,
+    and what accelerate makes of a node's launch: torchrun with 2 nodes, that node's rank and node 0's
+    address. For DeepSpeed that needs ``deepspeed_multinode_launcher: standard``: with the single-node file
+    the same flags start ``deepspeed --launcher pdsh`` on every node (no ``nnodes`` for torchrun)."""
+    folder = REPO / "configs" / "accelerate"
+    multi = folder / single.replace(".yaml", "_multinode.yaml")
+    settings = yaml.safe_load(multi.read_text(encoding="utf-8"))
+    assert (settings["num_machines"], settings["num_processes"]) == (2, 16)
+    assert not {"machine_rank", "main_process_ip"} & set(settings)
+    one_node = yaml.safe_load((folder / single).read_text(encoding="utf-8"))
+    sharding = "deepspeed_config" if "deepspeed" in single else "fsdp_config"
+    launcher = settings[sharding].pop("deepspeed_multinode_launcher", None)
+    assert launcher == ("standard" if sharding == "deepspeed_config" else None)
+    per_run = {"num_machines", "num_processes", "machine_rank", "main_process_port"}
+    assert {k: v for k, v in settings.items() if k not in per_run} == {
+        k: v for k, v in one_node.items() if k not in per_run
+    }
+    node = ("--machine_rank", "1", "--main_process_ip", "node-a")
+    args, env = launch_env(multi, *node)
+    assert (args.use_deepspeed, args.use_fsdp) == (sharding == "deepspeed_config", sharding == "fsdp_config")
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", 1)
+    assert (args.rdzv_endpoint, args.rdzv_backend) == ("node-a:29500", "static")
+    assert env and args.mixed_precision == "bf16"
+    if sharding == "deepspeed_config":
+        single_args, _ = launch_env(folder / single, "--num_machines", "2", "--num_processes", "16", *node)
+        assert not hasattr(single_args, "nnodes") and single_args.deepspeed_multinode_launcher == "pdsh"

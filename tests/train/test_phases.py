@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from interleave_thinker.cli.progress import counter_bar
 from tests.conftest import REPO, shared_path
+from tests.helpers.common import grpo_config
 
 SECONDS = r"\d+\.\d s"
 
@@ -128,17 +129,15 @@ def test_grpo_names_its_phases_in_order(tmp_path: Path) -> None:
     import contextlib
     from collections.abc import Iterator
 
-    from interleave_thinker.train.grpo import GRPORunConfig, build_grpo_trainer
+    from interleave_thinker.train.grpo import build_grpo_trainer
 
-    config = GRPORunConfig.model_validate(
-        {
-            "role": "critic",
-            "output_dir": str(tmp_path / "grpo"),
-            "model": {"name_or_path": "tiny:critic"},
-            "data": {"synthetic": 2},
-            "reward": {"stepwise": False},
-            "training": {"max_steps": 1, "bf16": False, "use_cpu": True, "report_to": "none"},
-        }
+    config = grpo_config(
+        tmp_path / "grpo",
+        "critic",
+        "tiny:critic",
+        {"synthetic": 2},
+        reward={"stepwise": False},
+        training={"max_steps": 1},
     )
     seen: list[str] = []
 

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from interleave_thinker.agents.planner import guidance_planner_messages, narrative_planner_messages
+from interleave_thinker.agents.planner import narrative_planner_messages, planner_messages
 from interleave_thinker.cli.data import app
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.prompt_store import builtin_templates
@@ -174,7 +174,7 @@ def test_grpo_rows_are_the_pipelines_planner_turns_with_their_images(folder: Pat
     assert ds["plan_score"] == [None, 1.0]
     for row, example in zip(ds, examples[1:], strict=True):
         pictures = [Image.open(p).convert("RGB") for p in example.images]
-        expected = guidance_planner_messages(templates, example.text_input, pictures)[0]["content"]
+        expected = planner_messages(templates, example.text_input, pictures)[0]["content"]
         parts = row["prompt"][0]["content"]
         assert [p["type"] for p in parts] == [p["type"] for p in expected]
         assert [p["text"] for p in parts if p["type"] == "text"] == [

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from interleave_thinker.core.errors import ConfigError, StorageError
 from interleave_thinker.train.common import finished_at, resume_checkpoint
+from tests.helpers.common import grpo_config
 
 
 def checkpoint(out: Path, step: int) -> Path:
@@ -119,18 +120,10 @@ def test_a_full_disk_at_a_save_says_so_and_resume_continues_from_the_checkpoint_
 @pytest.mark.slow  # a 2-step GRPO run of the random tiny planner, then its resume
 def test_grpo_resume_passes_over_a_partial_newest_checkpoint(tmp_path: Path) -> None:
     from interleave_thinker.train.grpo import run_grpo
-    from interleave_thinker.train.grpo.config import GRPORunConfig
 
-    config = GRPORunConfig.model_validate(
-        {
-            "role": "planner",
-            "output_dir": str(tmp_path / "grpo"),
-            "model": {"name_or_path": "tiny:planner"},
-            "data": {"synthetic": 4},
-            "training": {"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, "save_steps": 1,
-                         "max_completion_length": 8, "bf16": False, "use_cpu": True, "report_to": "none"},
-        }
-    )  # fmt: skip
+    steps = {"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2, "save_steps": 1}
+    training = {**steps, "max_completion_length": 8}
+    config = grpo_config(tmp_path / "grpo", "planner", "tiny:planner", {"synthetic": 4}, training=training)
     assert run_grpo(config).global_step == 2
     (tmp_path / "grpo" / "checkpoint-2" / "trainer_state.json").unlink()  # a save a full disk cut short
     resumed = run_grpo(config, resume=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import gradio as gr
 import markupsafe
 import pytest
 from PIL import Image
@@ -23,10 +24,12 @@ from interleave_thinker.core.errors import ConfigError, InputError
 from interleave_thinker.runtime.documents import TINY_PLAN
 from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
 from interleave_thinker.testing.scripted import ScriptedImageBackend
-from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, DemoRuns, ExampleImages, keep_example_images
+from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, ExampleImages, keep_example_images
 from interleave_thinker.ui.files import example_images, new_run_dir, session_dir, sweep, zip_run
 from interleave_thinker.ui.limits import check_uploads
 from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root, parse_size
+from interleave_thinker.ui.redo import NO_RUN
+from interleave_thinker.ui.runs import DemoRuns
 from tests.helpers.demo import BOMB_MESSAGE, NOTICE, GatedImage, bomb_png, scripted_pipeline
 
 # gr.Warning outside a served app is warnings.warn: the toasts are asserted in their own tests
@@ -465,3 +468,93 @@ def test_the_demo_command_gives_its_process_a_gradio_cache_of_its_own(
     )
     assert os.environ["GRADIO_TEMP_DIR"] == str(folder)
     folder.rmdir()
+
+
+def run_folder_of(frame: tuple[Any, ...]) -> Path:
+    """The run folder beside the zip a finished run's last frame offers."""
+    return Path(frame[6]).with_suffix("")
+
+
+def test_redo_keeps_the_steps_before_it_and_names_its_parent(options: DemoOptions) -> None:
+    """Issue 43: "Redo a step" after a run. Step 1 is the parent's byte for byte with no call for it
+    (counted at the backends), step 2 is made again from the visitor's instruction (control characters
+    removed) and seed base, the new trace names its parent, and a redo of that redo keeps its seed."""
+    generator = ScriptedImageBackend()
+    pipeline = scripted_pipeline(generator)
+    runs = DemoRuns(pipeline, options)
+    parent = run_folder_of(list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))[-1])
+    made, planned = len(generator.calls), len(pipeline.planner_backend.calls)  # type: ignore[attr-defined]
+
+    frames = list(runs.redo(2, "  Paint the Cat \x00blue. ", 7, request=session("s1")))
+    status, plan, live, _, gallery, final, _ = frames[-1]
+    child = run_folder_of(frames[-1])
+    old, new = (json.loads((f / "trace.json").read_text()) for f in (parent, child))
+    assert new["parent"] == {
+        "run": str(parent),
+        "step": 2,
+        "instruction": "Paint the Cat blue.",
+        "seed_base": 7,
+    }
+    assert new["status"] == "succeeded" and new["steps"][0] == old["steps"][0]
+    for name in ("step01_attempt0.png", "step01_attempt1.png"):
+        assert (child / "images" / name).read_bytes() == (parent / "images" / name).read_bytes()
+    assert len(pipeline.planner_backend.calls) == planned  # type: ignore[attr-defined]
+    calls = generator.calls[made:]  # only step 2's two attempts
+    assert [c.prompt for c in calls] == ["Paint the Cat blue.", "refined: try again"]
+    assert [c.seed for c in calls] == [a["seed"] + 7 for a in old["steps"][1]["attempts"]]
+    shown = "step02_attempt1.png"
+    assert (child / "images" / shown).read_bytes() != (parent / "images" / shown).read_bytes()
+    assert 'data-ev="redo"' in status and "Redo from step 2: step 1 is kept from the last run" in status
+    assert "phase-done" in status and 'data-ev="verdict-1-1"' in live and 'data-ev="final"' in final
+    assert 'data-ev="plan-step-2"' in plan and "Paint the Cat blue." in plan
+    assert [Path(p).relative_to(child).as_posix() for p, _ in gallery] == [
+        "images/step01_attempt1.png",
+        "images/step02_attempt1.png",
+    ]
+    # a redo of the redo, from step 1 with the fields left empty: the last run (the redo) is the parent
+    grand = run_folder_of(list(runs.redo(1, "", None, request=session("s1")))[-1])
+    again = json.loads((grand / "trace.json").read_text())
+    assert again["parent"]["run"] == str(child) and again["parent"]["step"] == 1
+    assert [a["seed"] for a in again["steps"][0]["attempts"]] == [
+        a["seed"] + 7 for a in old["steps"][0]["attempts"]
+    ]
+    assert again["planner"]["plan"]["steps"][1]["instruction"] == "Paint the Cat blue."
+
+
+def test_redo_is_bounded_where_it_enters(options: DemoOptions) -> None:
+    """Issue 43: each field is refused with one line naming it before anything is queued (Gradio's
+    validator), and again by the handler, which leaves the last run's panes as they are."""
+    runs = DemoRuns(scripted_pipeline(), options)
+    assert runs.check_redo(1, "", None, session("s1"))[0]["message"] == NO_RUN  # nothing run yet
+    list(runs.run(*run_args("Please draw a Cat"), request=session("s1")))
+    cases = [
+        ((None, "", None), 0, "Redo from step: give the number of the step to redo (1 is the first)."),
+        ((0, "", None), 0, "Redo from step: 0 is not a whole number 1 or more."),
+        ((1.5, "", None), 0, "Redo from step: 1.5 is not a whole number 1 or more."),
+        ((3, "", None), 0, "Redo from step: the last run has no step 3 to redo; pick 1 to 2."),
+        (
+            (1, "x" * 1001, None),
+            1,
+            "New instruction: 1,001 characters; this demo takes at most 1,000 for one step. Shorten it.",
+        ),
+        ((1, "", -1), 2, "Seed base from that step: -1 is not a whole number 0 to 2,147,483,647."),
+        ((1, "", 2**31), 2, "Seed base from that step: 2147483648 is not a whole number 0 to 2,147,483,647."),
+    ]
+    for args, field, message in cases:
+        verdicts = runs.check_redo(*args, session("s1"))
+        assert [v["is_valid"] for v in verdicts] == [i != field for i in range(3)], args
+        assert verdicts[field]["message"] == message
+    assert all(v["is_valid"] for v in runs.check_redo(2, "x" * 1000, 2**31 - 1, session("s1")))
+    assert runs.check_redo(1, "", None, session("s2"))[0]["message"] == NO_RUN  # not another session's
+    folders = set((options.out_root / "s1").iterdir())
+    frames = list(runs.redo(3, "", None, request=session("s1")))
+    assert len(frames) == 1 and "phase-refused" in frames[0][0]
+    assert "error: Redo from step: the last run has no step 3 to redo; pick 1 to 2." in frames[0][0]
+    assert all(pane == gr.skip() for pane in frames[0][1:])  # the last run stays on the page
+    assert set((options.out_root / "s1").iterdir()) == folders
+
+    failing = DemoRuns(scripted_pipeline(ScriptedImageBackend(fail_on=lambda p: p == "a Cat")), options)
+    list(failing.run(*run_args("Please draw a Cat"), request=session("s3")))  # step 1 fails
+    assert failing.check_redo(2, "", None, session("s3"))[0]["message"] == (
+        "Redo from step: the last run has no step 2 to redo (it stopped at step 1); pick 1 to 1."
+    )

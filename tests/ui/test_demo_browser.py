@@ -10,13 +10,16 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image
 
+from interleave_thinker import Pipeline
+from interleave_thinker.testing.scripted import ScriptedImageBackend
 from interleave_thinker.ui import DemoOptions, build_demo
 from tests.helpers.browser import chromium
 from tests.helpers.demo import BOMB_MESSAGE, GatedImage, bomb_png, scripted_pipeline, serve
@@ -48,6 +51,37 @@ new MutationObserver(() => {
 def browser() -> Iterator[Any]:
     with chromium() as launched:
         yield launched
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    pipeline: Pipeline
+    generator: ScriptedImageBackend
+    options: DemoOptions
+    gradio_cache: Path
+
+
+@pytest.fixture(scope="module")
+def served_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One demo over the scripted pipeline, served for every test that needs nothing of its own: each
+    test opens its own page (its own session), and building and serving an app is ~3 s saved a test."""
+    generator = ScriptedImageBackend()
+    pipeline = scripted_pipeline(generator)
+    root = tmp_path_factory.mktemp("served")
+    options = DemoOptions(out_root=root / "demo")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(root / "gradio"))  # made before the tests' own (conftest)
+        with serve(build_demo(pipeline, options=options), options) as url:
+            yield Served(url, pipeline, generator, options, root / "gradio")
+
+
+@pytest.fixture
+def demo(served_demo: Served, monkeypatch: pytest.MonkeyPatch) -> Served:
+    """:func:`served_demo`, with the Gradio cache the app was built with in this test's environment too
+    (``tests/conftest.isolated_home`` gives each test its own): an upload is cached where the app looks."""
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(served_demo.gradio_cache))
+    return served_demo
 
 
 def open_page(browser: Any, url: str, width: int = 1280) -> Any:
@@ -231,47 +265,43 @@ def test_two_sessions_with_uploads_see_only_their_own_runs(browser: Any, tmp_pat
         first.screenshot(path=str(tmp_path / "kite.png"), full_page=True)
 
 
-def test_browser_shows_bad_input_and_keeps_serving(browser: Any, tmp_path: Path) -> None:
-    options = DemoOptions(out_root=tmp_path / "demo")
-    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
-        page = open_page(browser, url)
-        submit(page, "<image> one marker, two images", frames(tmp_path))
-        alert = page.locator('[data-ev="error"]')
-        alert.wait_for()
-        message = (
-            "The request has 1 <image> marker(s) but 2 image(s) were given (the Input images field); "
-            "give one image per marker, in order."
-        )
-        assert alert.inner_text() == f"error: {message}"
-        toast = page.locator('.toast-message-item.warning [data-testid="toast-text"]')  # gr.Warning
-        toast.first.wait_for()
-        assert toast.first.inner_text() == message
-        page.locator("#it-files button[aria-label='Clear']").first.click()
-        submit(page, "Please draw a Moth")
-        page.locator('[data-ev="final"]').wait_for()
-        assert page.locator('[data-ev="error"]').count() == 0
+def test_browser_shows_bad_input_and_keeps_serving(browser: Any, demo: Served, tmp_path: Path) -> None:
+    page = open_page(browser, demo.url)
+    submit(page, "<image> one marker, two images", frames(tmp_path))
+    alert = page.locator('[data-ev="error"]')
+    alert.wait_for()
+    message = (
+        "The request has 1 <image> marker(s) but 2 image(s) were given (the Input images field); "
+        "give one image per marker, in order."
+    )
+    assert alert.inner_text() == f"error: {message}"
+    toast = page.locator('.toast-message-item.warning [data-testid="toast-text"]')  # gr.Warning
+    toast.first.wait_for()
+    assert toast.first.inner_text() == message
+    page.locator("#it-files button[aria-label='Clear']").first.click()
+    submit(page, "Please draw a Moth")
+    page.locator('[data-ev="final"]').wait_for()
+    assert page.locator('[data-ev="error"]').count() == 0
 
 
-def test_browser_shows_a_refused_upload_at_its_field(browser: Any, tmp_path: Path) -> None:
+def test_browser_shows_a_refused_upload_at_its_field(browser: Any, demo: Served, tmp_path: Path) -> None:
     """Issue 30 item 9: a 121-megapixel upload is refused before the queue by Gradio's validator,
     whose one-line message the page paints on the upload field; the next request runs."""
-    options = DemoOptions(out_root=tmp_path / "demo")
-    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
-        page = open_page(browser, url)
-        submit(page, "<image> what next", [bomb_png(tmp_path / "bomb.png", 11000)])
-        refusal = page.locator("#it-files .validation-error")
-        refusal.wait_for(timeout=30_000)
-        assert refusal.inner_text().strip() == BOMB_MESSAGE.format(
-            name="bomb.png", what="is 11000x11000 = 121000000 pixels, over the limit of 16777216"
-        )
-        assert page.locator('[data-ev="final"]').count() == 0
-        page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)
-        clear = page.locator("#it-files button[aria-label='Clear']")
-        clear.first.click()  # the message's own close button
-        refusal.wait_for(state="detached")
-        clear.first.click()  # then the upload's
-        submit(page, "Please draw a Moth")
-        page.locator('[data-ev="final"]').wait_for()
+    page = open_page(browser, demo.url)
+    submit(page, "<image> what next", [bomb_png(tmp_path / "bomb.png", 11000)])
+    refusal = page.locator("#it-files .validation-error")
+    refusal.wait_for(timeout=30_000)
+    assert refusal.inner_text().strip() == BOMB_MESSAGE.format(
+        name="bomb.png", what="is 11000x11000 = 121000000 pixels, over the limit of 16777216"
+    )
+    assert page.locator('[data-ev="final"]').count() == 0
+    page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)
+    clear = page.locator("#it-files button[aria-label='Clear']")
+    clear.first.click()  # the message's own close button
+    refusal.wait_for(state="detached")
+    clear.first.click()  # then the upload's
+    submit(page, "Please draw a Moth")
+    page.locator('[data-ev="final"]').wait_for()
 
 
 @pytest.mark.slow
@@ -323,54 +353,126 @@ def test_tiny_preset_in_the_browser(browser: Any, tmp_path: Path) -> None:
             save_small(screenshot, Path(os.environ[SCREENSHOT_ENV]))
 
 
-def test_a_phone_sees_the_whole_page(browser: Any, tmp_path: Path) -> None:
+def test_a_phone_sees_the_whole_page(browser: Any, demo: Served, tmp_path: Path) -> None:
     """Issue 33 item 7: at 390 px a long word (a URL, a run-on token) was cut off in the plan, the
     steps and the final page, and the examples table ran past the screen. Everything wraps now."""
-    options = DemoOptions(out_root=tmp_path / "demo")
     word = "Pneumonoultramicroscopicsilicovolcanoconiosis" * 2
-    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
-        page = open_page(browser, url, width=PHONE)
-        assert_fits(page)
-        submit(page, f"Please draw a {word}")
-        page.locator('[data-ev="final"]').wait_for()
-        assert word in page.locator("#it-final").inner_text()
-        assert_fits(page)
-        assert_gallery_shows_images(page)
-        page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
-        page.locator("#it-gallery .thumbnail-item").first.click()  # Gradio's lightbox, with a download
-        page.locator('#it-gallery [data-testid="detailed-image"]').wait_for()
-        assert page.locator("#it-gallery button[aria-label='Download']").count() == 1
-        assert_fits(page)
+    page = open_page(browser, demo.url, width=PHONE)
+    assert_fits(page)
+    submit(page, f"Please draw a {word}")
+    page.locator('[data-ev="final"]').wait_for()
+    assert word in page.locator("#it-final").inner_text()
+    assert_fits(page)
+    assert_gallery_shows_images(page)
+    page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
+    page.locator("#it-gallery .thumbnail-item").first.click()  # Gradio's lightbox, with a download
+    page.locator('#it-gallery [data-testid="detailed-image"]').wait_for()
+    assert page.locator("#it-gallery button[aria-label='Download']").count() == 1
+    assert_fits(page)
 
 
-def test_an_examples_images_stay_with_that_example(browser: Any, tmp_path: Path) -> None:
+def test_an_examples_images_stay_with_that_example(browser: Any, demo: Served, tmp_path: Path) -> None:
     """Issue 33 item 7: after a click on an example with images, the visitor's next typed request
     silently took them along. A request without an ``<image>`` marker now drops them, with a note;
     one that keeps a marker (the example, edited) keeps them."""
-    options = DemoOptions(out_root=tmp_path / "demo")
     example = "<image><image> The ball rolls towards the box. What happens next? Show the next two moments."
-    with serve(build_demo(scripted_pipeline(), options=options), options) as url:
-        page = open_page(browser, url)
-        uploads, box = page.locator("#it-files"), page.locator("#it-request textarea")
-        for typed, kept in ((None, []), (" Draw the Box", [1, 2])):
-            page.locator("#it-examples").get_by_text("The ball rolls").click()
-            uploads.get_by_text("frame2").first.wait_for()
-            page.locator("#it-files-note").wait_for(state="hidden")  # a click on an example hides it
-            box.focus()
-            if typed is None:  # a new request, typed over the example's (Gradio's input event: keys)
-                box.press("ControlOrMeta+a")
-                box.press_sequentially("Please draw a Moth")
-                note = page.locator("#it-files-note")
-                note.get_by_text("The example's images were removed").wait_for()
-                uploads.get_by_text("frame2").first.wait_for(state="detached")
-            else:  # the example's request, edited: its markers, so its images, stay
-                box.press("End")
-                box.press_sequentially(typed)
-            page.locator("#it-run").click()
-            page.locator('[data-ev="final"]').wait_for()
-            trace = download_trace(page, tmp_path)
-            assert trace["request"]["text"] == (example + typed if typed else "Please draw a Moth")
-            assert trace["input_images"] == [f"input_{i}.png" for i in kept]
+    page = open_page(browser, demo.url)
+    uploads, box = page.locator("#it-files"), page.locator("#it-request textarea")
+    for typed, kept in ((None, []), (" Draw the Box", [1, 2])):
+        page.locator("#it-examples").get_by_text("The ball rolls").click()
+        uploads.get_by_text("frame2").first.wait_for()
+        page.locator("#it-files-note").wait_for(state="hidden")  # a click on an example hides it
+        box.focus()
+        if typed is None:  # a new request, typed over the example's (Gradio's input event: keys)
+            box.press("ControlOrMeta+a")
+            box.press_sequentially("Please draw a Moth")
+            note = page.locator("#it-files-note")
+            note.get_by_text("The example's images were removed").wait_for()
+            uploads.get_by_text("frame2").first.wait_for(state="detached")
+        else:  # the example's request, edited: its markers, so its images, stay
+            box.press("End")
+            box.press_sequentially(typed)
+        page.locator("#it-run").click()
+        page.locator('[data-ev="final"]').wait_for()
+        trace = download_trace(page, tmp_path)
+        assert trace["request"]["text"] == (example + typed if typed else "Please draw a Moth")
+        assert trace["input_images"] == [f"input_{i}.png" for i in kept]
+
+
+def zipped_images(archive: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(archive) as opened:
+        return {
+            n.removeprefix("images/"): opened.read(n) for n in opened.namelist() if n.startswith("images/")
+        }
+
+
+def redo_shown(page: Any, calls: Callable[[], int]) -> str:
+    """What the page shows after "Redo from this step": the redo's line, a refusal at a field or the
+    status line's error; if none comes, a failure that says what the page and the generator show."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    shown = page.locator('[data-ev="redo"], #it-redo-fold .validation-error, [data-ev="error"]').first
+    try:
+        shown.wait_for()
+    except PlaywrightTimeout:
+        status = page.locator("#it-status").inner_text(timeout=5_000)
+        fields = [page.locator(f"#it-redo-{f} input").input_value() for f in ("step", "seed")]
+        raise AssertionError(
+            f"no redo, refusal or error after {WAIT_MS // 1000} s; status {status!r}, fields {fields}, "
+            f"{calls()} generator call(s) since the click"
+        ) from None
+    return str(shown.inner_text()).strip()
+
+
+def test_redo_a_step_in_the_browser(browser: Any, demo: Served, tmp_path: Path) -> None:
+    """Issue 43: after a run, "Redo a step" makes step 2 again with a new instruction and seed base:
+    step 1's images are the parent's byte for byte and were not made again (counted at the backends),
+    step 2 is made from the new instruction, and the new run's trace names its parent."""
+    generator, pipeline = demo.generator, demo.pipeline
+    page = open_page(browser, demo.url)
+    # The fold is opened first: after a run, a Number that Gradio 6.31 shows by opening an Accordion loses
+    # what is typed into it within ~50 ms of the click (its default comes back), so "2" typed at once was
+    # sometimes sent as 1 (3 of 8 tries here; 0 of 18 with 50-400 ms between the click and the typing).
+    page.locator("#it-redo-fold").get_by_text("Redo a step").click()
+    page.locator("#it-redo-step input").wait_for()
+    submit(page, "Please draw a Heron")
+    page.locator('[data-ev="final"]').wait_for()
+    parent = download_trace(page, tmp_path)
+    before = zipped_images(tmp_path / "run.zip")
+    made, planned = len(generator.calls), len(pipeline.planner_backend.calls)  # type: ignore[attr-defined]
+    typed = {
+        "#it-redo-step input": "2",
+        "#it-redo-instruction textarea": "Paint the Heron blue.",
+        "#it-redo-seed input": "7",
+    }
+    for field, value in typed.items():
+        page.locator(field).fill(value)
+    assert {f: page.locator(f).input_value() for f in typed} == typed
+    page.locator("#it-redo").click()
+    assert redo_shown(page, lambda: len(generator.calls) - made) == (
+        "Redo from step 2: step 1 is kept from the last run as it was, with no model call."
+    )
+    trace = download_trace(page, tmp_path)  # the redo's zip, once its link replaces the parent's
+    after = zipped_images(tmp_path / "run.zip")
+    assert gallery_captions(page) == [
+        "1. Heron sketch: Draw the Heron. (step01_attempt1.png)",
+        "2. Heron colour: The Heron in colour. (step02_attempt1.png)",
+    ]
+    run = Path(trace["parent"]["run"])
+    assert trace["parent"] == {
+        "run": str(run),
+        "step": 2,
+        "instruction": "Paint the Heron blue.",
+        "seed_base": 7,
+    }
+    assert run.parent.parent == demo.options.out_root
+    assert json.loads((run / "trace.json").read_text())["created_at"] == parent["created_at"]
+    assert trace["steps"][0] == parent["steps"][0] and trace["status"] == "succeeded"
+    for name in ("step01_attempt0.png", "step01_attempt1.png"):
+        assert after[name] == before[name]
+    assert len(pipeline.planner_backend.calls) == planned  # type: ignore[attr-defined]
+    assert [c.prompt for c in generator.calls[made:]] == ["Paint the Heron blue.", "refined: try again"]
+    assert after["step02_attempt1.png"] != before["step02_attempt1.png"]
 
 
 def save_small(screenshot: Path, target: Path) -> None:

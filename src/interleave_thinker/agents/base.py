@@ -16,7 +16,7 @@ from typing import ClassVar, Self, TypeVar
 from interleave_thinker.agents.messages import Message
 from interleave_thinker.agents.retry import Outcome, RetryPolicy
 from interleave_thinker.agents.seeds import Turn
-from interleave_thinker.backends.protocols import VLMBackend, seed_kwargs
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, VLMBackend, seed_kwargs
 from interleave_thinker.core.prompt_store import TemplateSet
 
 T = TypeVar("T")
@@ -26,7 +26,7 @@ A = TypeVar("A", bound="Agent")
 class Agent:
     """A VLM backend asked with filled templates; unparsable replies are asked again by ``retry``."""
 
-    DEFAULT_MAX_NEW_TOKENS: ClassVar[int] = 4096
+    DEFAULT_MAX_NEW_TOKENS: ClassVar[int] = MAX_NEW_TOKENS
     ROLE: ClassVar[str] = "agent"
     """Names the agent in its calls' seeds (``agents/seeds.py``)."""
 

@@ -53,14 +53,17 @@ def narrative_planner_messages(templates: TemplateSet, request_text: str) -> lis
     return user_turn(text_part(filled))
 
 
-def guidance_planner_messages(
+def planner_messages(
     templates: TemplateSet,
     request_text: str,
     images: list[Image.Image],
     many_images_max_pixels: int | None = None,
 ) -> list[Message]:
-    """Split the filled template on ``<image>`` and put image *i* after text piece *i*; with
-    ``many_images_max_pixels``, a turn of :data:`MANY_IMAGES` or more images bounds each to it."""
+    """The planner's turn: without images the narrative template; with them the guidance template split
+    on ``<image>``, image *i* after text piece *i* (with ``many_images_max_pixels``, a turn of
+    :data:`MANY_IMAGES` or more images bounds each to it)."""
+    if not images:
+        return narrative_planner_messages(templates, request_text)
     markers = count_image_markers(request_text)
     if markers != len(images):
         raise InputError(
@@ -77,17 +80,6 @@ def guidance_planner_messages(
         if remaining:
             content.append(image_part(remaining.pop(0), max_pixels))
     return user_turn(*content)
-
-
-def planner_messages(
-    templates: TemplateSet,
-    request_text: str,
-    images: list[Image.Image],
-    many_images_max_pixels: int | None = None,
-) -> list[Message]:
-    if images:
-        return guidance_planner_messages(templates, request_text, images, many_images_max_pixels)
-    return narrative_planner_messages(templates, request_text)
 
 
 # -- the reply ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ list of distinct attempt numbers 1..N; the reason is cleaned and cut to :data:`M
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import permutations
 
 from PIL import Image
 
@@ -95,16 +96,23 @@ class Ranker(Agent):
         return RankResult(outcome.value, outcome.raw_replies, outcome.errors, outcome.seeds)
 
 
+WHOLE_ORDER_MAX = 4
+"""Attempts up to which a stand-in's ranking is a whole order (4! = 24 choices); beyond, the best alone."""
+
+
 def ranking_skeleton(messages: list[Message]) -> Skeleton | None:
-    """The reply skeleton of a ranking request (``agents/reply_formats.py``): the best attempt's number is
-    the value; None for another request."""
+    """The reply skeleton of a ranking request (``agents/reply_formats.py``): the order of the attempts is
+    the value (up to :data:`WHOLE_ORDER_MAX` attempts; the best one's number beyond); None for another
+    request."""
     shape, text = kinds(messages), texts(messages)
     prefix = loop_template(TEMPLATE).split("{", 1)[0]
     count = len(shape) - 2
     if not text.startswith(prefix) or count < 1 or shape != "i" * (count + 1) + "t":
         return None
-    best = Choice(tuple(str(n) for n in range(1, count + 1)))
-    return ("<answer>\n{'ranking': [", best, "], 'reason': 'picked by a stand-in model'}\n</answer>")
+    numbers = range(1, count + 1)
+    orders = permutations(numbers) if count <= WHOLE_ORDER_MAX else ((n,) for n in numbers)
+    order = Choice(tuple(", ".join(str(n) for n in o) for o in orders))
+    return ("<answer>\n{'ranking': [", order, "], 'reason': 'picked by a stand-in model'}\n</answer>")
 
 
 register_format("ranking", ranking_skeleton)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypedDict, runtime_checkable
+from typing import Any, Protocol, Self, TypedDict, Unpack, runtime_checkable
 
 from PIL import Image
 
@@ -17,14 +17,34 @@ MAX_NEW_TOKENS = 4096
 """The reply budget of a ``chat`` call that names none: every signature that states a default uses this."""
 
 
-class ChatOptions(TypedDict, total=False):
+TEMPERATURE = 0.0
+"""The temperature of a call that names none: greedy."""
+
+
+class BatchOptions(TypedDict, total=False):
+    """The keyword options of :meth:`VLMBackend.chat_batch` (and of ``chat``, with a seed)."""
+
+    max_new_tokens: int
+    temperature: float | None
+
+
+class ChatOptions(BatchOptions, total=False):
     """The keyword options of :meth:`VLMBackend.chat`, for code that only passes them on (a wrapper, a
     test double): ``def chat(self, messages, **options: Unpack[ChatOptions])`` conforms to the protocol
     without restating its defaults, and the options it was not given stay the callee's to default."""
 
-    max_new_tokens: int
-    temperature: float | None
     seed: int | None
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """The options of one ``chat`` call as a backend reads them: those not given at the protocol's defaults
+    (``ChatCall(**options)`` in a ``chat(self, messages, **options: Unpack[ChatOptions])``), so a backend
+    states no default of its own."""
+
+    max_new_tokens: int = MAX_NEW_TOKENS
+    temperature: float | None = TEMPERATURE
+    seed: int | None = None
 
 
 @runtime_checkable
@@ -38,7 +58,7 @@ class VLMBackend(Protocol):
         messages: list[Message],
         *,
         max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
+        temperature: float | None = TEMPERATURE,
         seed: int | None = None,
     ) -> str:
         """One reply to one conversation.
@@ -55,7 +75,7 @@ class VLMBackend(Protocol):
         conversations: list[list[Message]],
         *,
         max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
+        temperature: float | None = TEMPERATURE,
     ) -> list[str]:
         """Replies to several independent conversations, in order."""
         ...
@@ -161,24 +181,13 @@ class VLMBatchMixin(Closeable):
     """``chat_batch`` declared once: a backend says how it answers several conversations in
     :meth:`_chat_many` (default: one ``chat`` call per conversation)."""
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
         raise NotImplementedError
 
-    def chat_batch(
-        self,
-        conversations: list[list[Message]],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-    ) -> list[str]:
-        return self._chat_many(conversations, max_new_tokens, temperature)
+    def chat_batch(self, conversations: list[list[Message]], **options: Unpack[BatchOptions]) -> list[str]:
+        """The protocol's ``chat_batch``, its defaults taken from the protocol's constants."""
+        tokens = options.get("max_new_tokens", MAX_NEW_TOKENS)
+        return self._chat_many(conversations, tokens, options.get("temperature", TEMPERATURE))
 
     def _chat_many(
         self, conversations: list[list[Message]], max_new_tokens: int, temperature: float | None

@@ -52,6 +52,10 @@ _REMOTE = RemoteOptions()
 """The ``remote`` section's defaults, which a backend built without settings takes: one place for them."""
 
 
+_SAME_NAMES = ("max_retries", "backoff_base", "backoff_max", "timeout", "deadline", "max_image_pixels")
+"""The fields of :class:`RetrySettings` that the ``remote`` section holds under the same name."""
+
+
 @dataclass(frozen=True)
 class RetrySettings:
     """How hard a served backend tries before giving up, and how much of a reply it takes in."""
@@ -71,15 +75,8 @@ class RetrySettings:
     @classmethod
     def from_options(cls, options: RemoteOptions) -> RetrySettings:
         """The transport half of the user's ``remote`` config section."""
-        return cls(
-            max_retries=options.max_retries,
-            backoff_base=options.backoff_base,
-            backoff_max=options.backoff_max,
-            timeout=options.timeout,
-            deadline=options.deadline,
-            max_reply_bytes=int(options.max_reply_mb * 1024 * 1024),
-            max_image_pixels=options.max_image_pixels,
-        )
+        same = options.model_dump(include=set(_SAME_NAMES))
+        return cls(**same, max_reply_bytes=int(options.max_reply_mb * 1024 * 1024))
 
     @property
     def total_deadline(self) -> float:
@@ -184,7 +181,9 @@ class EndpointPool:
         slots: Mapping[str, int] | None = None,
     ) -> None:
         if not urls:
-            raise ConfigError("An endpoint pool needs at least one URL.")
+            raise ConfigError(
+                "An endpoint pool needs at least one URL: give the spec one, e.g. http:http://host:8011."
+            )
         split = [split_credentials(u.rstrip("/")) for u in urls]
         self.urls = [url for url, _ in split]
         self.credentials = {url: auth for url, auth in split if auth is not None}

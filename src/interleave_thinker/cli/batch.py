@@ -10,16 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import (
-    BatchInputOption,
-    RequestsJob,
-    close_run,
-    run_scheduled,
-    used_specs,
-)
+from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, end_run, run_scheduled, used_specs
 from interleave_thinker.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -29,7 +22,6 @@ if TYPE_CHECKING:
     from interleave_thinker.runtime.scheduler import BatchOutcome, BatchRunner, BatchSettings
     from interleave_thinker.runtime.store import RunStore
 
-console = Console(stderr=True)
 SETTINGS_KEYS = ("planner", "critic", "generator", "loop", "generation")
 """The options a resumed batch must share with the batch it continues."""
 
@@ -69,12 +61,7 @@ def batch(
     # 2. Load the models and run; 3. outputs from the traces on disk (earlier runs' finished ones too).
     outcome, store = run_scheduled(out, len(job.items), scheduling, job)
     summary = _write_outputs(store, outcome)
-    console.print(
-        f"{summary['requests']['succeeded']} succeeded, {summary['requests']['failed']} failed "
-        f"({outcome.skipped} already finished) in {outcome.wall_s:.1f}s"
-    )
-    typer.echo(str(out / "report.html"))
-    close_run(summary, outcome.stopped)
+    end_run(summary, outcome.skipped, outcome.stopped, out / "report.html", took=f" in {outcome.wall_s:.1f}s")
 
 
 class BatchJob(RequestsJob["tuple[BatchOutcome, RunStore]"]):

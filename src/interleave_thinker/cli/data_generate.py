@@ -8,16 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from interleave_thinker.cli.options import SchedulingFlags, SettingsFlags, with_scheduling_flags
-from interleave_thinker.cli.scheduled import (
-    BatchInputOption,
-    RequestsJob,
-    close_run,
-    run_scheduled,
-    used_specs,
-)
+from interleave_thinker.cli.scheduled import BatchInputOption, RequestsJob, end_run, run_scheduled, used_specs
 from interleave_thinker.cli.scoring import JUDGE_TOKENS, JudgeTokensOption
 from interleave_thinker.cli.specs import check_spec
 
@@ -25,8 +18,6 @@ if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
     from interleave_thinker.datagen.generate import GenerateSettings, TeacherRun
     from interleave_thinker.runtime.scheduler import BatchSettings
-
-console = Console(stderr=True)
 
 
 @with_scheduling_flags()
@@ -59,23 +50,12 @@ def generate(
     check_judge(cfg)
     job = TeacherJob(cfg, input, out, scheduling, judge_max_new_tokens)
     # 2. Load the teachers and the judge, run; 3. the outcome.
-    summary, skipped = run_scheduled(out, len(job.items), scheduling, job)
-    _report(summary, skipped)
-    typer.echo(str(out / "summary.json"))
-    outcome = job.teachers.outcome if job.teachers is not None else None
-    close_run(summary, outcome.stopped if outcome is not None else None)
-
-
-def _report(summary: dict[str, Any], skipped: int) -> None:
-    """3. The outcome and the counts of every backend, over every run of this folder."""
     from interleave_thinker.datagen.generate_usage import usage_lines
 
-    console.print(
-        f"{summary['requests']['succeeded']} succeeded, {summary['requests']['failed']} failed "
-        f"({skipped} already finished)"
-    )
-    for line in usage_lines(summary["usage"], summary["estimated_cost"]):
-        console.print(line)
+    summary, skipped = run_scheduled(out, len(job.items), scheduling, job)
+    outcome = job.teachers.outcome if job.teachers is not None else None
+    usage = usage_lines(summary["usage"], summary["estimated_cost"])  # every backend, every run of the folder
+    end_run(summary, skipped, outcome.stopped if outcome else None, out / "summary.json", details=usage)
 
 
 class TeacherJob(RequestsJob["tuple[dict[str, Any], int]"]):

@@ -28,8 +28,10 @@ from interleave_thinker.cli.eval_generate import (
     split_ids,
 )
 from interleave_thinker.cli.eval_score import (
+    SCORING,
     FreshScoresOption,
     JudgeAttemptsOption,
+    JudgeConcurrencyOption,
     ProtocolName,
     RequestModeOption,
     ScorerVersionOption,
@@ -74,10 +76,10 @@ def run(
     ] = None,
     mode: ModeOption = "agentic",
     ids: IdsOption = None,
-    judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
+    judge_concurrency: JudgeConcurrencyOption = SCORING["judge_concurrency"],
     judge_attempts: JudgeAttemptsOption = None,
-    scorer_version: ScorerVersionOption = "current",
-    request_mode: RequestModeOption = "cached",
+    scorer_version: ScorerVersionOption = SCORING["scorer_version"],
+    request_mode: RequestModeOption = SCORING["request_mode"],
     fresh_scores: FreshScoresOption = False,
     judge: Annotated[
         str | None,

@@ -13,17 +13,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from interleave_thinker.cli.eval_generate import IdsOption, split_ids
-from interleave_thinker.cli.options import LimitOption, SettingsFlags, with_settings
+from interleave_thinker.cli.options import LimitOption, SettingsFlags, field_defaults, with_settings
 from interleave_thinker.cli.progress import counter_bar
 from interleave_thinker.cli.scheduled import start_fresh
 from interleave_thinker.cli.scoring import JUDGE_REQUIRED, judge_or_preset
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.storage import check_out_folder
 from interleave_thinker.eval import benchmarks
+from interleave_thinker.eval.score_run import ScoreOptions
 
 if TYPE_CHECKING:
     from interleave_thinker.core.config import PipelineConfig
-    from interleave_thinker.eval.score_run import ScoreOptions
 
 console = Console(stderr=True)
 JudgeAttemptsOption = Annotated[
@@ -43,6 +43,9 @@ RequestModeOption = Annotated[
 ScorerVersionOption = Annotated[
     ScorerVersion, typer.Option(help=benchmarks.option_help("scorer_version") + ".")
 ]
+JudgeConcurrencyOption = Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")]
+SCORING = field_defaults(ScoreOptions)
+"""The scoring flags' defaults: the fields' of the scoring run's options (one source)."""
 MAX_SHOWN_FAILURES = 20
 DataOption = Annotated[
     str | None,
@@ -94,10 +97,10 @@ def score(
     scorer: ScorerOption = "vlm",
     data: DataOption = None,
     out: OutOption = None,
-    scorer_version: ScorerVersionOption = "current",
-    judge_concurrency: Annotated[int, typer.Option(min=1, help="Judge calls in flight at most.")] = 32,
+    scorer_version: ScorerVersionOption = SCORING["scorer_version"],
+    judge_concurrency: JudgeConcurrencyOption = SCORING["judge_concurrency"],
     judge_attempts: JudgeAttemptsOption = None,
-    request_mode: RequestModeOption = "cached",
+    request_mode: RequestModeOption = SCORING["request_mode"],
     judge_cache: Annotated[
         Path | None,
         typer.Option(help="Share a judge-reply cache folder between runs (default OUT/judge_cache)."),

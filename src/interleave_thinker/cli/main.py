@@ -177,7 +177,7 @@ def run(
             quiet_diffusers(cfg.generator)  # imports torch and diffusers: part of the time shown
             pipe = Pipeline.from_config(cfg)
         console.print(Text(f"templates: {pipe.templates.kind} ({pipe.templates.origin})"))
-        with pipe, RichObserver(console, cfg.loop.candidates) as observer:
+        with pipe, RichObserver.for_loop(console, cfg.loop) as observer:
             result = pipe(prompt, images=list(images), out_dir=out_dir, observer=observer, resume=resume)
         for line in repair_lines(result.trace):  # the sequence review and repairs, after the last step
             console.print(Text(f"  {line}"))

@@ -7,6 +7,7 @@ presets, ``--config`` YAML, environment and flags merge the same way in every co
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -34,6 +35,13 @@ ConfigOption = Annotated[
 DtypeOption = Annotated[str | None, typer.Option(help=field_help("model.dtype"))]
 
 LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests of the input.")]
+
+
+def field_defaults(settings: type) -> dict[str, Any]:
+    """The defaults of the dataclass ``settings``'s fields that have one: the defaults of the flags that
+    fill them, so flag and setting cannot drift (``--judge-concurrency``, the `serve` flags)."""
+    fields = dataclasses.fields(settings)
+    return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
 
 
 def flag(kind: Any, default: Any, help: str, *names: str, min: int | None = None) -> tuple[Any, Any]:

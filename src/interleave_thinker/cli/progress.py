@@ -27,6 +27,7 @@ from rich.table import Column
 from rich.text import Text
 
 from interleave_thinker.core.build_progress import BuildReporter, reporting_builds
+from interleave_thinker.core.config import LoopOptions
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
 from interleave_thinker.runtime.failures import one_line
 from interleave_thinker.runtime.observer import Observer
@@ -81,13 +82,17 @@ def plan_lines(plan: Plan) -> list[Text]:
     return lines
 
 
-def attempt_line(step_index: int, attempt: Attempt) -> Text:
-    """One finished attempt, numbered from 1 as people count (the trace keeps 0-based ``attempt``)."""
+def attempt_line(step_index: int, attempt: Attempt, *, compared: bool = False) -> Text:
+    """One finished attempt, numbered from 1 as people count (the trace keeps 0-based ``attempt``).
+    ``compared``: ``loop.select_best`` is on, so a round's accepted candidates are compared after the round
+    (the step's line says which is kept), not decided by seed here."""
     if attempt.generation_error:
         state: tuple[str, str] = ("generation failed", "red")
         detail = f": {shown(attempt.generation_error)}"
     elif attempt.forced:
         state, detail = ("accepted (last attempt, no critic call)", "yellow"), ""
+    elif compared and not attempt.accepted and attempt.verdict and attempt.verdict.success:
+        state, detail = ("accepted by the critic", "green"), "; the step's accepted candidates are compared"
     elif not attempt.accepted and (
         not attempt.critic_called or (attempt.verdict and attempt.verdict.success)
     ):
@@ -188,14 +193,21 @@ class RichObserver(Observer):
     the time taken when planning and each step end (also off a terminal, where no bar is drawn); a step's
     line also says what the opt-in features did (candidates kept and discarded, the selection)."""
 
-    def __init__(self, console: Console, candidates: int = 1) -> None:
+    def __init__(self, console: Console, candidates: int = 1, *, compared: bool = False) -> None:
         self.console = console
         self.candidates = candidates
         """``loop.candidates``: above 1, each step's line counts its candidates kept and discarded."""
+        self.compared = compared
+        """``loop.select_best`` is on: a round's accepted candidates are compared after it."""
         self.progress = phase_bar(console)
         self.task = self.progress.add_task("starting the run", total=None)
         self.phase_start = time.monotonic()
         self.steps = 0
+
+    @classmethod
+    def for_loop(cls, console: Console, loop: LoopOptions) -> RichObserver:
+        """The display of a run with the loop settings ``loop`` (its candidates, whether they are compared)."""
+        return cls(console, loop.candidates, compared=loop.select_best != "off")
 
     def __enter__(self) -> RichObserver:
         self.progress.start()
@@ -221,7 +233,7 @@ class RichObserver(Observer):
         self.progress.update(self.task, description=f"step {step_index} attempt {attempt + 1}: generating")
 
     def on_attempt_end(self, step_index: int, attempt: Attempt) -> None:
-        self.console.print(attempt_line(step_index, attempt))
+        self.console.print(attempt_line(step_index, attempt, compared=self.compared))
 
     def on_step_end(self, step_index: int, record: StepRecord) -> None:
         self.progress.update(self.task, advance=1, description=f"step {step_index} done")

@@ -3,7 +3,7 @@
 Why a module: the release's rows are GRPO prompts (``problem`` with ``<image>`` markers, ``images``,
 ``evaluation``), not rollouts, so they carry no ``response``; the command answers them with a critic
 (``--critic``) first. Field names and their aliases are read here once, and every problem names the
-file, the line and the field (docs/training.md, "Rows `reward` reads").
+file, the line and the field (docs/training-data.md, "Rows `reward` reads").
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def critic_conversation(row: RewardRow, base_dir: Path) -> list[Message]:
     pieces = IMAGE_MARKER.split(problem)
     if len(pieces) - 1 != len(paths):
         raise InputError(
-            f"{row.where}: images: {len(paths)} image(s) but {len(pieces) - 1} <image> marker(s) in problem."
+            f"{row.where}: images: {len(paths)} image(s) but {len(pieces) - 1} <image> marker(s) in problem; "
+            "put one <image> in problem where each image belongs, in order."
         )
     parts = []
     for i, piece in enumerate(pieces):

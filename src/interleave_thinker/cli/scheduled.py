@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
@@ -259,6 +259,31 @@ def start_fresh(out: Path, fresh: bool) -> None:
     if moved is not None:
         message = f"--fresh: moved the earlier contents of {out} to {moved}"
         console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def outcome_line(summary: dict[str, Any], skipped: int) -> str:
+    """The first line of a scheduled command's outcome: requests succeeded, failed and already finished."""
+    requests = summary["requests"]
+    return f"{requests['succeeded']} succeeded, {requests['failed']} failed ({skipped} already finished)"
+
+
+def end_run(
+    summary: dict[str, Any],
+    skipped: int,
+    stopped: str | None,
+    output: Path,
+    *,
+    took: str = "",
+    details: Iterable[str] = (),
+) -> None:
+    """How every batch-like command ends, in one order: :func:`outcome_line` (with ``took``) and the
+    ``details`` on stderr, the ``output`` file's path on stdout (what a script reads), then
+    :func:`close_run`."""
+    console.print(outcome_line(summary, skipped) + took)
+    for line in details:
+        console.print(line)
+    typer.echo(str(output))
+    close_run(summary, stopped)
 
 
 def close_run(summary: dict[str, Any], stopped: str | None = None) -> None:

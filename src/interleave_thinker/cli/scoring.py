@@ -197,6 +197,6 @@ def reward(
         if judge.startswith("tiny:"):  # its SC reply breaks on long instructions, whatever the token bound
             console.print(
                 "The tiny judge learnt short instructions only; judge real rows with a served judge "
-                "(--judge openai:URL or gemini:MODEL), see docs/training.md (Rows `reward` reads)."
+                "(--judge openai:URL or gemini:MODEL), see docs/training-data.md (Rows `reward` reads)."
             )
         raise typer.Exit(1)

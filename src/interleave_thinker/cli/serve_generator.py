@@ -9,10 +9,13 @@ from typing import Annotated
 import typer
 
 from interleave_thinker.cli import serve_options as shared
-from interleave_thinker.cli.options import SettingsFlags, with_settings
+from interleave_thinker.cli.options import SettingsFlags, field_defaults, with_settings
 from interleave_thinker.cli.specs import check_spec
 from interleave_thinker.core.config import PipelineConfig
-from interleave_thinker.core.images import MAX_IMAGE_PIXELS
+from interleave_thinker.server.generator.settings import ServiceSettings
+
+SERVICE = field_defaults(ServiceSettings)
+"""The flags' defaults: the fields' of the service's settings (one source)."""
 
 
 @with_settings()
@@ -25,8 +28,8 @@ def command(
             "\\[default: the settings' generator]."
         ),
     ] = None,
-    host: shared.HostOption = "127.0.0.1",
-    port: shared.PortOption = 8011,
+    host: shared.HostOption = SERVICE["host"],
+    port: shared.PortOption = SERVICE["port"],
     workers: Annotated[
         int | None,
         typer.Option(
@@ -35,24 +38,24 @@ def command(
     ] = None,
     queue_size: Annotated[
         int, typer.Option(min=0, help="Requests that may wait for a busy worker; more get 503 + Retry-After.")
-    ] = 64,
+    ] = SERVICE["queue_size"],
     timeout: Annotated[
         float, typer.Option(min=0.001, help="Seconds per request, queueing included; later: 504.")
-    ] = 300.0,
+    ] = SERVICE["timeout"],
     api_key_env: shared.ApiKeyEnvOption = None,
     api_key: shared.ApiKeyOption = None,
-    max_body_mb: shared.MaxBodyOption = 20.0,
-    max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
+    max_body_mb: shared.MaxBodyOption = SERVICE["max_body_bytes"] / shared.MIB,
+    max_pixels: shared.MaxPixelsOption = SERVICE["max_pixels"],
     max_prompt_chars: Annotated[
         int, typer.Option(min=1, help="Longest prompt in characters; longer: 400.")
-    ] = 16_384,
-    read_timeout: shared.ReadTimeoutOption = 30.0,
-    log_level: shared.LogLevelOption = "info",
+    ] = SERVICE["max_prompt_chars"],
+    read_timeout: shared.ReadTimeoutOption = SERVICE["read_timeout"],
+    log_level: shared.LogLevelOption = SERVICE["log_level"],
 ) -> None:
     """Serve an image backend over "/edit" and OpenAI's images API (POST /edit, /v1/images/generations, /v1/images/edits; GET /v1/models, /health, /metrics, /metrics.json), one worker process per device.
     SIGTERM or Ctrl-C stops accepting requests, finishes the ones in flight, stops the workers and exits 0."""
     cfg = _settings(settings, generator)
-    from interleave_thinker.server.generator import ServiceSettings, api_key_from_env, serve
+    from interleave_thinker.server.generator import api_key_from_env, serve
 
     logging.getLogger("interleave_thinker").setLevel(log_level.upper())
     service = ServiceSettings(
@@ -64,7 +67,7 @@ def command(
         queue_size=queue_size,
         timeout=timeout,
         api_key=api_key_from_env(api_key_env, refused_value=api_key),
-        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_body_bytes=int(max_body_mb * shared.MIB),
         max_pixels=max_pixels,
         max_prompt_chars=max_prompt_chars,
         read_timeout=read_timeout,

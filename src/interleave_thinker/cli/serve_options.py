@@ -9,6 +9,8 @@ import typer
 from interleave_thinker.core.errors import ConfigError
 
 T = TypeVar("T")
+MIB = 1024 * 1024
+"""Bytes in a MB of the ``--max-body-mb`` flags."""
 
 HostOption = Annotated[
     str, typer.Option(help="Interface to bind (127.0.0.1: this machine only; others expose the service).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from typing import Annotated, Any
 
@@ -11,12 +12,17 @@ from interleave_thinker.cli import serve_options as shared
 from interleave_thinker.cli.options import DtypeOption, SettingsFlags, with_settings
 from interleave_thinker.cli.serve_options import renamed
 from interleave_thinker.cli.specs import check_spec
-from interleave_thinker.core.images import MAX_IMAGE_PIXELS
+from interleave_thinker.server.settings import HOST, LOG_LEVEL, READ_TIMEOUT, VLM_PORT, VLMLimits
 
-DEFAULT_MAX_IMAGES = 8
-"""``serve vlm --max-images``: what docs/serving.md has vLLM take for long guidance sequences."""
-DEFAULT_MAX_WAITING = 8
-"""``serve vlm --max-waiting``."""
+LIMITS = VLMLimits()
+"""The defaults of the request-bound flags: the service's own (one source)."""
+
+
+def limit_option(name: str, minimum: int) -> Any:
+    """The flag of :class:`VLMLimits`'s field ``name``: its help is the field's."""
+    help_text = next(f.metadata["help"] for f in dataclasses.fields(VLMLimits) if f.name == name)
+    return typer.Option(min=minimum, help=help_text)
+
 
 LOOPBACK_NAMES = ("localhost",)
 SHUTDOWN_GRACE_S = 3
@@ -36,34 +42,20 @@ def command(
         str,
         typer.Option(help="VLM backend spec to serve, e.g. tiny:planner or transformers:PATH_OR_ID."),
     ],
-    host: shared.HostOption = "127.0.0.1",
-    port: shared.PortOption = 8000,
+    host: shared.HostOption = HOST,
+    port: shared.PortOption = VLM_PORT,
     served_model_name: ServedModelNameOption = None,
     served_name: Annotated[str | None, typer.Option("--served-name", hidden=True)] = None,
     dtype: DtypeOption = None,
     api_key_env: shared.ApiKeyEnvOption = None,
     api_key: shared.ApiKeyOption = None,
-    max_tokens: Annotated[
-        int, typer.Option(min=1, help="Largest max_tokens a request may ask for; more: 400.")
-    ] = 8192,
-    max_body_mb: shared.MaxBodyOption = 64.0,
-    max_pixels: shared.MaxPixelsOption = MAX_IMAGE_PIXELS,
-    max_images: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Images one request may carry, as vLLM's --limit-mm-per-prompt '{\"image\": N}'; more: 400.",
-        ),
-    ] = DEFAULT_MAX_IMAGES,
-    max_waiting: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Requests that may wait while one runs (they hold their bodies, not decoded images); more: 429 with Retry-After.",
-        ),
-    ] = DEFAULT_MAX_WAITING,
-    read_timeout: shared.ReadTimeoutOption = 30.0,
-    log_level: shared.LogLevelOption = "info",
+    max_tokens: Annotated[int, limit_option("max_tokens", 1)] = LIMITS.max_tokens,
+    max_body_mb: shared.MaxBodyOption = LIMITS.max_body_bytes / shared.MIB,
+    max_pixels: shared.MaxPixelsOption = LIMITS.max_pixels,
+    max_images: Annotated[int, limit_option("max_images", 0)] = LIMITS.max_images,
+    max_waiting: Annotated[int, limit_option("max_waiting", 0)] = LIMITS.max_waiting,
+    read_timeout: shared.ReadTimeoutOption = READ_TIMEOUT,
+    log_level: shared.LogLevelOption = LOG_LEVEL,
 ) -> None:
     """Serve a VLM backend over an OpenAI-compatible chat API (/v1/chat/completions, stream=true included; /v1/models, /health, /metrics).
 
@@ -71,7 +63,7 @@ def command(
     """
     from interleave_thinker.backends.specs import BackendOptions, load_vlm_backend
     from interleave_thinker.server.auth import api_key_from_env
-    from interleave_thinker.server.vlm_service import VLMLimits, create_app
+    from interleave_thinker.server.vlm_service import create_app
 
     check_spec("--model", model, "vlm")
     served_model_name = renamed("--served-name", served_name, "--served-model-name", served_model_name)
@@ -81,7 +73,7 @@ def command(
     backend = load_vlm_backend(model, BackendOptions.from_config(cfg))
     limits = VLMLimits(
         max_tokens=max_tokens,
-        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        max_body_bytes=int(max_body_mb * shared.MIB),
         max_pixels=max_pixels,
         max_images=max_images,
         max_waiting=max_waiting,

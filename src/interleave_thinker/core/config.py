@@ -22,6 +22,8 @@ from interleave_thinker.core.config_sections import (
     RemoteOptions,
     RolePrices,
     ScaleOptions,
+    count,
+    unset,
 )
 from interleave_thinker.core.config_sections import (
     Section as _Section,
@@ -47,18 +49,14 @@ PRESETS: tuple[str, ...] = get_args(PresetName)
 
 
 class ModelOptions(_Section):
-    device: str | None = Field(
-        default=None,
-        description="'cpu', 'cuda', 'cuda:N' or 'auto' (device_map for the VLMs); default: cuda when present, "
-        "else cpu.",
+    device: str | None = unset(
+        "'cpu', 'cuda', 'cuda:N' or 'auto' (device_map for the VLMs); default: cuda when present, else cpu."
     )
     dtype: str = Field(
         default="auto",
         description="'auto' (the checkpoint's dtype on GPU, float32 on CPU), or 'bfloat16', 'float16', 'float32'.",
     )
-    attn_implementation: str | None = Field(
-        default=None, description="VLM attention kernel, e.g. 'flash_attention_2' or 'sdpa'."
-    )
+    attn_implementation: str | None = unset("VLM attention kernel, e.g. 'flash_attention_2' or 'sdpa'.")
     seed_device: SeedDevice = Field(
         default="pipeline",
         description="Where a local generator seeds its torch.Generator: 'pipeline' = on the pipeline's CUDA "
@@ -69,14 +67,11 @@ class ModelOptions(_Section):
 
 
 class AgentOptions(_Section):
-    max_parse_attempts: int = Field(
-        default=3, ge=1, description="Model calls per planner/critic turn until a reply parses."
-    )
-    max_new_tokens: int = Field(default=4096, ge=1, description="Reply length bound for planner and critic.")
-    many_images_max_pixels: int | None = Field(
-        default=None,
-        ge=1,
-        description="Pixel bound of each image when the planner's turn holds five or more (147456 = 384x384, "
+    max_parse_attempts: int = count(3, "Model calls per planner/critic turn until a reply parses.")
+    max_new_tokens: int = count(4096, "Reply length bound for planner and critic.")
+    many_images_max_pixels: int | None = count(
+        None,
+        "Pixel bound of each image when the planner's turn holds five or more (147456 = 384x384, "
         "the key the release's demo writes, which its transformers ignores); none: images as given, as released.",
     )
     decoding: Decoding = Field(
@@ -114,20 +109,14 @@ class AgentOptions(_Section):
 
 
 class LoopOptions(_Section):
-    max_attempts: int = Field(
-        default=3, ge=1, description="Generator calls per step (the release's max_step_iterations)."
-    )
+    max_attempts: int = count(3, "Generator calls per step (the release's max_step_iterations).")
     critic_on_last_attempt: bool = Field(
         default=False, description="Ask the critic about the last attempt too (the release force-passes it)."
     )
     seed_base: int = Field(
         default=0, description="Added to every seed: seed = seed_base + step * seed_stride + attempt."
     )
-    seed_stride: int = Field(
-        default=100,
-        ge=1,
-        description="Seed distance between steps (the release: step_number * 100 + attempt).",
-    )
+    seed_stride: int = count(100, "Seed distance between steps (the release: step_number * 100 + attempt).")
     text_steps: TextSteps = Field(
         default="text",
         description="Guidance Task-A steps (no instruction, no prompt): a text answer, or generate from "
@@ -138,10 +127,9 @@ class LoopOptions(_Section):
         description="When the planner never returns a valid plan: 'error', or 'single-step' (the request as one "
         "step, marked in the trace and page).",
     )
-    generator_budget: int | None = Field(
-        default=None,
-        ge=1,
-        description="Generator calls per request, shared by its steps, instead of max_attempts per step (the "
+    generator_budget: int | None = count(
+        None,
+        "Generator calls per request, shared by its steps, instead of max_attempts per step (the "
         "authors' data-generation scripts: 15); none = max_attempts per step.",
     )
     first_rewritten_prompt: FirstRewrittenPrompt = Field(
@@ -157,10 +145,9 @@ class LoopOptions(_Section):
         "accepted image of the sequence, plus the previous one); with a policy on, the critic also judges "
         "consistency with them.",
     )
-    candidates: int = Field(
-        default=1,
-        ge=1,
-        description="Attempts of a step sent side by side in one round, each with its own seed; the first "
+    candidates: int = count(
+        1,
+        "Attempts of a step sent side by side in one round, each with its own seed; the first "
         "accepted in seed order is kept; 1 = the released sequential loop.",
     )
     speculate: int = Field(
@@ -173,8 +160,9 @@ class LoopOptions(_Section):
     )
     select_best: SelectBest = Field(
         default="off",
-        description="When no attempt of a step is accepted: 'off' keeps the last (the release), 'critic' "
-        "keeps the one the critic ranks best, 'judge' the one with the best judge SC/PQ.",
+        description="When no attempt of a step is accepted (or, with candidates, several of a round are): 'off' "
+        "keeps the last (the first), as the release; 'critic' keeps the one the critic ranks best, 'judge' the "
+        "one with the best judge SC/PQ.",
     )
     repair_budget: int = Field(
         default=0,
@@ -182,10 +170,9 @@ class LoopOptions(_Section):
         description="Generator calls a sequence review may spend regenerating steps that break consistency "
         "after the last step; 0 = no review (the release).",
     )
-    repair_reviewer: str | None = Field(
-        default=None,
-        description="VLM backend spec of the sequence review (loop.repair_budget), which names the steps that "
-        "break consistency; none = the critic's backend.",
+    repair_reviewer: str | None = unset(
+        "VLM backend spec of the sequence review (loop.repair_budget), which names the steps that "
+        "break consistency; none = the critic's backend."
     )
 
     OPT_IN: ClassVar[tuple[str, ...]] = (
@@ -227,21 +214,16 @@ class LoopOptions(_Section):
 class GenerationOptions(_Section):
     width: int = Field(default=1024, ge=16, description="Output width in pixels.")
     height: int = Field(default=1024, ge=16, description="Output height in pixels.")
-    steps: int | None = Field(
-        default=None, ge=1, description="Denoising steps; none = the model's default (FLUX.2-klein: 4)."
-    )
-    guidance: float | None = Field(
-        default=None, description="Guidance scale; none = the model's default (FLUX.2-klein: 1.0)."
-    )
+    steps: int | None = count(None, "Denoising steps; none = the model's default (FLUX.2-klein: 4).")
+    guidance: float | None = unset("Guidance scale; none = the model's default (FLUX.2-klein: 1.0).")
 
 
 class PipelineConfig(_Section):
     """Everything needed to build a :class:`~interleave_thinker.Pipeline`."""
 
-    preset: str | None = Field(
-        default=None,
-        description="Backends and settings to start from (official, official-sft-critic, tiny; for "
-        "`data generate`: teacher-nano, teacher-klein, teacher-qwen).",
+    preset: str | None = unset(
+        "Backends and settings to start from (official, official-sft-critic, tiny; for "
+        "`data generate`: teacher-nano, teacher-klein, teacher-qwen)."
     )
     planner: str = Field(description="VLM backend spec of the planner, e.g. 'transformers:ID'.")
     critic: str = Field(description="VLM backend spec of the critic (the planner's spec = one shared model).")
@@ -254,13 +236,12 @@ class PipelineConfig(_Section):
     generation: GenerationOptions = Field(default_factory=GenerationOptions)
     prompts: PromptOptions = Field(default_factory=PromptOptions)
     remote: RemoteOptions = Field(default_factory=RemoteOptions)
-    judge: str | None = Field(
-        default=None,
-        description="VLM backend spec of the judge that scores every attempt in `data generate` (and in any "
-        "run with loop.select_best 'judge').",
+    judge: str | None = unset(
+        "VLM backend spec of the judge that scores every attempt in `data generate` (and in any "
+        "run with loop.select_best 'judge')."
     )
     prices: PriceOptions = Field(default_factory=PriceOptions)
-    notice: str | None = Field(default=None, description="A note shown on every page this config produces.")
+    notice: str | None = unset("A note shown on every page this config produces.")
     eval: EvalOptions = Field(default_factory=EvalOptions)
     scale: ScaleOptions = Field(default_factory=ScaleOptions)
 

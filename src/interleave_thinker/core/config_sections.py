@@ -8,7 +8,7 @@ stays small enough to read in one sitting; these sections are re-exported from i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,20 @@ class Section(BaseModel):
     """A settings section: unknown keys are errors, assignments validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def count(default: int | None, description: str | None = None) -> Any:
+    """A field that counts something (calls, tokens, pixels, steps): at least 1; a default of None (no
+    bound, or decided elsewhere) means what ``description`` says. The one spelling of that rule."""
+    return Field(default=default, ge=1, description=description)
+
+
+def unset(
+    description: str, *, gt: float | None = None, ge: float | None = None, le: float | None = None
+) -> Any:
+    """A field that is None unless set, ``description`` saying what None means; the bounds hold a value
+    when one is given."""
+    return Field(default=None, description=description, gt=gt, ge=ge, le=le)
 
 
 class RemoteOptions(Section):
@@ -35,29 +49,23 @@ class RemoteOptions(Section):
         default=0.5, ge=0, description="First retry delay in seconds; doubled each retry, with 50 % jitter."
     )
     backoff_max: float = Field(default=8.0, ge=0, description="Cap of one retry delay, seconds.")
-    deadline: float | None = Field(
-        default=None, gt=0, description="Total seconds per call, retries and a dripping reply included."
-    )
-    concurrency: int = Field(
-        default=8,
-        ge=1,
-        description="Calls in flight per served backend; in `batch`, the default per-backend limit of a served "
+    deadline: float | None = unset("Total seconds per call, retries and a dripping reply included.", gt=0)
+    concurrency: int = count(
+        8,
+        "Calls in flight per served backend; in `batch`, the default per-backend limit of a served "
         "backend (`--per-backend-limit` overrides it).",
     )
     cooldown: float = Field(
         default=30.0, ge=0, description="Seconds an endpoint that failed is skipped in a pool."
     )
-    api_key_env: str | None = Field(
-        default=None,
-        description="Environment variable holding the API key (default: the service's own, e.g. OPENAI_API_KEY, "
-        "GEMINI_API_KEY).",
+    api_key_env: str | None = unset(
+        "Environment variable holding the API key (default: the service's own, e.g. OPENAI_API_KEY, "
+        "GEMINI_API_KEY)."
     )
     max_reply_mb: float = Field(
         default=64.0, gt=0, description="Largest reply of a served backend in MiB (after gzip), cut early."
     )
-    max_image_pixels: int = Field(
-        default=4096 * 4096, ge=1, description="Largest reply image (width x height), read before decoding."
-    )
+    max_image_pixels: int = count(4096 * 4096, "Largest reply image (width x height), read before decoding.")
     preflight: bool = Field(
         default=True,
         description="Before the first request or rollout, make one cheap call to each served backend the "
@@ -67,15 +75,13 @@ class RemoteOptions(Section):
 
 
 class PromptOptions(Section):
-    folder: Path | None = Field(
-        default=None,
-        description="Folder holding the released templates as <name>.txt (default: $INTERLEAVE_THINKER_PROMPTS).",
+    folder: Path | None = unset(
+        "Folder holding the released templates as <name>.txt (default: $INTERLEAVE_THINKER_PROMPTS)."
     )
-    cache_dir: Path | None = Field(default=None, description="Template cache (default: <home>/prompts).")
-    base_url: str | None = Field(
-        default=None,
-        description="Mirror to download the authors' source files from (default: their raw GitHub files, or "
-        "$INTERLEAVE_THINKER_PROMPTS_URL).",
+    cache_dir: Path | None = unset("Template cache (default: <home>/prompts).")
+    base_url: str | None = unset(
+        "Mirror to download the authors' source files from (default: their raw GitHub files, or "
+        "$INTERLEAVE_THINKER_PROMPTS_URL)."
     )
     download: bool = Field(default=True, description="Download the released templates when not cached.")
     verify: bool = Field(
@@ -122,35 +128,28 @@ class PriceOptions(Section):
 class EvalOptions(Section):
     """Bounds of `eval score` on what it reads and what it asks (docs/evaluation.md)."""
 
-    max_image_bytes: int = Field(
-        default=64 * 1024 * 1024,
-        ge=1,
-        description="`eval score`: largest image file an item may hold (bytes); a larger one fails the item.",
+    max_image_bytes: int = count(
+        64 * 1024 * 1024,
+        "`eval score`: largest image file an item may hold (bytes); a larger one fails the item.",
     )
-    max_image_pixels: int = Field(
-        default=4096 * 4096,
-        ge=1,
-        description="`eval score`: most pixels an image may declare in its header; more fails the item, undecoded.",
+    max_image_pixels: int = count(
+        4096 * 4096,
+        "`eval score`: most pixels an image may declare in its header; more fails the item, undecoded.",
     )
-    judge_calls_per_item: int = Field(
-        default=100,
-        ge=1,
-        description="`eval score`: judge calls one item may make (all its questions and attempts); then it fails.",
+    judge_calls_per_item: int = count(
+        100, "`eval score`: judge calls one item may make (all its questions and attempts); then it fails."
     )
-    judge_calls_per_run: int = Field(
-        default=50_000,
-        ge=1,
-        description="`eval score`: judge calls one run may make; then every question left fails, recorded.",
+    judge_calls_per_run: int = count(
+        50_000, "`eval score`: judge calls one run may make; then every question left fails, recorded."
     )
 
 
 class ScaleOptions(Section):
     """Running a batch command across the nodes of a Ray cluster (docs/cluster.md)."""
 
-    ray_address: str | None = Field(
-        default=None,
-        description="Ray cluster to run on (--ray): 'auto' (the cluster `ray start` joined), 'local' (one "
-        "started in this process) or HOST:PORT; none = this process alone.",
+    ray_address: str | None = unset(
+        "Ray cluster to run on (--ray): 'auto' (the cluster `ray start` joined), 'local' (one "
+        "started in this process) or HOST:PORT; none = this process alone."
     )
     object_store_mb: int = Field(
         default=128,

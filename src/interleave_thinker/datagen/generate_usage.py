@@ -17,14 +17,7 @@ from typing import Any, Unpack
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import (
-    ChatOptions,
-    ImageBackend,
-    ImageBatchMixin,
-    ImageRequest,
-    Message,
-    VLMBackend,
-)
+from interleave_thinker.backends import protocols as proto
 from interleave_thinker.backends.wrapping import VLMWrapper, Wrapper, last_usage
 from interleave_thinker.core.config import PriceOptions, RolePrices
 
@@ -59,7 +52,7 @@ class Usage:
             return dict(self.counts)
 
 
-def _images_in(messages: list[Message]) -> int:
+def _images_in(messages: list[proto.Message]) -> int:
     return sum(
         1
         for message in messages
@@ -84,11 +77,11 @@ class MeteredVLM(VLMWrapper):
     """A chat backend whose every call is counted into ``usage`` (failed calls too: the server saw them);
     the served members pass through (:class:`Wrapper`), so a batch limits the server, not the meter."""
 
-    def __init__(self, inner: VLMBackend, usage: Usage) -> None:
+    def __init__(self, inner: proto.VLMBackend, usage: Usage) -> None:
         super().__init__(inner, name=inner.name)
         self.usage = usage
 
-    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+    def chat(self, messages: list[proto.Message], **options: Unpack[proto.ChatOptions]) -> str:
         self.usage.add(calls=1, images_in=_images_in(messages))
         try:
             return self.pass_on(messages, options)
@@ -101,14 +94,14 @@ class MeteredVLM(VLMWrapper):
                 self.usage.add(**tokens)
 
 
-class MeteredImage(Wrapper, ImageBatchMixin):
+class MeteredImage(Wrapper, proto.ImageBatchMixin):
     """A generator whose every call is counted into ``usage``: one image in per edit, one out per success."""
 
-    def __init__(self, inner: ImageBackend, usage: Usage) -> None:
+    def __init__(self, inner: proto.ImageBackend, usage: Usage) -> None:
         super().__init__(inner, name=inner.name)
         self.usage = usage
 
-    def generate(self, request: ImageRequest) -> Image.Image:
+    def generate(self, request: proto.ImageRequest) -> Image.Image:
         self.usage.add(calls=1, images_in=int(request.image is not None))
         try:
             image = self.inner.generate(request)

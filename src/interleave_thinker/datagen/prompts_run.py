@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from interleave_thinker.agents.messages import text_part, user_turn
 from interleave_thinker.agents.retry import BACKEND_ERROR_PREFIX, RetryPolicy
-from interleave_thinker.backends.protocols import VLMBackend
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, VLMBackend
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.paths import write_atomic
 from interleave_thinker.datagen.dedupe import THRESHOLD, NearDuplicateIndex
@@ -69,7 +69,7 @@ class PromptSettings:
     subcategory_concurrency: int = 8
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(3, 0.8, 1.0))
     """Teacher calls per turn; sampling temperature of the first call and of the retries."""
-    max_new_tokens: int = 4096
+    max_new_tokens: int = MAX_NEW_TOKENS
 
 
 @dataclass

@@ -44,7 +44,9 @@ def inside(folder: Path, path: Path) -> Path:
     try:
         resolved = path.resolve()
     except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL in the name
-        raise InputError(f"{path}: cannot be resolved ({type(exc).__name__}).") from None
+        raise InputError(
+            f"{path}: cannot be resolved ({type(exc).__name__}); give a path without a link loop."
+        ) from None
     if not resolved.is_relative_to(root):
         raise InputError(
             f"{path}: leads outside {folder} (an absolute path, '..' or a symlink); outputs are read only "

@@ -15,8 +15,10 @@ as a template: constant parts verbatim, each field written ``{`` + ``ast.unparse
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from interleave_thinker.core import pinned_texts as pinned
@@ -49,6 +51,24 @@ class EvalPrompt:
 
 EvalPrompts = Mapping[str, EvalPrompt]
 """A protocol's judge prompts by name (``<name>.txt`` in a folder or the cache), each where it lives."""
+PINS_FILE = "prompts.json"
+"""Beside a benchmark's ``prompts.py``: where its judge prompts live (the scorer's repository at a commit,
+the source file, the literal's shape) and each prompt's locator and SHA-256: data, read by
+:func:`pinned_prompts`."""
+
+
+def pinned_prompts(module: str) -> tuple[Repo, dict[str, EvalPrompt]]:
+    """The repository and the judge prompts that the :data:`PINS_FILE` beside ``module`` (a benchmark's
+    ``prompts`` module, by its ``__name__``) pins."""
+    package = module.rpartition(".")[0]
+    pins = json.loads(resources.files(package).joinpath(PINS_FILE).read_text(encoding="utf-8"))
+    repo = Repo(pins["repo"], pins["commit"])
+    source, kind = pins["source"], pins["kind"]
+    prompts = {
+        name: EvalPrompt(repo, source, kind, where["locator"], where["sha256"])
+        for name, where in pins["prompts"].items()
+    }
+    return repo, prompts
 
 
 DOWNLOAD_COMMAND = "interleave-thinker eval prompts download"

@@ -25,7 +25,6 @@ from interleave_thinker.eval.scoring import (
     run_metadata,
     score_items,
 )
-from interleave_thinker.runtime.outlock import folder_lock
 
 if TYPE_CHECKING:
     from interleave_thinker.backends.specs import BackendOptions
@@ -158,6 +157,8 @@ def run_score(
 ) -> dict[str, Any]:
     """Score ``options.outputs``; returns the summary written to ``summary.json``. ``on_scored(done, total)``
     follows the items (see :func:`score_items`)."""
+    from interleave_thinker.runtime.outlock import folder_lock  # filelock: not loaded when the CLI starts
+
     benchmark, protocol = _check(options)
     selection = choose(options, benchmark.load(options.data))
     prompts = protocol.prompts()

@@ -28,12 +28,13 @@ import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
 from interleave_thinker.backends.protocols import (
-    MAX_NEW_TOKENS,
+    ChatCall,
+    ChatOptions,
     ImageBackend,
     ImageBatchMixin,
     ImageRequest,
@@ -252,17 +253,13 @@ class LimitedVLM(_Limited, VLMWrapper):
     ):
         super().__init__(inner, stats, micro_batch=micro_batch, max_wait=max_wait)
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
-        if self._batcher is not None and temperature == 0:
-            return str(self._batcher.submit(max_new_tokens, messages))
-        return str(self._call(lambda: self.forward_chat(messages, max_new_tokens, temperature, seed)))
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
+        if self._batcher is not None and call.temperature == 0:
+            return str(self._batcher.submit(call.max_new_tokens, messages))
+        return str(
+            self._call(lambda: self.forward_chat(messages, call.max_new_tokens, call.temperature, call.seed))
+        )
 
     def _run_batch(self, key: Any, payloads: list[Any]) -> list[Any]:
         """Greedy calls with equal ``max_new_tokens`` (the key) share a batch; left-padded greedy replies

@@ -2,7 +2,8 @@
 pages, and the counts of ``summary.json`` and ``report.html``.
 
 The features are ``loop.candidates`` (a step's attempts in rounds: one kept, the others discarded),
-``loop.select_best`` (a ranking or the judge's scores keep the best attempt when the critic accepted none)
+``loop.select_best`` (a ranking or the judge's scores keep the best attempt when the critic accepted none,
+or the best of a round's candidates when it accepted several)
 and ``loop.repair_budget`` (a review of the finished sequence, then repairs of the steps it flags). Each is
 shown on its success path and on its failure path (a failed ranking or review is also a fallback event,
 ``runtime/fallbacks.py``); a request that used none of them says nothing here.
@@ -10,7 +11,7 @@ shown on its success path and on its failure path (a failed ranking or review is
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,7 @@ from interleave_thinker.agents.ranking import parse_ranking
 from interleave_thinker.core.errors import ParseError
 from interleave_thinker.core.types import Attempt, RepairRecord, StepRecord, StepRepair, Trace
 from interleave_thinker.runtime.failures import one_line
+from interleave_thinker.runtime.selection import compared
 
 TEXT_CHARS = 200
 """Longest model text (a ranking's or a review's reason) one line shows; the trace keeps all of it."""
@@ -43,9 +45,14 @@ def selection_note(record: StepRecord) -> str | None:
     if chosen is None:
         return None
     by = "the critic's ranking" if chosen.by == "critic" else "the judge's scores"
+    # Named by its file: the console counts attempts from 1, the page and the files from 0.
+    name = next((a.image_file for a in record.attempts if a.attempt == chosen.attempt and a.image_file), None)
+    name = name or f"attempt index {chosen.attempt}"
     if chosen.error is not None:
-        return f"selection by {by} failed, attempt {chosen.attempt} (the last) kept: {one_line(chosen.error, TEXT_CHARS)}"
-    return f"attempt {chosen.attempt} selected by {by}: {one_line(chosen.reason, TEXT_CHARS)}"
+        kept = record.accepted_attempt
+        which = "the first accepted" if kept is not None and not kept.forced else "the last"
+        return f"selection by {by} failed, {name} ({which}) kept: {one_line(chosen.error, TEXT_CHARS)}"
+    return f"{name} selected by {by}: {one_line(chosen.reason, TEXT_CHARS)}"
 
 
 def ranked_attempts(record: StepRecord) -> list[Attempt]:
@@ -54,12 +61,12 @@ def ranked_attempts(record: StepRecord) -> list[Attempt]:
     chosen = record.selected
     if chosen is None or chosen.by != "critic" or chosen.error is not None or not chosen.raw_replies:
         return []
-    made = [a for a in record.attempts if a.image_file]
+    shown = compared(record)
     try:
-        order = parse_ranking(chosen.raw_replies[-1], len(made)).order
+        order = parse_ranking(chosen.raw_replies[-1], len(shown)).order
     except ParseError:  # the ranking the loop used parsed; a hand-edited trace may not
         return []
-    return [made[n - 1] for n in order]
+    return [shown[n - 1] for n in order]
 
 
 def step_note(record: StepRecord, candidates: int = 1) -> str | None:
@@ -150,25 +157,17 @@ def opt_in_counts(traces: Iterable[Trace]) -> dict[str, Any]:
     return table
 
 
+OPT_IN_LINES = {
+    "candidates": "candidates: {kept} kept, {discarded} discarded in {steps} step(s)",
+    "selections": "selections: {succeeded} made, {failed} failed",
+    "reviews": "reviews: {succeeded} usable ({flagged_steps} step(s) flagged), {failed} failed",
+    "repairs": "repairs: {repaired} of {steps} step(s) repaired in {calls} call(s)",
+}
+"""How each section of :func:`opt_in_counts` reads on the terminal, in this order (a count absent is 0)."""
+
+
 def opt_in_line(counts: dict[str, Any]) -> str | None:
     """The counts as one terminal line (the last lines of a command); None when no feature ran."""
-    parts = []
-    if "candidates" in counts:
-        c = counts["candidates"]
-        parts.append(
-            f"candidates: {c.get('kept', 0)} kept, {c.get('discarded', 0)} discarded in {c['steps']} step(s)"
-        )
-    if "selections" in counts:
-        s = counts["selections"]
-        parts.append(f"selections: {s['succeeded']} made, {s['failed']} failed")
-    if "reviews" in counts:
-        r = counts["reviews"]
-        parts.append(
-            f"reviews: {r['succeeded']} usable ({r.get('flagged_steps', 0)} step(s) flagged), {r['failed']} failed"
-        )
-    if "repairs" in counts:
-        p = counts["repairs"]
-        parts.append(
-            f"repairs: {p.get('repaired', 0)} of {p['steps']} step(s) repaired in {p.get('calls', 0)} call(s)"
-        )
+    shown = [name for name in OPT_IN_LINES if name in counts]
+    parts = [OPT_IN_LINES[name].format_map(defaultdict(int, counts[name])) for name in shown]
     return "opt-in features: " + "; ".join(parts) if parts else None

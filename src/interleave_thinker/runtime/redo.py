@@ -24,6 +24,15 @@ from interleave_thinker.runtime.recorder import RunRecorder
 from interleave_thinker.runtime.resume import resume_recorder
 
 
+def kept_steps(trace: Trace) -> int:
+    """How many steps, from the first, finished with what they show: a redo keeps at most these (a failed
+    step, complete but with no image kept, is redone, never kept)."""
+    failed = (
+        i for i, s in enumerate(trace.steps) if not s.complete or (s.kind == "image" and not s.accepted_image)
+    )
+    return next(failed, len(trace.steps))
+
+
 def start_redo(
     parent: Path,
     out: Path,
@@ -43,7 +52,7 @@ def start_redo(
         )
     if not 1 <= step <= len(plan.steps):
         raise InputError(f"--redo-step {step}: the run in {parent} has steps 1 to {len(plan.steps)}.")
-    done = sum(1 for s in trace.steps[: step - 1] if s.complete)
+    done = kept_steps(trace)
     if done < step - 1:
         raise InputError(
             f"--redo-step {step}: step {done + 1} of the run in {parent} did not finish; redo from step {done + 1}."

@@ -17,8 +17,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from interleave_thinker.server.asgi import HTTPMiddleware
 
-DEFAULT_READ_TIMEOUT = 30.0
-
 
 def read_timeout_protocol(seconds: float) -> type[H11Protocol]:
     """uvicorn's h11 protocol, closing a connection whose request headers are not complete within

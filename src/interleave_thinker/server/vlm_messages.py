@@ -20,10 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 from interleave_thinker.backends.protocols import Message
 from interleave_thinker.core.images import MAX_IMAGE_PIXELS
+from interleave_thinker.server.settings import DEFAULT_MAX_IMAGES
 from interleave_thinker.server.vlm_errors import RequestError
-
-DEFAULT_MAX_IMAGES = 8
-"""What docs/serving.md has vLLM take for long guidance sequences (``--limit-mm-per-prompt``)."""
 
 
 class ImageURL(BaseModel):

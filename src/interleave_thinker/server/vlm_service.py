@@ -16,7 +16,6 @@ import math
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,46 +24,27 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
-from interleave_thinker.backends.protocols import Message, VLMBackend
+from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBackend
 from interleave_thinker.core.errors import BackendError, InputError
-from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.server.auth import UNAUTHORIZED, BearerAuth
 from interleave_thinker.server.cancel import CallGate, Generated, install_stop_check, take_generated
 from interleave_thinker.server.limits import Admission, BodyLimit
 from interleave_thinker.server.prometheus import PREFIX, CountFrom, HTTPMetrics, RequestMetrics, metrics_reply
+from interleave_thinker.server.settings import VLMLimits
 from interleave_thinker.server.vlm_errors import RequestError, error_body, failure_body
 from interleave_thinker.server.vlm_messages import (
-    DEFAULT_MAX_IMAGES,
     ChatMessage,
     decode_images,
     to_project_messages,
 )
 from interleave_thinker.server.vlm_stream import StreamJob, events, token_streamer, tokenizer_of
 
-DEFAULT_MAX_TOKENS = 4096
+DEFAULT_MAX_TOKENS = MAX_NEW_TOKENS
 """Reply length when a request names none (the agents' own default)."""
 DISCONNECT_POLL_S = 0.25
-DEFAULT_MAX_WAITING = 8
-"""Waiting requests hold their bodies (64 MB each at most), never their decoded pixels."""
 CHAT_PATH = "/v1/chat/completions"
 OPEN_PATHS = frozenset({"/health"})
 """Routes answered without the bearer token: a load balancer's probe carries none."""
-
-
-@dataclass(frozen=True)
-class VLMLimits:
-    """Bounds on what one request may ask of the server (``serve vlm`` flags)."""
-
-    max_tokens: int = 8192
-    """Largest ``max_tokens`` a request may ask for; more is a 400."""
-    max_body_bytes: int = 64 * 1024 * 1024
-    """Largest request body; more is a 413."""
-    max_pixels: int = MAX_IMAGE_PIXELS
-    """Largest image (width x height, read from its header before decoding); more is a 400."""
-    max_images: int = DEFAULT_MAX_IMAGES
-    """Images one request may carry (vLLM's ``--limit-mm-per-prompt '{"image": N}'``); more is a 400."""
-    max_waiting: int = DEFAULT_MAX_WAITING
-    """Chat requests that may wait for the one running; more get 429 with ``Retry-After``."""
 
 
 class StreamOptions(BaseModel):

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from PIL import Image
 
-from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, ImageBatchMixin, ImageRequest, Message
+from interleave_thinker.backends.protocols import (
+    ChatCall,
+    ChatOptions,
+    ImageBatchMixin,
+    ImageRequest,
+    Message,
+)
 from interleave_thinker.backends.wrapping import Wrapper
 from interleave_thinker.testing.scripted import ScriptedVLMBackend
 
@@ -49,16 +55,12 @@ class ScriptedOverTiny(ScriptedVLMBackend):
             threading.Lock()
         )  # the real model (and our patch of its processor) serves one call at a time
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
         with self._lock:
-            return self._chat(messages, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+            return self._chat(
+                messages, max_new_tokens=call.max_new_tokens, temperature=call.temperature, seed=call.seed
+            )
 
     def _chat(
         self, messages: list[Message], *, max_new_tokens: int, temperature: float | None, seed: int | None

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
+from typing import Unpack
 
 from PIL import Image
 
 from interleave_thinker.backends.protocols import (
-    MAX_NEW_TOKENS,
+    ChatCall,
+    ChatOptions,
     ImageBatchMixin,
     ImageRequest,
     Message,
@@ -37,17 +39,11 @@ class ScriptedVLMBackend(VLMBatchMixin):
         self.temperatures: list[float | None] = []
         self.seeds: list[int | None] = []
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
         self.calls.append(messages)
-        self.temperatures.append(temperature)
-        self.seeds.append(seed)
+        self.temperatures.append(call.temperature)
+        self.seeds.append(call.seed)
         if not self._replies:
             raise BackendError(f"{self.name}: the script has no reply left for call {len(self.calls)}")
         reply = self._replies[0] if (self._repeat_last and len(self._replies) == 1) else self._replies.pop(0)

@@ -11,9 +11,13 @@ training its quality (PQ) score follows the brightness, its SC score barely does
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interleave_thinker.core.build_progress import current_reporter
 from interleave_thinker.core.prompt_store import TemplateSet, TemplateStore
@@ -29,13 +33,16 @@ from interleave_thinker.tiny.models import (
     seeded,
 )
 from interleave_thinker.tiny.pinned import PINNED_NUMERICS, progress_callback, run_pinned
-from interleave_thinker.tiny.shipped import install_shipped, library_versions
+from interleave_thinker.tiny.shipped import file_digest, install_shipped, library_versions, model_files
 from interleave_thinker.train.sft.config import (
     DataSection,
     ModelSection,
     SFTRunConfig,
     TrainingSection,
 )
+
+if TYPE_CHECKING:
+    from interleave_thinker.train.data.examples import SFTExample
 
 FORMAT_VERSION = "4"
 """Bump when data, dimensions, training or the base tiny models (``tiny.models.TINY_PRESET_VERSION``) change,
@@ -70,6 +77,8 @@ BATCH = 4
 LEARNING_RATE = 1e-2
 TRAIN_THREADS = 2
 """Intra-op threads while training: a reduction split over another number of threads sums in another order."""
+INPUTS_FILE = "training_inputs.json"
+"""Written into a build's model folder (never shipped): :func:`training_inputs` of what it was trained from."""
 MAX_NEW_TOKENS = 256
 """Enough for a four-step compact plan; use it as ``agents.max_new_tokens`` with these models."""
 
@@ -143,10 +152,12 @@ class BuildJob:
     """Overrides the role's default (tests; adapted builds)."""
     start: Path | None = None
     """Fine-tune this model instead of a fresh random base."""
+    inputs_only: bool = False
+    """Make the base and the data and write their :func:`training_inputs` into the build's folder, but
+    train nothing: what the reproducibility test checks for the roles it does not rebuild."""
 
     def to_json(self) -> str:
         import dataclasses
-        import json
 
         fields = dataclasses.asdict(self)  # the template set too, as {kind, origin, texts}
         fields.update(source=str(self.source), start=str(self.start) if self.start else None)
@@ -154,12 +165,10 @@ class BuildJob:
 
     @classmethod
     def from_json(cls, text: str) -> BuildJob:
-        import json
-
         spec = json.loads(text)
         start = Path(spec["start"]) if spec["start"] else None
         templates = TemplateSet(**spec["templates"])
-        return cls(spec["role"], templates, Path(spec["source"]), spec["steps"], start)
+        return cls(spec["role"], templates, Path(spec["source"]), spec["steps"], start, spec["inputs_only"])
 
 
 def _build_one(tmp: Path, job: BuildJob) -> None:
@@ -207,12 +216,40 @@ def build_format_trained(tmp: Path, job: BuildJob) -> Path:
         examples = critic_examples(templates, CRITIC_STEPS * BATCH // 2, work / "images", seed=seed)
     else:
         examples = judge_examples(templates, JUDGE_STEPS * BATCH // 2, work / "images", seed=seed)
+    inputs = json.dumps(training_inputs(base, examples), indent=1, sort_keys=True) + "\n"
+    if job.inputs_only:
+        shutil.rmtree(work)
+        (tmp / INPUTS_FILE).write_text(inputs, encoding="utf-8")
+        return tmp / INPUTS_FILE
     data = work / "data"
     sft_dataset(examples).save_to_disk(str(data))
     with deterministic_torch(TRAIN_THREADS):
         _train(tmp / "model", base, data, job.steps or STEPS[role], seed)
     shutil.rmtree(work)
+    (tmp / "model" / INPUTS_FILE).write_text(inputs, encoding="utf-8")
     return tmp / "model"
+
+
+def training_inputs(base: Path, examples: Sequence[SFTExample]) -> dict[str, str]:
+    """SHA-256 digests of what a build trains from: the base model's files (weights, config, processor) and
+    every example's turns and image pixels.
+
+    Why: the same inputs, recipe (steps, seed, training settings) and training code make the same bytes. So
+    the reproducibility test rebuilds one role in full, which shows the training code makes the shipped
+    bytes, and checks only these inputs for the others: the same proof in a fifth of the time
+    (docs/testing.md)."""
+    from PIL import Image
+
+    weights = {str(name): file_digest(base / name) for name in model_files(base)}
+    data = hashlib.sha256()
+    for example in examples:
+        data.update(json.dumps([[t.role, t.content] for t in example.messages]).encode("utf-8"))
+        for path in example.images:
+            with Image.open(path) as image:
+                data.update(json.dumps([image.mode, image.size]).encode("utf-8"))
+                data.update(image.tobytes())
+    base_digest = hashlib.sha256(json.dumps(weights, sort_keys=True).encode("utf-8")).hexdigest()
+    return {"base": base_digest, "data": data.hexdigest()}
 
 
 def ensure_format_trained_tiny(
@@ -311,43 +348,9 @@ def _start(role: str, root: Path, digest: str) -> tuple[int | None, Path | None]
     return ADAPT_STEPS, ensure_format_trained(role, root, templates=builtin_templates())
 
 
-def build_shipped(work: Path) -> dict[str, tuple[dict[str, object], Path]]:
-    """Fresh builds, never copies, of every shipped model (the tiny generator and the format-trained planner,
-    critic and judge for the built-in templates) under ``work``: ``{artefact key: (recipe, folder)}``."""
-    from interleave_thinker.core.prompt_store import builtin_templates
-    from interleave_thinker.tiny.models import tiny_recipe
-    from interleave_thinker.tiny.shipped import rebuilding
-
-    templates = builtin_templates()
-    root = work / "tiny"
-    with rebuilding():
-        built = {"generator": (tiny_recipe("generator"), ensure_tiny_model("generator", root))}
-        for role in SHIPPED_ROLES:
-            path = ensure_format_trained(role, root, templates=templates)
-            recipe = format_recipe(role, template_digest(role, templates))
-            built[f"{path.parent.name}/{role}"] = (recipe, path)
-    return built
-
-
-def write_artefacts(dest: Path | None = None) -> Path:
-    """Rebuild every shipped model in a temp folder and write it with its manifest into ``dest``."""
-    import tempfile
-
-    from interleave_thinker.tiny.shipped import ARTEFACTS, write_artefact, write_manifest
-
-    dest = dest or ARTEFACTS
-    with tempfile.TemporaryDirectory(prefix="tiny-artefacts-") as work:
-        built = build_shipped(Path(work))
-        if (dest / "manifest.json").is_file():  # an artefact folder: models no longer shipped go
-            shutil.rmtree(dest)
-        entries = {key: write_artefact(key, recipe, path, dest) for key, (recipe, path) in built.items()}
-    return write_manifest(entries, dest)
-
-
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1] == "--write-artefacts":  # [DEST]: rebuild the shipped models (docs/testing.md)
-        print(f"wrote {write_artefacts(Path(sys.argv[2]) if len(sys.argv) > 2 else None)}")
-    else:  # the child process of _build_one: python -m interleave_thinker.tiny.format_trained JOB
-        _build_from_job(Path(sys.argv[1]))
+    # The child process of _build_one (or tiny.rebuild.shipped_inputs): python -m ...format_trained JOB [JOB ...]
+    for job_path in sys.argv[1:]:
+        _build_from_job(Path(job_path))

@@ -3,11 +3,12 @@ code builds them, committed as package data so a first ``make demo`` trains noth
 
 Why: format training takes minutes of CPU and the demo needs it on first use. The files under
 ``tiny/artefacts/`` are exactly what a fresh build writes (``tests/tiny/test_reproducibility.py`` rebuilds
-them and requires byte-identical files); ``manifest.json`` records each model's recipe (versions, seed,
-template digest, library versions) and the SHA-256 of each file. A cache folder is filled from them only
+one and requires byte-identical files, and checks what the others were trained from); ``manifest.json``
+records each model's recipe (versions, seed, template digest, library versions), the SHA-256 of each
+file and, for a format-trained model, of its training inputs. A cache folder is filled from them only
 when the recipe the code would build now is the recorded one and every digest matches; otherwise the
 model is built as before. ``INTERLEAVE_THINKER_TINY_REBUILD=1`` always builds.
-Regenerate with ``python -m interleave_thinker.tiny.format_trained --write-artefacts`` (see docs/testing.md).
+Regenerate with ``python -m interleave_thinker.tiny.rebuild`` (see docs/testing.md).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def rebuilding() -> Iterator[None]:
 
 
 def load_manifest() -> dict[str, Any]:
-    """``{"models": {key: {"recipe": ..., "recipe_digest": ..., "files": {name: sha256}}}}``; empty if absent."""
+    """``{"models": {key: {"recipe": ..., "recipe_digest": ..., "files": {name: sha256}}}}``, and for a
+    format-trained model ``"inputs"`` (``format_trained.training_inputs``); empty if absent."""
     try:
         loaded: dict[str, Any] = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -1,9 +1,6 @@
 """``build_demo(...) -> gr.Blocks``: the streaming web demo, for the CLI, a Space's app.py and tests."""
 
 import hashlib
-import html
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,32 +8,13 @@ import gradio as gr
 
 from interleave_thinker.agents.messages import IMAGE_MARKER
 from interleave_thinker.core.config import PipelineConfig
-from interleave_thinker.core.errors import InterleaveThinkerError
-from interleave_thinker.runtime.documents import tiny_plan_line
-from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
-from interleave_thinker.runtime.used_backends import backend_description
-from interleave_thinker.ui.files import (
-    example_images,
-    new_run_dir,
-    private_root,
-    session_dir,
-    sweep,
-    zip_run,
-)
-from interleave_thinker.ui.limits import UPLOAD_FIELD, check_prompt, check_uploads
+from interleave_thinker.runtime.pipeline import Pipeline
+from interleave_thinker.ui.files import example_images, private_root
 from interleave_thinker.ui.live import RunView
-from interleave_thinker.ui.options import (
-    MAX_ATTEMPTS_LIMIT,
-    DemoOptions,
-    RunSettings,
-    default_out_root,
-    size_choices,
-)
-from interleave_thinker.ui.render import render_final, render_live, render_plan, render_status
-from interleave_thinker.ui.worker import one_line, start_run
-
-Outputs = tuple[str, str, str, Any, list[tuple[str, str]], str, str | None]
-"""Status, plan, live steps, the live steps' fold, the result gallery, the final page's text, the zip."""
+from interleave_thinker.ui.options import MAX_ATTEMPTS_LIMIT, DemoOptions, default_out_root, size_choices
+from interleave_thinker.ui.redo import MAX_INSTRUCTION_CHARS
+from interleave_thinker.ui.render import render_status
+from interleave_thinker.ui.runs import DemoRuns
 
 INTRO = """# interleave-thinker
 A **planner** turns your request into image steps; for every step a generator makes an image and a
@@ -46,33 +24,6 @@ marker they are placed before the text)."""
 
 
 LIVE_LABEL = "Steps as they run: every attempt and the critic's notes"
-
-
-def _outputs(view: RunView, download: str | None = None) -> Outputs:
-    """Every pane for ``view``. Once the run has ended, the live steps fold away: their images are the
-    gallery's, and the page shows each image once."""
-    fold = gr.update(open=not view.finished)
-    return (
-        render_status(view),
-        render_plan(view),
-        render_live(view),
-        fold,
-        view.gallery(),
-        render_final(view),
-        download,
-    )
-
-
-def _toast(view: RunView) -> None:
-    """The run's outcome as Gradio's own message too (a toast), besides the status line; escaped,
-    because Gradio renders the message as HTML."""
-    if view.phase == "refused" and view.error:
-        gr.Warning(html.escape(view.error), title="Nothing was run")
-    elif view.phase == "error" and view.error:
-        gr.Warning(html.escape(view.error), title="The run stopped")
-    if view.result is not None:
-        for warning in view.result.trace.warnings:
-            gr.Warning(html.escape(warning))
 
 
 EXAMPLE_IMAGES_REMOVED = (
@@ -117,109 +68,6 @@ def keep_example_images(text: str, files: list[str] | None, examples: ExampleIma
     if not examples.hold(files) or IMAGE_MARKER.search(text or ""):
         return gr.skip(), gr.skip()
     return None, gr.update(value=EXAMPLE_IMAGES_REMOVED, visible=True)
-
-
-def _without_folders(message: str, files: list[str] | None) -> str:
-    """The CLI's message with each upload named by its file name, not the server's temp folder."""
-    for path in sorted(map(str, files or []), key=len, reverse=True):
-        message = message.replace(path, Path(path).name)
-    return message
-
-
-class DemoRuns:
-    """The handlers behind the page; one instance per app, state per browser session."""
-
-    def __init__(self, pipeline: Pipeline, options: DemoOptions) -> None:
-        self.pipeline, self.options = pipeline, options
-        self._cancels: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-
-    def _uploads(self, files: list[str] | None) -> list[str]:
-        """The uploads' count, bytes and header pixels, checked without decoding any of them."""
-        opts = self.options
-        return check_uploads(
-            files,
-            max_bytes=opts.max_upload_bytes,
-            max_images=opts.max_images,
-            max_pixels=opts.max_upload_pixels,
-        )
-
-    def check(self, text: str, files: list[str] | None, *settings: Any) -> list[dict[str, Any]]:
-        """Gradio's validator of ``run``: called when the request arrives, before it is queued, so a
-        refused request never waits for (nor holds) a run slot. One ``gr.validate`` per input."""
-        verdicts = [gr.validate(True, "") for _ in range(2 + len(settings))]
-        for index, check in (
-            (0, lambda: check_prompt(text or "", self.options.max_prompt_chars)),
-            (1, lambda: self._uploads(files)),
-        ):
-            try:
-                check()
-            except InterleaveThinkerError as exc:
-                verdicts[index] = gr.validate(False, _without_folders(one_line(str(exc)), files))
-        return verdicts
-
-    def run(
-        self,
-        text: str,
-        files: list[str] | None,
-        max_attempts: float,
-        seed: float,
-        text_steps: str,
-        critic_on_last_attempt: bool,
-        size: str,
-        request: gr.Request,
-    ) -> Iterator[Outputs]:
-        """Stream one run: status, plan, live steps, the result gallery, the final page and (at the
-        end) the zip; a refusal or a failure is a ``gr.Warning`` toast too."""
-        planner = backend_description(self.pipeline.planner_backend)
-        view = RunView(notice=self.pipeline.config.notice, tiny_plan=tiny_plan_line(planner))
-        opts = self.options
-        try:  # 1. The bounds, then the same checks and one-line messages as the CLI
-            check_prompt(text or "", opts.max_prompt_chars)
-            paths = self._uploads(files)
-            images = load_input_images(paths)
-            normalize_request_text(text or "", len(images), images_from=UPLOAD_FIELD)
-            settings = RunSettings(
-                int(max_attempts), int(seed), text_steps, bool(critic_on_last_attempt), size
-            )
-            config = settings.apply(self.pipeline.config)
-        except InterleaveThinkerError as exc:
-            view.phase, view.error = "refused", _without_folders(one_line(str(exc)), files)
-            _toast(view)
-            yield _outputs(view)
-            return
-        private_root(opts.out_root, default=opts.out_root == default_out_root())
-        # 2. A fresh folder in this session's own space; old runs of every session are swept
-        sweep(opts.out_root, opts.ttl_s)
-        session = session_dir(opts.out_root, getattr(request, "session_hash", None))
-        run_dir = new_run_dir(session, text)
-        view.run_dir = run_dir
-        sink = start_run(self.pipeline, config, text, paths, run_dir)
-        with self._lock:
-            self._cancels[session.name] = sink.cancel
-        view.phase = "planning"
-        try:  # 3. Stream every event; the last one ends the run
-            yield _outputs(view)
-            for event in sink.drain():
-                view.apply(event)
-                if event.kind not in ("done", "cancelled", "error"):
-                    yield _outputs(view)
-            download = str(zip_run(run_dir)) if (run_dir / "trace.json").is_file() else None
-            _toast(view)
-            yield _outputs(view, download)
-        finally:
-            sink.cancel.set()  # the visitor left mid-run: the worker stops before its next model call
-            with self._lock:
-                if self._cancels.get(session.name) is sink.cancel:
-                    del self._cancels[session.name]
-
-    def cancel(self, request: gr.Request) -> None:
-        """Stop this session's run before its next model call (other sessions are untouched)."""
-        key = session_dir(self.options.out_root, getattr(request, "session_hash", None)).name
-        with self._lock:
-            event = self._cancels.get(key)
-        if event is not None:
-            event.set()
 
 
 def _load(source: Pipeline | PipelineConfig | str) -> Pipeline:
@@ -267,6 +115,7 @@ def build_demo(
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="it-run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="it-stop")
+                redo_fields, redo_button = _redo_fields()
                 examples = gr.Examples(
                     _examples(opts.out_root),
                     inputs=[text, files],
@@ -283,6 +132,15 @@ def build_demo(
             outputs=outputs,
             api_name="run",
             validator=runs.check,
+            concurrency_limit=opts.concurrency,
+            concurrency_id="pipeline",
+        )
+        redo_button.click(
+            runs.redo,
+            inputs=redo_fields,
+            outputs=outputs,
+            api_name="redo",
+            validator=runs.check_redo,
             concurrency_limit=opts.concurrency,
             concurrency_id="pipeline",
         )
@@ -314,6 +172,31 @@ def _example_images_stay_with_their_example(
         return keep_example_images(typed, current, known)
 
     text.input(on_input, inputs=[text, files], outputs=[files, note], queue=False, show_progress="hidden")
+
+
+def _redo_fields() -> tuple[list[Any], Any]:
+    """The folded "Redo a step" fields, in the order ``DemoRuns.redo`` takes them (step, instruction,
+    seed), and its button."""
+    with gr.Accordion("Redo a step of the last run", open=False, elem_id="it-redo-fold"):
+        gr.Markdown(
+            "Make one step again: the steps before it are kept as they are (no model call), that step "
+            "and the ones after it are generated again, into a new run that names the last one as its parent."
+        )
+        step = gr.Number(value=1, precision=0, label="Redo from step", elem_id="it-redo-step")
+        instruction = gr.Textbox(
+            label="New instruction for that step (optional; empty keeps the plan's)",
+            lines=2,
+            max_length=MAX_INSTRUCTION_CHARS,
+            elem_id="it-redo-instruction",
+        )
+        seed = gr.Number(
+            value=None,
+            precision=0,
+            label="Seed base from that step on (optional; empty keeps the run's)",
+            elem_id="it-redo-seed",
+        )
+        button = gr.Button("Redo from this step", elem_id="it-redo")
+    return [step, instruction, seed], button
 
 
 def _advanced_settings(cfg: PipelineConfig) -> list[Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interleave_thinker.core.run_folder import image_path
-from interleave_thinker.core.types import Attempt, Plan, StepRecord
+from interleave_thinker.core.types import Attempt, Plan, StepRecord, Trace
 from interleave_thinker.runtime.pipeline import Result
 from interleave_thinker.ui.thumbs import data_uri
 from interleave_thinker.ui.worker import Event
@@ -45,6 +45,21 @@ class RunView:
     """The run's folder: the gallery shows its ``images/`` files, so a download keeps their names."""
     tiny_plan: str | None = None
     """The one line saying the plan comes from a format-trained stand-in (tiny planner), else None."""
+    redo: str | None = None
+    """For a redo, the line saying which step is made again and which are kept (shown with the status)."""
+
+    def keep_steps(self, parent: Trace, step: int) -> None:
+        """Show the plan and the steps before ``step`` of the run a redo starts from, as they are: the
+        redo copies them without a call, so the loop reports none of them."""
+        self.plan = parent.planner.plan.model_copy(deep=True) if parent.planner.plan else None
+        for index, record in enumerate(parent.steps[: step - 1], start=1):
+            self.steps[index] = record
+            for attempt in record.attempts:
+                self.attempts[(index, attempt.attempt)] = AttemptView(
+                    index, attempt.attempt, attempt.prompt, "done", record=attempt
+                )
+        kept = "no step is" if step == 1 else "step 1 is" if step == 2 else f"steps 1 to {step - 1} are"
+        self.redo = f"Redo from step {step}: {kept} kept from the last run as it was, with no model call."
 
     def apply(self, event: Event) -> None:
         key = (event.step, event.attempt)

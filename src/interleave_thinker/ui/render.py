@@ -34,6 +34,8 @@ def render_status(view: RunView) -> str:
     if view.notice:
         parts.append(f'<div class="it-notice" data-ev="notice">{esc(view.notice)}</div>')
     parts.append(f'<p class="it-phase" data-ev="phase-{view.phase}">{esc(PHASES[view.phase])}</p>')
+    if view.redo:
+        parts.append(f'<p class="it-meta" data-ev="redo">{esc(view.redo)}</p>')
     if view.error:
         parts.append(f'<p class="it-error" data-ev="error" role="alert">error: {esc(view.error)}</p>')
     if view.result is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack
@@ -24,7 +24,8 @@ from interleave_thinker.core.config import PipelineConfig
 from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.core.types import Attempt, Plan, StepRecord
 from interleave_thinker.runtime.observer import Observer
-from interleave_thinker.runtime.pipeline import Pipeline
+from interleave_thinker.runtime.pipeline import Pipeline, Result
+from interleave_thinker.ui.redo import Redo
 
 logger = logging.getLogger(__name__)
 
@@ -153,11 +154,32 @@ def start_run(
     base: Pipeline, config: PipelineConfig, text: str, images: list[str], out_dir: Path
 ) -> EventSink:
     """Start the run in a daemon thread; its events (ending with done/cancelled/error) go to the sink."""
+    return _start(
+        base, config, out_dir, lambda pipe, sink: pipe(text, images=images, out_dir=out_dir, observer=sink)
+    )
+
+
+def start_redo(base: Pipeline, config: PipelineConfig, parent: Path, redo: Redo, out_dir: Path) -> EventSink:
+    """Start ``Pipeline.redo`` of the run in ``parent`` from ``redo.step`` into ``out_dir``, as :func:`start_run`
+    starts a run: the steps before it are copied, not made, so their calls are never sent."""
+    return _start(
+        base,
+        config,
+        out_dir,
+        lambda pipe, sink: pipe.redo(
+            parent, redo.step, out_dir=out_dir, instruction=redo.instruction, seed=redo.seed, observer=sink
+        ),
+    )
+
+
+def _start(
+    base: Pipeline, config: PipelineConfig, out_dir: Path, call: Callable[[Pipeline, EventSink], Result]
+) -> EventSink:
     pipe, sink = run_pipeline(base, config)
 
     def work() -> None:
         try:
-            result = pipe(text, images=images, out_dir=out_dir, observer=sink)
+            result = call(pipe, sink)
         except RunCancelled:
             sink.finish("cancelled")
         except InterleaveThinkerError as exc:

@@ -59,7 +59,9 @@ def normalize_endpoint(entry: str) -> str:
     try:
         _ = parts.port
     except ValueError as exc:
-        raise ConfigError(f"Generator endpoint {entry!r} has a bad port: {exc}.") from exc
+        raise ConfigError(
+            f"Generator endpoint {entry!r} has a bad port: {exc}; write HOST:PORT with a port from 1 to 65535."
+        ) from exc
     return url
 
 

@@ -18,12 +18,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_bytes
 from interleave_thinker.backends.gemini_sdk import GeminiSDKBackend
-from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import (
+    ChatCall,
+    ChatOptions,
+    Message,
+    VLMBatchMixin,
+)
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
 from interleave_thinker.backends.remote_backend import caller_settings
 from interleave_thinker.core.errors import BackendError, ConfigError
@@ -65,18 +70,12 @@ class GeminiVLMBackend(GeminiSDKBackend, VLMBatchMixin):
         """``MODEL``, e.g. ``gemini-2.5-pro``."""
         return cls(target.strip(), **caller_settings(options.remote))
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
         contents, system = self.to_gemini_contents(messages)
-        config: dict[str, Any] = {"max_output_tokens": max_new_tokens}
-        if temperature is not None:  # None: the model's own defaults (agents.decoding checkpoint)
-            config = {"temperature": float(temperature), **config}
+        config: dict[str, Any] = {"max_output_tokens": call.max_new_tokens}
+        if call.temperature is not None:  # None: the model's own defaults (agents.decoding checkpoint)
+            config = {"temperature": float(call.temperature), **config}
         if system:
             config["system_instruction"] = system
         self._usage.value = {}

@@ -17,14 +17,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
 
 from interleave_thinker.backends._images import apply_max_pixels, bound_pixels
 from interleave_thinker.backends.encoding import png_data_url
-from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import (
+    ChatCall,
+    ChatOptions,
+    Message,
+    VLMBatchMixin,
+)
 from interleave_thinker.backends.remote import RetryableError, RetrySettings
 from interleave_thinker.backends.remote_backend import RemoteBackend, caller_settings, key_envs
 from interleave_thinker.core import green
@@ -89,22 +94,16 @@ class OpenAIVLMBackend(RemoteBackend, VLMBatchMixin):
 
     # -- the protocol ---------------------------------------------------------------------------
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
         model = self._resolve_model()
         body = {
             "model": model,
             "messages": self.to_openai_messages(messages),
-            "max_tokens": max_new_tokens,
+            "max_tokens": call.max_new_tokens,
         }
-        if temperature is not None:  # None: the server's own defaults (agents.decoding checkpoint)
-            body["temperature"] = float(temperature)
+        if call.temperature is not None:  # None: the server's own defaults (agents.decoding checkpoint)
+            body["temperature"] = float(call.temperature)
         self._usage.value = {}
         return str(self._call(lambda client, url, timeout: self._complete(client, url, timeout, body)))
 

@@ -11,11 +11,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from interleave_thinker.backends._images import apply_max_pixels
 from interleave_thinker.backends._loading import not_found, pick_device, pick_dtype, resolve_checkpoint
-from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import (
+    ChatCall,
+    ChatOptions,
+    Message,
+    VLMBatchMixin,
+)
 from interleave_thinker.core.errors import BackendError, InputError
 
 _SAMPLING_LOCK = threading.Lock()
@@ -69,15 +74,9 @@ class TransformersVLMBackend(VLMBatchMixin):
         processor.tokenizer.padding_side = "left"
         return processor, model
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
-        return self._generate([messages], max_new_tokens, temperature, seed)[0]
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
+        return self._generate([messages], call.max_new_tokens, call.temperature, call.seed)[0]
 
     def _chat_many(
         self, conversations: list[list[Message]], max_new_tokens: int, temperature: float | None

@@ -46,9 +46,13 @@ class SuiteSpec:
     """The fixed suite: per kind ``per_kind`` broken sequences and as many unbroken twins."""
 
     per_kind: int = 24
+    """Broken sequences of each kind (each with an unbroken twin): 4 kinds x 24 x 2 = 192 sequences."""
     steps: int = 6
+    """Pictures in a sequence; a broken one changes its kind from a seeded step (2 to ``steps``) on."""
     size: int = 128
+    """Each picture's side in pixels."""
     seed: int = 2026
+    """The base of every sequence's random stream (``seed:kind:index``), so the suite is the same everywhere."""
     subject: float = 0.27
     """The subject's radius as a share of the picture's side (0.27: it fills about a fifth of the frame)."""
     walk: float = 0.2
@@ -75,17 +79,24 @@ class Sequence:
 @dataclass(frozen=True)
 class _Subject:
     shape: str
+    """One of :data:`SHAPES`; an identity break swaps in a subject of another shape and markings."""
     hue: float
+    """The body's hue (0-1); a colour break turns it a third to two thirds of the way round."""
     marks: int
+    """Stripes across the body (0-3)."""
 
 
 @dataclass(frozen=True)
 class _Scene:
     sky: tuple[tuple[int, int, int], tuple[int, int, int]]
+    """The sky's colours at its top and at the horizon (a vertical blend)."""
     ground: tuple[int, int, int]
     horizon: float
+    """The horizon's height as a share of the side, from the top."""
     trees: tuple[tuple[float, float], ...]
+    """Each tree's place across and its height, as shares of the side."""
     sun: tuple[float, float]
+    """The sun's centre, as shares of the side."""
 
 
 def _rgb(hue: float, saturation: float, value: float) -> tuple[int, int, int]:

@@ -14,14 +14,44 @@ each loading the backend with :func:`~interleave_thinker.backends.specs.load_ima
                              └──────── reply or 500 (worker died: restarted) ◄──┘
 """
 
-from interleave_thinker.core.errors import RequestError
-from interleave_thinker.server.auth import api_key_from_env
-from interleave_thinker.server.generator.app import create_app
-from interleave_thinker.server.generator.launcher import GeneratorProcess, free_port
-from interleave_thinker.server.generator.pool import WorkerPool
-from interleave_thinker.server.generator.protocol import EditJob, parse_edit_request
-from interleave_thinker.server.generator.run import serve
-from interleave_thinker.server.generator.settings import ServiceSettings, worker_devices
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from interleave_thinker.core.errors import RequestError
+    from interleave_thinker.server.auth import api_key_from_env
+    from interleave_thinker.server.generator.app import create_app
+    from interleave_thinker.server.generator.launcher import GeneratorProcess, free_port
+    from interleave_thinker.server.generator.pool import WorkerPool
+    from interleave_thinker.server.generator.protocol import EditJob, parse_edit_request
+    from interleave_thinker.server.generator.run import serve
+    from interleave_thinker.server.generator.settings import ServiceSettings, worker_devices
+
+_HOMES = {
+    "RequestError": "interleave_thinker.core.errors",
+    "api_key_from_env": "interleave_thinker.server.auth",
+    "create_app": "interleave_thinker.server.generator.app",
+    "GeneratorProcess": "interleave_thinker.server.generator.launcher",
+    "free_port": "interleave_thinker.server.generator.launcher",
+    "WorkerPool": "interleave_thinker.server.generator.pool",
+    "EditJob": "interleave_thinker.server.generator.protocol",
+    "parse_edit_request": "interleave_thinker.server.generator.protocol",
+    "serve": "interleave_thinker.server.generator.run",
+    "ServiceSettings": "interleave_thinker.server.generator.settings",
+    "worker_devices": "interleave_thinker.server.generator.settings",
+}
+"""Where each name of the package lives. Why imported on first use: ``serve generator``'s flags take their
+defaults from :class:`ServiceSettings` when the CLI starts, and that must not load FastAPI (the app)."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "EditJob",

@@ -92,7 +92,7 @@ def image_size(png: bytes, max_pixels: int, field: str = "'image'") -> tuple[int
             with Image.open(io.BytesIO(png)) as image:
                 width, height = image.size
     except Image.DecompressionBombError as exc:
-        raise RequestError(400, f"{field} is a decompression bomb: {exc}") from None
+        raise RequestError(400, f"{field} is a decompression bomb: {exc}; send a smaller image.") from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise RequestError(400, f"{field} is not a readable image ({type(exc).__name__}: {exc}).") from None
     if width * height > max_pixels:

@@ -9,7 +9,7 @@ from interleave_thinker.backends.specs import IMAGE_BACKENDS, parse_spec
 from interleave_thinker.core.errors import ConfigError
 from interleave_thinker.core.images import MAX_IMAGE_PIXELS
 from interleave_thinker.server.generator.protocol import DEFAULT_MAX_PROMPT_CHARS
-from interleave_thinker.server.limits import DEFAULT_READ_TIMEOUT
+from interleave_thinker.server.settings import HOST, LOG_LEVEL, READ_TIMEOUT
 
 DEFAULT_PORT = 8011
 DEFAULT_MAX_PIXELS = MAX_IMAGE_PIXELS
@@ -23,7 +23,7 @@ class ServiceSettings:
     devices: tuple[str, ...] = ("cpu",)
     dtype: str = "auto"
     """Weights dtype of every worker's backend (``model.dtype``)."""
-    host: str = "127.0.0.1"
+    host: str = HOST
     port: int = DEFAULT_PORT
     queue_size: int = 64
     """Requests that may wait for a worker beyond the ones being generated; more get 503."""
@@ -35,11 +35,11 @@ class ServiceSettings:
     """Bound of input images (decompression bombs) and of the requested output size."""
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
     """Longest prompt; longer ones get 400."""
-    read_timeout: float = DEFAULT_READ_TIMEOUT
+    read_timeout: float = READ_TIMEOUT
     """Seconds a client may take to send its request headers, and between two chunks of its body."""
     torch_threads: int | None = None
     """Intra-op threads per CPU worker; default: the cores shared evenly between workers."""
-    log_level: str = "info"
+    log_level: str = LOG_LEVEL
 
     def __post_init__(self) -> None:
         parse_spec(self.generator, IMAGE_BACKENDS)

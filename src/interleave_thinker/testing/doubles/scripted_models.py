@@ -28,9 +28,10 @@ def digest(*parts: str) -> int:
     return int(hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8], 16)
 
 
-def plan_reply(request: str) -> tuple[str, str]:
+def plan_reply(request: str, steps: int | None = None) -> tuple[str, str]:
+    """A plan of ``steps`` image steps (without it, 2 or 3 by the request's digest) and the request's tag."""
     tag = f"r{digest(request) % 100000:05d}"
-    steps = 2 + digest(request, "n") % 2
+    steps = steps or 2 + digest(request, "n") % 2
     items = ", ".join(
         f"{{'step_number': {i}, 'step_name': 'S{i}', 'instruction': 'do {i}', 'prompt': '{tag} step {i}', "
         f"'auxiliary_text': {('None' if i != steps else repr('done ' + tag))}}}"

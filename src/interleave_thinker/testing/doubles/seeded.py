@@ -9,7 +9,7 @@ make later seeds answer first); ``latency`` gives each role a GPU-like time per 
 
 One handler speaks both wire formats on one :class:`~.server.LocalServer`: OpenAI chat
 (``POST /v1/chat/completions``, planner and critic, told apart by the prompt) and the "/edit" protocol
-(``POST /edit``, the ``http:`` generator). Plans come from :func:`.scripted_models.plan_reply` (2-3 steps).
+(``POST /edit``, the ``http:`` generator). Plans come from :func:`.scripted_models.plan_reply` (2-3 steps, or ``steps``).
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ class SeededWorld:
     accept: Accept
     latency: dict[str, float] = field(default_factory=dict)
     critic_delay: Callable[[int], float] = lambda seed: 0.0
+    steps: int | None = None
+    """Image steps of every plan; None: 2 or 3 by the request (:func:`.scripted_models.plan_reply`)."""
     log: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -91,7 +93,7 @@ class SeededWorld:
         request = re.search(r'User request: "(.*?)"\n', text, re.DOTALL)
         if request is not None:
             time.sleep(self.latency.get("planner", 0.0))
-            reply, _ = plan_reply(request.group(1))
+            reply, _ = plan_reply(request.group(1), self.steps)
             self._note({"role": "planner", "request": request.group(1)})
             return _completion(reply)
         urls = [

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Unpack
 
-from interleave_thinker.backends.protocols import MAX_NEW_TOKENS, Message, VLMBatchMixin
+from interleave_thinker.backends.protocols import (
+    ChatCall,
+    ChatOptions,
+    Message,
+    VLMBatchMixin,
+)
 
 
 class CountingModel:
@@ -44,12 +49,6 @@ class ModelBackend(VLMBatchMixin):
         self.name = "model"
         self.model = CountingModel()
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        temperature: float | None = 0.0,
-        seed: int | None = None,
-    ) -> str:
-        return "x" * self.model.generate(max_new_tokens=max_new_tokens)
+    def chat(self, messages: list[Message], **options: Unpack[ChatOptions]) -> str:
+        call = ChatCall(**options)
+        return "x" * self.model.generate(max_new_tokens=call.max_new_tokens)

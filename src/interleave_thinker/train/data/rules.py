@@ -147,8 +147,10 @@ class BuildStats:
 
     trajectories: int = 0
     steps: int = 0
+    """Steps with at least one attempt (the ones classified)."""
     attempts: int = 0
     unscored_steps: int = 0
+    """Steps left out because an attempt has no overall score (score them with ``--judge``)."""
     rules: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RULES, 0))
     pools: dict[str, int] = field(default_factory=lambda: {"sft": 0, "rl": 0, "unused": 0})
     examples: dict[str, int] = field(default_factory=dict)

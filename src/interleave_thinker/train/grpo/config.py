@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from interleave_thinker.core.config import PromptOptions, RemoteOptions
+from interleave_thinker.core.config_sections import count, unset
 from interleave_thinker.train.overrides import load_run_config
 from interleave_thinker.train.rewards.critic import CriticRewardWeights
 from interleave_thinker.train.sft.config import FinetuneSection, ModelSection, OutputDir, _Section
@@ -63,10 +64,8 @@ class GRPODataSection(_Section):
         default_factory=list,
         description="critic: critic_rl.jsonl files; planner: planner_rl .jsonl or planner_sft .json/.jsonl files.",
     )
-    image_dir: Path | None = Field(default=None, description="Base folder of relative image paths.")
-    synthetic: int | None = Field(
-        default=None, ge=1, description="Generate this many synthetic prompts instead (tiny runs and tests)."
-    )
+    image_dir: Path | None = unset("Base folder of relative image paths.")
+    synthetic: int | None = count(None, "Generate this many synthetic prompts instead (tiny runs and tests).")
     synthetic_restate: bool = Field(
         default=False,
         description="Synthetic critic prompts also end with the instruction (easier for tiny models; needs a warm start).",
@@ -75,10 +74,8 @@ class GRPODataSection(_Section):
         default_factory=list,
         description="Held-out prompt files (same formats as train), scored every eval_steps.",
     )
-    eval_synthetic: int | None = Field(
-        default=None,
-        ge=1,
-        description="Generate this many held-out synthetic prompts (other subjects and images than the train set).",
+    eval_synthetic: int | None = count(
+        None, "Generate this many held-out synthetic prompts (other subjects and images than the train set)."
     )
     critic_prompt: Literal["template", "problem"] = Field(
         default="template",
@@ -93,10 +90,9 @@ class RewardSection(_Section):
         default="tiny:generator", description="Image backend spec for step-wise regeneration."
     )
     judge: str = Field(default="tiny:judge", description="VLM backend spec of the judge.")
-    device: str | None = Field(
-        default=None,
-        description="Where the local judge and generator run: 'cpu', 'cuda', 'cuda:1' or 'auto' "
-        "(the pipeline's model.device); default: cuda when present.",
+    device: str | None = unset(
+        "Where the local judge and generator run: 'cpu', 'cuda', 'cuda:1' or 'auto' "
+        "(the pipeline's model.device); default: cuda when present."
     )
     dtype: str = Field(default="auto", description="dtype of the local judge and generator (model.dtype).")
     deadline: float = Field(default=70.0, gt=0, description="Seconds per rollout before it scores 0.5/0.5.")
@@ -134,23 +130,20 @@ class RewardSection(_Section):
     stepwise: bool = Field(
         default=True, description="False: format + accuracy only (no generator or judge calls)."
     )
-    generator_concurrency: int = Field(default=4, ge=1)
-    judge_concurrency: int = Field(default=8, ge=1)
-    sample_concurrency: int | None = Field(
-        default=None, ge=1, description="Rollouts scored at once (default: the whole batch); 1 = sequential."
+    generator_concurrency: int = count(4)
+    judge_concurrency: int = count(8)
+    sample_concurrency: int | None = count(
+        None, "Rollouts scored at once (default: the whole batch); 1 = sequential."
     )
-    judge_max_new_tokens: int = Field(
-        default=4096,
-        ge=1,
-        description="Bound of each judge reply (the release's reward: max_output_tokens 4096; at 1024 a thinking "
+    judge_max_new_tokens: int = count(
+        4096,
+        "Bound of each judge reply (the release's reward: max_output_tokens 4096; at 1024 a thinking "
         "judge such as gemini-2.5-pro often returns no text).",
     )
-    judge_max_attempts: int = Field(
-        default=5,
-        ge=1,
-        description="Judge calls per judgement while replies do not parse (the release's scorer default: 5).",
+    judge_max_attempts: int = count(
+        5, "Judge calls per judgement while replies do not parse (the release's scorer default: 5)."
     )
-    cache_dir: Path | None = Field(default=None, description="Keep regenerated images across steps and runs.")
+    cache_dir: Path | None = unset("Keep regenerated images across steps and runs.")
     max_failure_share: float = Field(
         default=0.5,
         ge=0,
@@ -159,9 +152,7 @@ class RewardSection(_Section):
         "generator failed (each scored 0.5, as released) over the last failure_window logging steps; past "
         "it training stops with a checkpoint, to continue with --resume after the fix. 1 never stops.",
     )
-    failure_window: int = Field(
-        default=5, ge=1, description="Logging steps over which max_failure_share is measured."
-    )
+    failure_window: int = count(5, "Logging steps over which max_failure_share is measured.")
 
     def judge_agent(self, backend: VLMBackend, templates: TemplateSet) -> Judge:
         """The step-wise reward's judge on ``backend``: the one request builder of ``train grpo`` and the
@@ -195,36 +186,31 @@ class GRPOTrainingSection(_Section):
     temperature: float = Field(default=1.0, gt=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     beta: float = Field(default=0.01, ge=0, description="KL coefficient against the frozen starting model.")
-    max_completion_length: int = Field(default=4096, ge=1)
-    per_device_train_batch_size: int = Field(default=8, ge=1, description="Completions per device per step.")
-    gradient_accumulation_steps: int = Field(
-        default=1,
-        ge=1,
-        description="Forward/backward passes per optimizer step (overridden by global_batch_size).",
+    max_completion_length: int = count(4096)
+    per_device_train_batch_size: int = count(8, "Completions per device per step.")
+    gradient_accumulation_steps: int = count(
+        1, "Forward/backward passes per optimizer step (overridden by global_batch_size)."
     )
-    global_batch_size: int | None = Field(
-        default=None,
-        ge=1,
-        description="Completions per optimizer step over all processes; sets gradient_accumulation_steps to "
+    global_batch_size: int | None = count(
+        None,
+        "Completions per optimizer step over all processes; sets gradient_accumulation_steps to "
         "global_batch_size / (per_device_train_batch_size x processes), so the update batch does not depend on "
         "the number of GPUs (EasyR1's global batch; TRL counts it per device). None: keep gradient_accumulation_steps.",
     )
-    generation_batch_size: int | None = Field(
-        default=None,
-        ge=1,
-        description="Completions rolled out at once over all processes (TRL's option); a multiple of the "
+    generation_batch_size: int | None = count(
+        None,
+        "Completions rolled out at once over all processes (TRL's option); a multiple of the "
         "update batch gives several optimizer steps per rollout batch. None: one optimizer step's worth.",
     )
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay (TRL's default 0).")
     lr_scheduler_type: str = Field(
         default="linear", description="Learning-rate schedule (any transformers name; EasyR1's is constant)."
     )
-    advantage_clip: float | None = Field(
-        default=None,
-        gt=0,
-        description="Clip every advantage to [-c, c] after the group normalisation. None: no clip. A group of n "
+    advantage_clip: float | None = unset(
+        "Clip every advantage to [-c, c] after the group normalisation. None: no clip. A group of n "
         "rollouts normalised by its std never exceeds (n-1)/sqrt(n) (2.47 for 8), so the FastVideo branch's 5 "
         "never binds there; it binds only for larger groups or with advantage_epsilon near a tiny std.",
+        gt=0,
     )
     advantage_epsilon: float = Field(
         default=RELEASE_ADVANTAGE_EPSILON,
@@ -247,21 +233,15 @@ class GRPOTrainingSection(_Section):
     max_grad_norm: float = Field(default=1.0, gt=0)
     bf16: bool = Field(default=True)
     gradient_checkpointing: bool = Field(default=False)
-    save_steps: int = Field(default=50, ge=1)
-    eval_steps: int | None = Field(
-        default=None,
-        ge=1,
-        description="Score the eval prompts every N steps (needs data.eval or data.eval_synthetic).",
+    save_steps: int = count(50)
+    eval_steps: int | None = count(
+        None, "Score the eval prompts every N steps (needs data.eval or data.eval_synthetic)."
     )
-    num_generations_eval: int | None = Field(
-        default=None, ge=1, description="Rollouts per eval prompt (default: num_generations)."
+    num_generations_eval: int | None = count(None, "Rollouts per eval prompt (default: num_generations).")
+    per_device_eval_batch_size: int | None = count(
+        None, "Completions per device per eval batch (default: the train batch size)."
     )
-    per_device_eval_batch_size: int | None = Field(
-        default=None,
-        ge=1,
-        description="Completions per device per eval batch (default: the train batch size).",
-    )
-    logging_steps: int = Field(default=1, ge=1)
+    logging_steps: int = count(1)
     seed: int = Field(default=42)
     report_to: list[str] | Literal["auto", "none"] = Field(default="auto")
     use_cpu: bool = Field(default=False)
@@ -269,10 +249,9 @@ class GRPOTrainingSection(_Section):
         default=False, description="Roll out on a `trl vllm-serve` server (see docs/training.md)."
     )
     vllm_server_base_url: str | None = Field(default=None)
-    replica_check_steps: int | None = Field(
-        default=None,
-        ge=1,
-        description="Under several data-parallel processes, check every N steps that all ranks hold the same weights.",
+    replica_check_steps: int | None = count(
+        None,
+        "Under several data-parallel processes, check every N steps that all ranks hold the same weights.",
     )
 
 

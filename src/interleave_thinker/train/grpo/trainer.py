@@ -68,7 +68,9 @@ def _role(config: GRPORunConfig, role: Role | None) -> Role:
     if chosen is None:
         raise ConfigError("Say which model to train: --role planner|critic (or role: in the config).")
     if config.role is not None and role is not None and config.role != role:
-        raise ConfigError(f"--role {role} disagrees with role: {config.role} in the config.")
+        raise ConfigError(
+            f"--role {role} disagrees with role: {config.role} in the config; give the same role, or only one."
+        )
     return chosen
 
 

@@ -29,7 +29,10 @@ def adapter_base(folder: Path) -> str:
         raise ModelNotFoundError(f"{folder / ADAPTER_CONFIG} cannot be read ({exc}).") from None
     base = data.get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
-        raise ModelNotFoundError(f"{folder / ADAPTER_CONFIG} names no base_model_name_or_path.")
+        raise ModelNotFoundError(
+            f"{folder / ADAPTER_CONFIG} names no base_model_name_or_path; give the adapter folder `train sft` "
+            "saved (its adapter_config.json names the base model)."
+        )
     return base
 
 

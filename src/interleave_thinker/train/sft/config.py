@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from interleave_thinker.core.config_sections import count, unset
 from interleave_thinker.core.types import TrainedRole
 from interleave_thinker.train.overrides import load_run_config
 
@@ -32,17 +33,15 @@ class ModelSection(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto", description="Weights dtype; auto = bfloat16 when training.bf16, else float32."
     )
-    attn_implementation: str | None = Field(default=None, description="e.g. flash_attention_2 or sdpa.")
+    attn_implementation: str | None = unset("e.g. flash_attention_2 or sdpa.")
     freeze_vision_tower: bool = Field(default=True, description="Keep the vision encoder's weights fixed.")
     freeze_projector: bool = Field(default=True, description="Keep the vision-to-text merger fixed.")
-    image_max_pixels: int | None = Field(
-        default=1048576, ge=1, description="Upper bound on pixels per image given to the processor."
-    )
+    image_max_pixels: int | None = count(1048576, "Upper bound on pixels per image given to the processor.")
 
 
 class LoraSection(_Section):
-    r: int = Field(default=16, ge=1, description="LoRA rank.")
-    alpha: int = Field(default=32, ge=1, description="LoRA scaling numerator (alpha / r).")
+    r: int = count(16, "LoRA rank.")
+    alpha: int = count(32, "LoRA scaling numerator (alpha / r).")
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -64,9 +63,7 @@ class DataSection(_Section):
         description="ShareGPT .json/.jsonl files or datasets saved by `data build` (trl/<name> folders).",
     )
     eval: list[Path] = Field(default_factory=list, description="Evaluation sets, same formats.")
-    image_dir: Path | None = Field(
-        default=None, description="Base folder of relative image paths (default: each file's folder)."
-    )
+    image_dir: Path | None = unset("Base folder of relative image paths (default: each file's folder).")
     check_replies: bool = Field(
         default=True, description="Refuse files whose assistant replies do not parse as plans/verdicts."
     )
@@ -83,9 +80,9 @@ class TrainingSection(_Section):
     max_steps: int = Field(default=-1, description="> 0 overrides num_train_epochs.")
     lr_scheduler_type: str = Field(default="cosine")
     warmup_ratio: float = Field(default=0.1, ge=0.0, lt=1.0)
-    per_device_train_batch_size: int = Field(default=2, ge=1)
-    gradient_accumulation_steps: int = Field(default=1, ge=1)
-    max_length: int | None = Field(default=16384, ge=1, description="Token cutoff per example.")
+    per_device_train_batch_size: int = count(2)
+    gradient_accumulation_steps: int = count(1)
+    max_length: int | None = count(16384, "Token cutoff per example.")
     bf16: bool = Field(default=True, description="bfloat16 mixed precision (needs a GPU that has it).")
     gradient_checkpointing: bool = Field(default=True)
     assistant_only_loss: bool = Field(default=True, description="Loss on assistant tokens only.")
@@ -93,24 +90,19 @@ class TrainingSection(_Section):
         default=False,
         description="Flatten batches without padding (text-only data; TRL refuses it with images).",
     )
-    save_steps: int = Field(default=500, ge=1, description="Write a checkpoint every N optimizer steps.")
-    save_total_limit: int | None = Field(
-        default=None, ge=1, description="Keep only the newest N checkpoints."
-    )
-    logging_steps: int = Field(default=10, ge=1)
+    save_steps: int = count(500, "Write a checkpoint every N optimizer steps.")
+    save_total_limit: int | None = count(None, "Keep only the newest N checkpoints.")
+    logging_steps: int = count(10)
     seed: int = Field(default=42)
     report_to: list[str] | Literal["auto", "none"] = Field(
         default="auto", description="auto = tensorboard and wandb when installed; or a list; or none."
     )
     use_cpu: bool = Field(default=False, description="Train on CPU even when a GPU is present.")
-    deepspeed: Path | None = Field(
-        default=None, description="A DeepSpeed JSON config (usually via accelerate)."
-    )
+    deepspeed: Path | None = unset("A DeepSpeed JSON config (usually via accelerate).")
     dataloader_num_workers: int = Field(default=0, ge=0)
-    replica_check_steps: int | None = Field(
-        default=None,
-        ge=1,
-        description="Under several data-parallel processes, check every N steps that all ranks hold the same weights.",
+    replica_check_steps: int | None = count(
+        None,
+        "Under several data-parallel processes, check every N steps that all ranks hold the same weights.",
     )
 
 
@@ -122,7 +114,7 @@ OutputDir = Annotated[Path, AfterValidator(Path.expanduser)]
 class SFTRunConfig(_Section):
     """One SFT run: which model, which data, how to fine-tune, where to write."""
 
-    role: Role | None = Field(default=None, description="planner or critic; --role must agree.")
+    role: Role | None = unset("planner or critic; --role must agree.")
     output_dir: OutputDir = Field(description="Checkpoints, logs and the final model.")
     model: ModelSection
     data: DataSection

@@ -19,7 +19,9 @@ def _rise_file(path: Path) -> Path:
     for name in FILES:
         if (path / name).is_file():
             return path / name
-    raise InputError(f"--data {path}: no RISEBench data file ({', '.join(FILES)}) there.")
+    raise InputError(
+        f"--data {path}: no RISEBench data file ({', '.join(FILES)}) there; give the folder that holds one."
+    )
 
 
 def load(data: str) -> list[EvalItem]:

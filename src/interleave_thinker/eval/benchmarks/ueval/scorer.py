@@ -109,7 +109,8 @@ def load_submission(path: Path) -> tuple[dict[str, tuple[str, list[str]]], Path]
     file = path / "results.json" if path.is_dir() else path
     if not file.is_file():
         raise InputError(
-            f"--outputs {path}: no UEval submission JSON there (a file, or a folder with results.json)."
+            f"--outputs {path}: no UEval submission JSON there; give the file, or the folder `eval generate` "
+            "wrote (it holds results.json)."
         )
     if file.stat().st_size > MAX_SUBMISSION_BYTES:
         raise InputError(f"{file}: larger than {MAX_SUBMISSION_BYTES // 2**20} MiB.")
