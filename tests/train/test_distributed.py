@@ -296,7 +296,9 @@ def test_the_slurm_script_launches_one_machine_rank_per_node(tmp_path: Path) -> 
     stubs = {
         # srun runs its command once per node, as SLURM does with one task per node
         "srun": 'shift; for n in 0 1; do SLURM_NODEID=$n "$@"; done',
-        "scontrol": "printf 'node-a\\nnode-b\\n'",
+        # one write per name with a pause between, as a long node list leaves a pipe: a reader that stops
+        # after the first line makes this scontrol die of SIGPIPE on the second, every time
+        "scontrol": "echo node-a; sleep 0.5; echo node-b",
         "accelerate": 'printf "%s\\n" "$@" > "$OUT/node-$SLURM_NODEID.args"',
     }
     for name, body in stubs.items():
