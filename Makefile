@@ -12,11 +12,14 @@ DEMO_PROMPT ?= How to draw a cat step by step?
 
 # The test install uses uv too (below): on a fresh machine it takes about 20 s where pip took 100, with the
 # same versions resolved (docs/notes/test-suite.md).
+# --compile-bytecode: uv, unlike pip, leaves the .pyc files to the first import, and where
+# PYTHONDONTWRITEBYTECODE is set (as on some CI machines) every test's child process then compiles torch,
+# transformers and the rest from source again: about 10 s a process (docs/notes/test-suite.md).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(UV_PIP) --quiet torch==2.14.1 torchvision==0.29.1
-	$(UV_PIP) --quiet -e '.[dev,demo,serving,perceptual]'
+	$(UV_PIP) --quiet --compile-bytecode torch==2.14.1 torchvision==0.29.1
+	$(UV_PIP) --quiet --compile-bytecode -e '.[dev,demo,serving,perceptual]'
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	touch $(STAMP)
 
