@@ -10,11 +10,11 @@ DEMO_PROMPT ?= How to draw a cat step by step?
 
 .PHONY: demo demo-install test lint typecheck unit quick install clean
 
-# The test install uses uv too (below): on a fresh machine it takes about 20 s where pip took 100, with the
-# same versions resolved (docs/notes/test-suite.md).
+# The test install uses uv too (below): faster than pip (which took 100 s), with the same versions resolved.
 # --compile-bytecode: uv, unlike pip, leaves the .pyc files to the first import, and where
-# PYTHONDONTWRITEBYTECODE is set (as on some CI machines) every test's child process then compiles torch,
-# transformers and the rest from source again: about 10 s a process (docs/notes/test-suite.md).
+# PYTHONDONTWRITEBYTECODE is set (as in this workplace's shell) every test's child process then compiles
+# torch, transformers and the rest from source again, about 11 s a process; compiling once costs about 50 s
+# of install (38 s without, 88 s with, on a slow machine). Figures: docs/notes/test-suite.md.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
