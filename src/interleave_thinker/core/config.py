@@ -22,6 +22,7 @@ from interleave_thinker.core.config_sections import (
     RemoteOptions,
     RolePrices,
     ScaleOptions,
+    choice,
     count,
     unset,
 )
@@ -57,9 +58,9 @@ class ModelOptions(_Section):
         description="'auto' (the checkpoint's dtype on GPU, float32 on CPU), or 'bfloat16', 'float16', 'float32'.",
     )
     attn_implementation: str | None = unset("VLM attention kernel, e.g. 'flash_attention_2' or 'sdpa'.")
-    seed_device: SeedDevice = Field(
-        default="pipeline",
-        description="Where a local generator seeds its torch.Generator: 'pipeline' = on the pipeline's CUDA "
+    seed_device: SeedDevice = choice(
+        "pipeline",
+        "Where a local generator seeds its torch.Generator: 'pipeline' = on the pipeline's CUDA "
         "device when it runs on one (as the release seeds: UEval/ueval_klein.py:208, 219; klein_api.py:137), "
         "so the release's seed gives the release's images, else on the CPU; 'cpu' = on the CPU everywhere "
         "(the same starting noise on every device). The trace records which (settings.generator_seed_device).",
@@ -74,9 +75,9 @@ class AgentOptions(_Section):
         "Pixel bound of each image when the planner's turn holds five or more (147456 = 384x384, "
         "the key the release's demo writes, which its transformers ignores); none: images as given, as released.",
     )
-    decoding: Decoding = Field(
-        default="checkpoint",
-        description="How planner and critic replies are decoded: 'checkpoint' (as released: the checkpoint's "
+    decoding: Decoding = choice(
+        "checkpoint",
+        "How planner and critic replies are decoded: 'checkpoint' (as released: the checkpoint's "
         "generation_config.json unchanged, on every call and retry; served backends send no sampling fields) "
         "or 'greedy' (first call greedy, retries sampled at agents.retry_temperature). Each call is seeded "
         "from loop.seed_base (recorded in the trace).",
@@ -117,14 +118,14 @@ class LoopOptions(_Section):
         default=0, description="Added to every seed: seed = seed_base + step * seed_stride + attempt."
     )
     seed_stride: int = count(100, "Seed distance between steps (the release: step_number * 100 + attempt).")
-    text_steps: TextSteps = Field(
-        default="text",
-        description="Guidance Task-A steps (no instruction, no prompt): a text answer, or generate from "
+    text_steps: TextSteps = choice(
+        "text",
+        "Guidance Task-A steps (no instruction, no prompt): a text answer, or generate from "
         "auxiliary_text as the authors' demo does.",
     )
-    planner_fallback: PlannerFallback = Field(
-        default="error",
-        description="When the planner never returns a valid plan: 'error', or 'single-step' (the request as one "
+    planner_fallback: PlannerFallback = choice(
+        "error",
+        "When the planner never returns a valid plan: 'error', or 'single-step' (the request as one "
         "step, marked in the trace and page).",
     )
     generator_budget: int | None = count(
@@ -132,15 +133,15 @@ class LoopOptions(_Section):
         "Generator calls per request, shared by its steps, instead of max_attempts per step (the "
         "authors' data-generation scripts: 15); none = max_attempts per step.",
     )
-    first_rewritten_prompt: FirstRewrittenPrompt = Field(
-        default="planned",
-        description="The critic's rewritten_prompt on a step's first attempt: 'planned' (the planned prompt, as "
+    first_rewritten_prompt: FirstRewrittenPrompt = choice(
+        "planned",
+        "The critic's rewritten_prompt on a step's first attempt: 'planned' (the planned prompt, as "
         "the UEval runner and demo) or 'empty' (the authors' data-generation scripts).",
     )
 
-    references: ReferencePolicy = Field(
-        default="release",
-        description="Images sent with each edit to keep the subject: 'release' (the previous image only), "
+    references: ReferencePolicy = choice(
+        "release",
+        "Images sent with each edit to keep the subject: 'release' (the previous image only), "
         "'previous+inputs' (also the request's input images) or 'anchor' (the input images and the first "
         "accepted image of the sequence, plus the previous one); with a policy on, the critic also judges "
         "consistency with them.",
@@ -158,9 +159,9 @@ class LoopOptions(_Section):
         "step's first generator call starts from it while the critic judges it, and is discarded if that "
         "image is not kept (the kept sequence is the same); 0 = wait for each verdict (the release).",
     )
-    select_best: SelectBest = Field(
-        default="off",
-        description="When no attempt of a step is accepted (or, with candidates, several of a round are): 'off' "
+    select_best: SelectBest = choice(
+        "off",
+        "When no attempt of a step is accepted (or, with candidates, several of a round are): 'off' "
         "keeps the last (the first), as the release; 'critic' keeps the one the critic ranks best, 'judge' the "
         "one with the best judge SC/PQ.",
     )

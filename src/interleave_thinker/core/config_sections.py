@@ -28,6 +28,12 @@ def count(default: int | None, description: str | None = None) -> Any:
     return Field(default=default, ge=1, description=description)
 
 
+def choice(default: str, description: str) -> Any:
+    """A field that takes one of its ``Literal`` type's values: the type lists them (and so the flag's
+    choices), ``default`` is the release's behaviour wherever the release has one."""
+    return Field(default=default, description=description)
+
+
 def unset(
     description: str, *, gt: float | None = None, ge: float | None = None, le: float | None = None
 ) -> Any:

@@ -36,6 +36,10 @@ class Repo:
     name: str
     commit: str
 
+    def raw_url(self, base_url: str, path: str) -> str:
+        """Where ``path`` of this repository at :attr:`commit` is served as it is (GitHub's raw host)."""
+        return f"{base_url}/{self.name}/{self.commit}/{path}"
+
 
 @dataclass(frozen=True)
 class EvalPrompt:
@@ -239,7 +243,7 @@ class EvalPromptStore(pinned.PinnedStore):
         texts: dict[str, str] = {}
         sources: dict[str, str] = {}
         for name, prompt in names.items():
-            url = f"{self.base_url}/{prompt.repo.name}/{prompt.repo.commit}/{prompt.source}"
+            url = prompt.repo.raw_url(self.base_url, prompt.source)
             if url not in sources:
                 sources[url] = pinned.fetch_text(url, self.timeout)
             text = extract_prompt(sources[url], prompt, url)

@@ -24,6 +24,7 @@ third; the fourth is our reading of the paper's "tie as 0.5" column, see docs/no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,9 @@ class Verdicts:
 
     name: str
     path: Path
-    by_pair: dict[Key, str]
     entries: int
+    """Entries in the file, repeats included (a pair's last verdict is the one kept)."""
+    by_pair: Mapping[Key, str]
 
     @property
     def repeated(self) -> int:
@@ -92,7 +94,7 @@ def read_verdicts(path: Path, name: str) -> Verdicts:
             raise InputError(f"{where}: winner {str(winner)[:40]!r} is not one of {', '.join(VERDICTS)}.")
         key = (str(row.get("data_id")), _name(row.get("model_A"), where), _name(row.get("model_B"), where))
         by_pair[key] = winner
-    return Verdicts(name, path, by_pair, len(rows))
+    return Verdicts(name, path, len(rows), by_pair)
 
 
 def force_divided(verdict: str) -> str:
