@@ -19,6 +19,14 @@ from typing import ClassVar, TypedDict
 from interleave_thinker.core.errors import TemplateError
 from interleave_thinker.core.paths import cache_home, offline, write_atomic
 
+GITHUB_RAW = "https://raw.githubusercontent.com"
+"""Where GitHub serves a repository's files as they are; each pinned source's default base URL."""
+
+
+def raw_url(base_url: str, repo: str, commit: str, path: str) -> str:
+    """``path`` of ``repo`` (owner/name) at ``commit``, under a raw host laid out as GitHub's."""
+    return f"{base_url.rstrip('/')}/{repo}/{commit}/{path}"
+
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -26,7 +26,7 @@ from interleave_thinker.core.errors import TemplateError
 
 FOLDER_ENV = "INTERLEAVE_THINKER_EVAL_PROMPTS"
 BASE_URL_ENV = "INTERLEAVE_THINKER_EVAL_PROMPTS_URL"
-DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
+DEFAULT_BASE_URL = pinned.GITHUB_RAW
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Repo:
 
     def raw_url(self, base_url: str, path: str) -> str:
         """Where ``path`` of this repository at :attr:`commit` is served as it is (GitHub's raw host)."""
-        return f"{base_url}/{self.name}/{self.commit}/{path}"
+        return pinned.raw_url(base_url, self.name, self.commit, path)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from typing import Any
 
 from interleave_thinker.core.errors import InputError, TemplateError
 from interleave_thinker.core.paths import offline, write_atomic
+from interleave_thinker.core.pinned_texts import GITHUB_RAW, raw_url
 from interleave_thinker.eval.calibration import pins
 
 BASE_URL_ENV = "INTERLEAVE_THINKER_CALIBRATION_URL"
-DEFAULT_BASE_URL = "https://raw.githubusercontent.com"
+DEFAULT_BASE_URL = GITHUB_RAW
 MAX_FILE_BYTES = 64 * 2**20
 
 
@@ -122,7 +123,7 @@ def download(
         target = to / rel
         if target.is_file() and sha256_file(target) == digest:
             continue
-        url = f"{base}/{label_set.repo}/{label_set.commit}/{label_set.folder}/{rel}"
+        url = raw_url(base, label_set.repo, label_set.commit, f"{label_set.folder}/{rel}")
         data = _fetch(url, timeout)
         actual = hashlib.sha256(data).hexdigest()
         if actual != digest:
