@@ -227,7 +227,6 @@ def test_eval_prompts_download_that_cannot_fetch_does_not_advise_running_itself(
 def test_the_pins_are_package_data_read_as_they_were_written() -> None:
     """Each benchmark's `prompts.json` travels in the wheel (a package-data pattern) and names every
     prompt with its source, shape, locator and SHA-256 (RISEBench's and UEval's, as pinned before)."""
-    import fnmatch
     import tomllib
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
@@ -235,7 +234,8 @@ def test_the_pins_are_package_data_read_as_they_were_written() -> None:
     folder = REPO / "src" / "interleave_thinker"
     pins = sorted(p.relative_to(folder).as_posix() for p in folder.glob("eval/benchmarks/*/prompts.json"))
     assert pins == ["eval/benchmarks/rise/prompts.json", "eval/benchmarks/ueval/prompts.json"]
-    assert all(any(fnmatch.fnmatch(pin, p) for p in patterns) for pin in pins)
+    packaged = {p.relative_to(folder).as_posix() for pattern in patterns for p in folder.glob(pattern)}
+    assert set(pins) <= packaged  # globbed as setuptools does: `*` stops at a `/`
     consist, rubric = RISE_PROMPTS["rise_prompt_consist"], UEVAL_PROMPTS["ueval_image_rubric_template"]
     assert (consist.repo.commit, consist.source, consist.kind, consist.locator) == (
         "5f226519b25c005bb32fb83864bbd1845ab85c23",

@@ -296,9 +296,9 @@ def test_the_slurm_script_launches_one_machine_rank_per_node(tmp_path: Path) -> 
     stubs = {
         # srun runs its command once per node, as SLURM does with one task per node
         "srun": 'shift; for n in 0 1; do SLURM_NODEID=$n "$@"; done',
-        # one write per name with a pause between, as a long node list leaves a pipe: a reader that stops
-        # after the first line makes this scontrol die of SIGPIPE on the second, every time
-        "scontrol": "echo node-a; sleep 0.5; echo node-b",
+        # the first name, then more names than a pipe holds (as a long node list): a reader that stops after
+        # the first line makes this scontrol die of SIGPIPE, every time and with no timing involved
+        "scontrol": "echo node-a; seq 1 200000",
         "accelerate": 'printf "%s\\n" "$@" > "$OUT/node-$SLURM_NODEID.args"',
     }
     for name, body in stubs.items():

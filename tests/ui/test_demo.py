@@ -539,6 +539,17 @@ def test_redo_is_bounded_where_it_enters(options: DemoOptions) -> None:
         ),
         ((1, "", -1), 2, "Seed base from that step: -1 is not a whole number 0 to 2,147,483,647."),
         ((1, "", 2**31), 2, "Seed base from that step: 2147483648 is not a whole number 0 to 2,147,483,647."),
+        (
+            (10**400, "", None),
+            0,
+            "Redo from step: the last run has no step that number to redo; pick 1 to 2.",
+        ),
+        (
+            (1, "", 10**400),
+            2,
+            "Seed base from that step: that number is not a whole number 0 to 2,147,483,647.",
+        ),
+        ((1, "", float("inf")), 2, "Seed base from that step: inf is not a whole number 0 to 2,147,483,647."),
     ]
     for args, field, message in cases:
         verdicts = runs.check_redo(*args, session("s1"))

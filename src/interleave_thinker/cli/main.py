@@ -215,7 +215,11 @@ def redo(
     check_out_folder(out_dir)
     cfg = settings.resolve()
     seed = cfg.loop.seed_base if settings.values.get("seed") is not None else None
-    with folder_lock(out_dir), Pipeline.from_config(cfg) as pipe, RichObserver(console) as observer:
+    with (
+        folder_lock(out_dir),
+        Pipeline.from_config(cfg) as pipe,
+        RichObserver.for_loop(console, cfg.loop) as observer,
+    ):
         result = pipe.redo(
             parent, step, out_dir=out_dir, instruction=instruction, seed=seed, observer=observer
         )

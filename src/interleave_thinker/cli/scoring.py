@@ -93,7 +93,7 @@ def judge(
 RewardInputOption = Annotated[
     Path,
     typer.Option(
-        "--input", help="JSONL of critic rollouts, or the release's critic_rl rows (docs/training.md)."
+        "--input", help="JSONL of critic rollouts, or the release's critic_rl rows (docs/training-data.md)."
     ),
 ]
 CriticSpecOption = Annotated[

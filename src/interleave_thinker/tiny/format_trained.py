@@ -33,7 +33,13 @@ from interleave_thinker.tiny.models import (
     seeded,
 )
 from interleave_thinker.tiny.pinned import PINNED_NUMERICS, progress_callback, run_pinned
-from interleave_thinker.tiny.shipped import file_digest, install_shipped, library_versions, model_files
+from interleave_thinker.tiny.shipped import (
+    file_digest,
+    install_shipped,
+    library_versions,
+    model_files,
+    recipe_digest,
+)
 from interleave_thinker.train.sft.config import (
     DataSection,
     ModelSection,
@@ -248,8 +254,7 @@ def training_inputs(base: Path, examples: Sequence[SFTExample]) -> dict[str, str
             with Image.open(path) as image:
                 data.update(json.dumps([image.mode, image.size]).encode("utf-8"))
                 data.update(image.tobytes())
-    base_digest = hashlib.sha256(json.dumps(weights, sort_keys=True).encode("utf-8")).hexdigest()
-    return {"base": base_digest, "data": data.hexdigest()}
+    return {"base": recipe_digest(weights), "data": data.hexdigest()}
 
 
 def ensure_format_trained_tiny(

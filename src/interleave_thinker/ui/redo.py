@@ -10,10 +10,10 @@ session's last run the step must be one of its plan's, and every step before it 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from interleave_thinker.agents.seeds import SEED_MODULUS
 from interleave_thinker.core.errors import InputError
 from interleave_thinker.core.run_folder import load_trace, trace_path
 from interleave_thinker.core.sanitize import clean_text
@@ -22,8 +22,8 @@ from interleave_thinker.runtime.redo import kept_steps
 
 MAX_INSTRUCTION_CHARS = 1000
 """Characters of a redone step's new instruction: one step's, not a whole request's."""
-MAX_SEED = 2**31 - 1
-"""The largest seed base a visitor may give (every generator takes seeds up to it)."""
+MAX_SEED = SEED_MODULUS - 1
+"""The largest seed base a visitor may give: the bound of the seeds the agents derive."""
 STEP_FIELD = "Redo from step"
 INSTRUCTION_FIELD = "New instruction"
 SEED_FIELD = "Seed base from that step"
@@ -40,16 +40,22 @@ class Redo:
 
 
 def _whole(value: object, field: str, low: int, high: int | None = None) -> int:
-    number = value if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    if isinstance(value, float) and value.is_integer():  # Gradio may send 2.0 for 2 (inf, nan: refused below)
+        value = int(value)
     if (
-        not math.isfinite(number)
-        or number != int(number)
-        or number < low
-        or (high is not None and number > high)
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and low <= value
+        and (high is None or value <= high)
     ):
-        upper = f" to {high:,}" if high is not None else " or more"
-        raise InputError(f"{field}: {value!r} is not a whole number {low}{upper}.")
-    return int(number)
+        return value
+    upper = f" to {high:,}" if high is not None else " or more"
+    raise InputError(f"{field}: {_shown(value)} is not a whole number {low}{upper}.")
+
+
+def _shown(value: object) -> str:
+    """A field's value for a message: a client may send any JSON number, so a huge one is named, not printed."""
+    return "that number" if isinstance(value, int) and value.bit_length() > 64 else repr(value)[:40]
 
 
 def read_redo(step: object, instruction: object, seed: object) -> Redo:
@@ -86,5 +92,7 @@ def parent_trace(parent: Path | None, step: int) -> Trace:
         )
     if not 1 <= step <= last:
         stopped = f" (it stopped at step {last})" if last < steps else ""
-        raise InputError(f"{STEP_FIELD}: the last run has no step {step} to redo{stopped}; pick 1 to {last}.")
+        raise InputError(
+            f"{STEP_FIELD}: the last run has no step {_shown(step)} to redo{stopped}; pick 1 to {last}."
+        )
     return trace
