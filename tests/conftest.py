@@ -34,7 +34,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest
 
-from tests.helpers.schedule import adopt_xdist_groups, order_and_group
+from tests.helpers.schedule import adopt_xdist_groups, check_grouped, order_and_group
 
 SHARED_ENV = "INTERLEAVE_THINKER_SHARED"
 __all__ = ["REPO", "SHARED_ENV", "shared_path"]
@@ -108,3 +108,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     yield
     if xdist:
         adopt_xdist_groups(items)
+        if config.getoption("dist", None) == "loadgroup":
+            check_grouped(items)

@@ -18,10 +18,10 @@ from interleave_thinker.tiny import format_trained as tiny_format
 from interleave_thinker.tiny import models as tiny
 from interleave_thinker.tiny import shipped
 from interleave_thinker.tiny.format_trained import (
-    FORMAT_VERSION,
     INPUTS_FILE,
     SHIPPED_ROLES,
     ensure_format_trained,
+    format_folder,
     format_recipe,
     template_digest,
 )
@@ -47,7 +47,7 @@ def expected_recipes() -> dict[str, dict[str, Any]]:
     recipes: dict[str, dict[str, Any]] = {"generator": tiny_recipe("generator")}
     for role in SHIPPED_ROLES:
         digest = template_digest(role, templates)
-        recipes[f"format-v{FORMAT_VERSION}-{digest}/{role}"] = format_recipe(role, digest)
+        recipes[f"{format_folder(digest)}/{role}"] = format_recipe(role, digest)
     return recipes
 
 

@@ -86,7 +86,7 @@ def test_another_template_set_is_adapted_from_the_shipped_built_in_model(tmp_pat
     """Built-in templates keep their shipped keys and build from scratch; any other set starts from the
     shipped built-in model (seconds to copy) and is fine-tuned for ``ADAPT_STEPS``, under a key of its own."""
     from interleave_thinker.core.prompt_store import TemplateSet, builtin_templates
-    from interleave_thinker.tiny.format_trained import ADAPT_STEPS, FORMAT_VERSION, _start, template_digest
+    from interleave_thinker.tiny.format_trained import ADAPT_STEPS, _start, format_folder, template_digest
     from interleave_thinker.tiny.shipped import ARTEFACTS
 
     builtin = builtin_templates()
@@ -97,13 +97,13 @@ def test_another_template_set_is_adapted_from_the_shipped_built_in_model(tmp_pat
     )
     shipped = json.loads((ARTEFACTS / "manifest.json").read_text(encoding="utf-8"))["models"]
     for role in ("planner", "critic", "judge"):
-        assert f"format-v{FORMAT_VERSION}-{template_digest(role, builtin)}/{role}" in shipped
+        assert f"{format_folder(template_digest(role, builtin))}/{role}" in shipped
         assert _start(role, tmp_path, template_digest(role, builtin)) == (None, None)
     digest = template_digest("critic", edited)
     assert digest != template_digest("critic", builtin)
     steps, start = _start("critic", tmp_path, digest)
     assert steps == ADAPT_STEPS
-    assert start == tmp_path / f"format-v{FORMAT_VERSION}-{template_digest('critic', builtin)}" / "critic"
+    assert start == tmp_path / format_folder(template_digest("critic", builtin)) / "critic"
     key = f"{start.parent.name}/critic"
     copied = (start / "model.safetensors").read_bytes()
     assert hashlib.sha256(copied).hexdigest() == shipped[key]["files"]["model.safetensors"]

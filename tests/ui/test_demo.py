@@ -25,7 +25,7 @@ from interleave_thinker.runtime.documents import TINY_PLAN
 from interleave_thinker.runtime.pipeline import load_input_images, normalize_request_text
 from interleave_thinker.testing.scripted import ScriptedImageBackend
 from interleave_thinker.ui.app import EXAMPLE_IMAGES_REMOVED, ExampleImages, keep_example_images
-from interleave_thinker.ui.files import example_images, new_run_dir, session_dir, sweep, zip_run
+from interleave_thinker.ui.files import example_images, keep_fresh, new_run_dir, session_dir, sweep, zip_run
 from interleave_thinker.ui.limits import check_uploads
 from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root, parse_size
 from interleave_thinker.ui.redo import NO_RUN
@@ -208,6 +208,20 @@ def test_sweep_removes_only_expired_runs(tmp_path: Path) -> None:
     removed = sweep(root, 3600)
     assert set(removed) == {old, old_zip, old.parent} and old.parent.name == "oldsession"
     assert fresh.is_dir() and not old.parent.exists()
+
+
+def test_a_run_being_redone_is_kept_fresh_and_an_expired_one_is_not(tmp_path: Path) -> None:
+    """A redo touches its parent before any sweep, so another session's sweep cannot remove it mid-copy."""
+    root = tmp_path / "root"
+    nearly, expired = (new_run_dir(session_dir(root, name), "x") for name in ("a", "b"))
+    for folder, age in ((nearly, 3500), (expired, 3700)):
+        folder.mkdir(parents=True)
+        os.utime(folder, (time.time() - age, time.time() - age))
+    keep_fresh(nearly, 3600)
+    keep_fresh(expired, 3600)
+    keep_fresh(root / "gone", 3600)  # a missing folder is no error: the redo refuses it
+    assert time.time() - nearly.stat().st_mtime < 60
+    assert sweep(root, 3600) == [expired, expired.parent] and nearly.is_dir()
 
 
 class BrokenImage(ScriptedImageBackend):

@@ -75,7 +75,7 @@ class RetrySettings:
     @classmethod
     def from_options(cls, options: RemoteOptions) -> RetrySettings:
         """The transport half of the user's ``remote`` config section."""
-        same = options.model_dump(include=set(_SAME_NAMES))
+        same = {name: getattr(options, name) for name in _SAME_NAMES}  # a renamed field fails here, loudly
         return cls(**same, max_reply_bytes=int(options.max_reply_mb * 1024 * 1024))
 
     @property
@@ -182,7 +182,7 @@ class EndpointPool:
     ) -> None:
         if not urls:
             raise ConfigError(
-                "An endpoint pool needs at least one URL: give the spec one, e.g. http:http://host:8011."
+                "An endpoint pool needs at least one URL: give the backend at least one endpoint URL."
             )
         split = [split_credentials(u.rstrip("/")) for u in urls]
         self.urls = [url for url, _ in split]

@@ -196,6 +196,16 @@ class StepRecord(_OmitsAbsent):
     def accepted_attempt(self) -> Attempt | None:
         return next((a for a in self.attempts if a.accepted), None)
 
+    @property
+    def failed(self) -> bool:
+        """An image step that kept no image (every attempt refused or failed, none forced)."""
+        return self.kind == "image" and not self.accepted_image
+
+    @property
+    def settled(self) -> bool:
+        """Complete and not failed: a step that a resume or a redo keeps as it is (one rule for both)."""
+        return self.complete and not self.failed
+
 
 class PlannerRecord(_Model):
     raw_replies: list[str] = Field(default_factory=list)

@@ -117,9 +117,8 @@ class StepLoop:
             trace.steps.append(step_record)
             self._run_step(recorder, index, step_record, latest, self._attempt_limit(trace))
             step_record.complete = True
-            failed = step_record.kind == "image" and step_record.accepted_image is None
             # the last step's trace, like a failed one's, is the caller's closing write
-            if index < len(plan.steps) and not failed:
+            if index < len(plan.steps) and not step_record.failed:
                 recorder.checkpoint()
             self.observer.on_step_end(index, step_record)
             if step_record.kind == "image":

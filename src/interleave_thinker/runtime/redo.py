@@ -27,10 +27,7 @@ from interleave_thinker.runtime.resume import resume_recorder
 def kept_steps(trace: Trace) -> int:
     """How many steps, from the first, finished with what they show: a redo keeps at most these (a failed
     step, complete but with no image kept, is redone, never kept)."""
-    failed = (
-        i for i, s in enumerate(trace.steps) if not s.complete or (s.kind == "image" and not s.accepted_image)
-    )
-    return next(failed, len(trace.steps))
+    return next((i for i, s in enumerate(trace.steps) if not s.settled), len(trace.steps))
 
 
 def start_redo(

@@ -258,7 +258,7 @@ def reopen_folder(folder: Path, reason: str) -> None:
         return
     good = []
     for step in trace.steps:
-        if not step.complete or (step.kind == "image" and step.accepted_image is None):
+        if not step.settled:
             break
         names = {a.image_file for a in step.attempts if a.image_file} | {step.accepted_image or ""}
         if not all(_non_empty(image_path(folder, name)) for name in names - {""}):

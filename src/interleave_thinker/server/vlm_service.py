@@ -39,8 +39,6 @@ from interleave_thinker.server.vlm_messages import (
 )
 from interleave_thinker.server.vlm_stream import StreamJob, events, token_streamer, tokenizer_of
 
-DEFAULT_MAX_TOKENS = MAX_NEW_TOKENS
-"""Reply length when a request names none (the agents' own default)."""
 DISCONNECT_POLL_S = 0.25
 CHAT_PATH = "/v1/chat/completions"
 OPEN_PATHS = frozenset({"/health"})
@@ -180,7 +178,9 @@ def _checked_max_tokens(body: ChatRequest, served_name: str, limits: VLMLimits) 
         )
     if body.stream_options is not None and not body.stream:
         raise RequestError(400, "stream_options: only allowed with stream=true; drop it or set stream.")
-    max_tokens = body.max_completion_tokens or body.max_tokens or min(DEFAULT_MAX_TOKENS, limits.max_tokens)
+    max_tokens = (
+        body.max_completion_tokens or body.max_tokens or min(MAX_NEW_TOKENS, limits.max_tokens)
+    )  # none asked: the agents' default
     if max_tokens > limits.max_tokens:
         raise RequestError(
             400,

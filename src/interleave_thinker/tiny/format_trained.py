@@ -315,6 +315,12 @@ def format_recipe(role: str, digest: str) -> dict[str, object]:
     }
 
 
+def format_folder(digest: str) -> str:
+    """The folder of the format-trained models of one template digest, in a cache and in the artefacts
+    (an artefact's key is ``<folder>/<role>``)."""
+    return f"format-v{FORMAT_VERSION}-{digest}"
+
+
 def ensure_format_trained(
     role: str, root: Path | None = None, *, templates: TemplateSet | None = None
 ) -> Path:
@@ -326,7 +332,7 @@ def ensure_format_trained(
     templates = templates or TemplateStore().load()
     digest = template_digest(role, templates)
     root = Path(root) if root is not None else default_tiny_dir()
-    folder = root / f"format-v{FORMAT_VERSION}-{digest}"
+    folder = root / format_folder(digest)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / role
     with file_lock(folder / ".lock"):

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from interleave_thinker.core.prompt_store import builtin_templates
 from interleave_thinker.tiny.format_trained import (
-    FORMAT_VERSION,
     INPUTS_FILE,
     SHIPPED_ROLES,
     BuildJob,
     ensure_format_trained,
+    format_folder,
     format_recipe,
     template_digest,
 )
@@ -60,7 +60,7 @@ def shipped_inputs(work: Path, roles: Sequence[str] = SHIPPED_ROLES) -> dict[str
         (folder / "job.json").write_text(
             BuildJob(role, templates, source, inputs_only=True).to_json(), encoding="utf-8"
         )
-        key = f"format-v{FORMAT_VERSION}-{template_digest(role, templates)}/{role}"
+        key = f"{format_folder(template_digest(role, templates))}/{role}"
         jobs[key] = folder
     run_pinned(
         [

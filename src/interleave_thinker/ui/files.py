@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import re
@@ -85,6 +86,14 @@ def sweep(root: Path, ttl_s: float, *, now: float | None = None) -> list[Path]:
         if session.is_dir(follow_symlinks=False):
             removed += _sweep_session(Path(session.path), ttl_s, now)
     return removed
+
+
+def keep_fresh(folder: Path, ttl_s: float) -> None:
+    """Mark a run folder in use (a redo reads it): touched, so no session's sweep removes it for another
+    ``ttl_s``. One already past its time is left to the sweep, as if the redo had come later."""
+    with contextlib.suppress(OSError):  # gone already: the caller refuses a missing run
+        if time.time() - folder.stat().st_mtime <= ttl_s:
+            os.utime(folder)
 
 
 def _sweep_session(session: Path, ttl_s: float, now: float) -> list[Path]:

@@ -18,7 +18,7 @@ from interleave_thinker.core.errors import InterleaveThinkerError
 from interleave_thinker.runtime.documents import tiny_plan_line
 from interleave_thinker.runtime.pipeline import Pipeline, load_input_images, normalize_request_text
 from interleave_thinker.runtime.used_backends import backend_description
-from interleave_thinker.ui.files import new_run_dir, private_root, session_dir, sweep, zip_run
+from interleave_thinker.ui.files import keep_fresh, new_run_dir, private_root, session_dir, sweep, zip_run
 from interleave_thinker.ui.limits import UPLOAD_FIELD, check_prompt, check_uploads
 from interleave_thinker.ui.live import RunView
 from interleave_thinker.ui.options import DemoOptions, RunSettings, default_out_root
@@ -161,8 +161,10 @@ class DemoRuns:
         of the last run as they are, with the message in the status line and a toast."""
         view = self._view()
         opts = self.options
-        sweep(opts.out_root, opts.ttl_s)  # before the parent is read: the sweep never removes it mid-redo
         parent, config = self._parent(request)
+        if parent is not None:  # no session's sweep removes it mid-redo (an expired one is swept below)
+            keep_fresh(parent, opts.ttl_s)
+        sweep(opts.out_root, opts.ttl_s)
         try:
             wanted = read_redo(step, instruction, seed)
             trace = parent_trace(parent, wanted.step)
