@@ -108,5 +108,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     yield
     if xdist:
         adopt_xdist_groups(items)
-        if config.getoption("dist", None) == "loadgroup":
+        if config.getoption("loadgroup", False):  # set on each worker by pytest-xdist for --dist loadgroup
             check_grouped(items)
