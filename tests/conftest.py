@@ -34,7 +34,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest
 
-from tests.helpers.schedule import adopt_xdist_groups, check_grouped, order_and_group
+from tests.helpers.schedule import adopt_xdist_groups, grouping_problem, order_and_group
 
 SHARED_ENV = "INTERLEAVE_THINKER_SHARED"
 __all__ = ["REPO", "SHARED_ENV", "shared_path"]
@@ -109,4 +109,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if xdist:
         adopt_xdist_groups(items)
         if config.getoption("loadgroup", False):  # set on each worker by pytest-xdist for --dist loadgroup
-            check_grouped(items)
+            problem = grouping_problem(items)
+            if (
+                problem is not None
+            ):  # failed at the tests' set-up: an error raised here would crash the worker
+                config.stash[GROUPING_PROBLEM] = problem
+
+
+GROUPING_PROBLEM = pytest.StashKey[str]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _xdist_grouping_holds(request: pytest.FixtureRequest) -> None:
+    """Every test fails with the reason when this worker's grouping was lost (see ``grouping_problem``)."""
+    problem = request.config.stash.get(GROUPING_PROBLEM, None)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)

@@ -70,15 +70,16 @@ def adopt_xdist_groups(items: list[pytest.Item]) -> None:
             item._id = NodeId.parse(grouped)
 
 
-def check_grouped(items: list[pytest.Item]) -> None:
-    """Stop the collection when a grouped test kept its plain id: a pytest or pytest-xdist upgrade can undo
-    :func:`adopt_xdist_groups` silently, and the suite would then build each file's module fixtures on both
-    workers, slower with nothing failing (it happened once: docs/notes/test-suite.md)."""
+def grouping_problem(items: list[pytest.Item]) -> str | None:
+    """What is wrong when a grouped test kept its plain id, else None: a pytest or pytest-xdist upgrade can
+    undo :func:`adopt_xdist_groups` silently, and the suite would then build each file's module fixtures on
+    both workers, slower with nothing failing (it happened once: docs/notes/test-suite.md)."""
     plain = [
         item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
     ]
-    if plain:
-        raise pytest.UsageError(
-            f"{len(plain)} tests grouped for xdist kept their plain ids (e.g. {plain[0]}): "
-            "tests/helpers/schedule.py's adopt_xdist_groups no longer matches pytest-xdist's grouping."
-        )
+    if not plain:
+        return None
+    return (
+        f"{len(plain)} tests grouped for xdist kept their plain ids (e.g. {plain[0]}): "
+        "tests/helpers/schedule.py's adopt_xdist_groups no longer matches pytest-xdist's grouping."
+    )
