@@ -191,12 +191,14 @@ def test_a_round_with_several_accepted_candidates_keeps_the_one_ranked_first(tmp
     ]
 
 
-def test_an_unusable_ranking_of_accepted_candidates_keeps_the_first_accepted() -> None:
+def test_an_unusable_ranking_of_accepted_candidates_keeps_the_first_accepted(tmp_path: Path) -> None:
     critic = [verdict(True), verdict(True), *["no ranking"] * 3, *[accepting("orange cat", 200)] * 2]
     built = build(critic, select_best="critic", candidates=3)
-    result = built["pipe"]("Draw a cat")
+    result = built["pipe"]("Draw a cat", out_dir=tmp_path)
     step = result.trace.steps[0]
     assert result.ok and len(built["critic"].calls) == len(critic)
     assert step.accepted_image == "step01_attempt0.png" and step.selected is not None
     assert step.selected.error is not None and not step.attempts[0].forced
     assert step.selected.reason == "no usable ranking: the first accepted attempt is kept"
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")  # kept by seed order, not by a ranking
+    assert "ranked lower" not in page and "seed 101 · not kept (an earlier candidate was)" in page
